@@ -1,0 +1,49 @@
+# Berth: `make run` serves it, `make test` proves it. Both install what is missing.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export DATA_DIR ?= $(CURDIR)/var
+export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
+PY := .venv/bin/python
+
+.PHONY: run test setup host venv sandbox-image lint test-sqlite test-postgres
+
+run: setup ## install what is missing, then serve on http://localhost:8000
+	@$(PY) manage.py migrate --noinput -v0
+	@$(PY) manage.py ensure_demo
+	@$(PY) scripts/serve.py
+
+test: ## the same set-up minus serving, lint, then the suite on SQLite and PostgreSQL
+	@scripts/host-setup packages --with-postgres
+	@$(MAKE) --no-print-directory host venv sandbox-image
+	@$(MAKE) --no-print-directory lint test-sqlite test-postgres
+
+setup: host venv sandbox-image
+
+host:
+	@scripts/host-setup packages
+	@scripts/host-setup docker
+	@scripts/host-setup redis
+
+venv:
+	@uv=$$(scripts/ensure-uv); py=$$(scripts/find-python); \
+	  "$$uv" sync --frozen --quiet --python "$$py"
+
+sandbox-image: venv
+	@$(PY) manage.py build_sandbox_image
+
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m mypy .
+
+test-sqlite:
+	$(PY) -m pytest
+
+# The database-heavy tests again on a throwaway PostgreSQL cluster (not the Docker or
+# browser ones): started here, removed when the target ends, pass or fail.
+PG_DIR := $(DATA_DIR)/test-postgres
+PG_PORT ?= 55432
+test-postgres:
+	@scripts/host-setup postgres-start $(PG_DIR) $(PG_PORT)
+	@trap 'scripts/host-setup postgres-stop $(PG_DIR)' EXIT; \
+	  DATABASE_URL=postgres://postgres@127.0.0.1:$(PG_PORT)/berth \
+	  $(PY) -m pytest -m "not docker and not browser"

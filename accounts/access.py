@@ -1,0 +1,83 @@
+"""Who is acting, and the one access helper per resource every door uses.
+
+Anything of a team the actor is not in is answered 404, never 403: the actor must
+not learn that it exists.
+"""
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AnonymousUser, User
+
+from accounts.models import ApiToken, Membership, Role, Team
+from config.errors import Forbidden, MissingScope, NotFound
+
+
+@dataclass(frozen=True)
+class Actor:
+    """A signed-in person, or an agent acting through one of a person's tokens."""
+
+    user: User
+    token: ApiToken | None = None
+
+    @classmethod
+    def of_token(cls, token: ApiToken) -> "Actor":
+        return cls(user=token.user, token=token)
+
+    @property
+    def is_human(self) -> bool:
+        return self.token is None
+
+    @property
+    def label(self) -> str:
+        if self.token:
+            return f"token {self.token.name} of {self.user}"
+        return str(self.user)
+
+    def require_scope(self, scope: str) -> None:
+        """Tokens carry scopes; a signed-in person has every scope their role allows."""
+        if self.token is not None and not self.token.has_scope(scope):
+            raise MissingScope(
+                f"This token lacks the `{scope}` scope. Create a token that has it.",
+                {"scope": scope},
+            )
+
+
+def access_team(
+    user: User | AnonymousUser, slug: str, need: str = Role.MEMBER
+) -> Membership:
+    """The user's membership of team `slug`, with at least role `need`.
+
+    Raises NotFound when the user is not in the team (or it does not exist), and
+    Forbidden when they are in it with too small a role.
+    """
+    if not user.is_authenticated:
+        raise NotFound("No such team.")
+    membership = (
+        Membership.objects.select_related("team", "user")
+        .filter(team__slug=slug, user=user)
+        .first()
+    )
+    if membership is None:
+        raise NotFound("No such team.")
+    if not membership.has_role(need):
+        raise Forbidden(
+            f"This needs the {need} role in team {slug}; ask an admin of the team.",
+            {"role": membership.role, "need": need},
+        )
+    return membership
+
+
+def access_token(membership: Membership, public_id: str) -> ApiToken:
+    """A token of the team: your own, or anyone's when you are an admin."""
+    tokens = ApiToken.objects.filter(team=membership.team, public_id=public_id)
+    if not membership.is_admin:
+        tokens = tokens.filter(user=membership.user)
+    token = tokens.select_related("user").first()
+    if token is None:
+        raise NotFound("No such token.")
+    return token
+
+
+def token_team(actor: Actor) -> Team:
+    assert actor.token is not None
+    return actor.token.team

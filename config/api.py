@@ -1,0 +1,73 @@
+"""The JSON API at /api/v1: one NinjaAPI; each app adds its router (thin doors)."""
+
+import logging
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from accounts.api import router as accounts_router
+from accounts.auth import TokenAuth
+from config.errors import BerthError, error_response
+from config.middleware import too_large
+
+log = logging.getLogger(__name__)
+
+api = NinjaAPI(
+    title="Berth API",
+    version="1",
+    description="Workspaces, runs, previews and deploys for people and agents. "
+    "Authenticate with `Authorization: Bearer berth_…`.",
+    auth=TokenAuth(),
+    urls_namespace="api",
+    docs_url="/docs",
+)
+
+
+@api.exception_handler(BerthError)
+def berth_error(request: HttpRequest, exc: BerthError) -> HttpResponse:
+    return error_response(exc.status, exc.code, exc.message, exc.details)
+
+
+@api.exception_handler(ValidationError)
+def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    errors: list[dict[str, Any]] = [
+        {"loc": [str(p) for p in e.get("loc", [])], "msg": e.get("msg", "")} for e in exc.errors
+    ]
+    first = errors[0] if errors else {"loc": [], "msg": "invalid input"}
+    where = ".".join(first["loc"][1:] or first["loc"]) or "body"
+    return error_response(422, "invalid", f"{where}: {first['msg']}", {"errors": errors})
+
+
+@api.exception_handler(AuthenticationError)
+def authentication_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(401, "unauthenticated", "Send `Authorization: Bearer <token>`.")
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error_response(exc.status_code, "http_error", str(exc))
+
+
+@api.exception_handler(Http404)
+def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return error_response(404, "not_found", "No such resource.")
+
+
+@api.exception_handler(RequestDataTooBig)
+def request_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    from django.conf import settings
+
+    return too_large(settings.MAX_REQUEST_BODY)
+
+
+@api.exception_handler(Exception)
+def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+    log.exception("unexpected error in %s %s", request.method, request.path)
+    return error_response(500, "internal_error", "Something went wrong on our side; it has "
+                          "been logged. Try again, and tell your operator if it persists.")
+
+
+api.add_router("/", accounts_router)

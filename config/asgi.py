@@ -1,0 +1,31 @@
+"""ASGI entry point: HTTP to Django, WebSockets to Channels consumers.
+
+Preview and release hosts (`*.PREVIEW_DOMAIN`, `*.APPS_DOMAIN`) will be split off
+before Django by `route_by_host` — the seam the previews issue fills in.
+"""
+
+import os
+
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+# Daphne serves Berth's few static files itself: one process to run, nothing to
+# collect, and the files are small and change only with a release.
+django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
+
+# Imported after Django is set up: consumers import models.
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from config.routing import route_by_host, websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": route_by_host(django_asgi_app),
+        "websocket": route_by_host(
+            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        ),
+    }
+)

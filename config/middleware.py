@@ -1,0 +1,67 @@
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from config.errors import error_response
+
+
+class BodySizeLimitMiddleware:
+    """Refuse oversized bodies before anything parses them.
+
+    Content-Length is checked up front; a body sent without one (chunked) is measured
+    once Django has it. Either way the answer is 413 `too_large` in the one error shape.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        limit = settings.MAX_REQUEST_BODY
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            return error_response(400, "bad_request", "The Content-Length header is not a number.")
+        if length > limit:
+            return too_large(limit)
+        return self.get_response(request)
+
+
+def too_large(limit: int) -> HttpResponse:
+    return error_response(
+        413,
+        "too_large",
+        f"The request body is larger than {limit // (1024 * 1024)} MB. "
+        "Send large files in several smaller requests.",
+        {"limit_bytes": limit},
+    )
+
+
+class ApiErrorShapeMiddleware:
+    """Give API errors that Django or ninja answered on their own (405, 400, ...) the one
+    error shape, so a client never has to parse an HTML error page."""
+
+    PREFIXES = ("/api/",)
+    CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+             413: "too_large", 500: "internal_error"}
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            response.status_code >= 400
+            and request.path.startswith(self.PREFIXES)
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            status = response.status_code
+            message = {
+                405: f"{request.method} is not allowed here; allowed: "
+                     f"{response.get('Allow', 'none')}.",
+            }.get(status, response.reason_phrase or "The request failed.")
+            shaped = error_response(status, self.CODES.get(status, "http_error"), message)
+            if "Allow" in response:
+                shaped["Allow"] = response["Allow"]
+            return shaped
+        return response

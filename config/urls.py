@@ -1,0 +1,36 @@
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import include, path
+
+from config.api import api
+from config.errors import error_body
+
+urlpatterns = [
+    path("api/v1/", api.urls),
+    path("healthz", lambda request: JsonResponse({"ok": True}), name="healthz"),
+    path("", include("accounts.urls")),
+]
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.path.startswith(("/api/", "/mcp", "/git/"))
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(error_body("not_found", "No such resource."), status=404)
+    return render(request, "error.html", {"message": "Not found."}, status=404)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(error_body("internal_error", "Something went wrong on our side; "
+                                       "it has been logged. Try again."), status=500)
+    return render(request, "error.html", {"message": "Something went wrong."}, status=500)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _wants_json(request):
+        return JsonResponse(error_body("bad_request", "The request could not be read."),
+                            status=400)
+    return render(request, "error.html", {"message": "Bad request."}, status=400)

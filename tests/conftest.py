@@ -1,0 +1,75 @@
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from accounts import actions
+from accounts.models import ApiToken, Role, Team
+from tests import servers
+
+
+class Cast:
+    """DESIGN.md's test cast: alice admin, bob reviewer, carol member of team A;
+    charlie in team B."""
+
+    def __init__(self) -> None:
+        self.team_a, _ = actions.create_team("team-a", "Team A")
+        self.team_b, _ = actions.create_team("team-b", "Team B")
+        self.alice = self._user("alice", self.team_a, Role.ADMIN)
+        self.bob = self._user("bob", self.team_a, Role.REVIEWER)
+        self.carol = self._user("carol", self.team_a, Role.MEMBER)
+        self.charlie = self._user("charlie", self.team_b, Role.ADMIN)
+
+    @staticmethod
+    def _user(name: str, team: Team, role: str) -> User:
+        user, _ = actions.create_user(team, name, role, None, password=f"{name}-password-1")
+        return user
+
+    def token(self, user: User, scopes: list[str] | None = None, team: Team | None = None,
+              **kwargs) -> tuple[ApiToken, str]:
+        team = team or (self.team_b if user == self.charlie else self.team_a)
+        return actions.create_token(team, user, f"{user} agent",
+                                    scopes or list(ApiToken.SCOPES), None, **kwargs)
+
+
+@pytest.fixture
+def cast(db) -> Cast:
+    return Cast()
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def signed_in(cast):
+    def client_for(user: User) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+    return client_for
+
+
+@pytest.fixture(scope="session")
+def _daphne(django_db_setup) -> Iterator[servers.Server]:
+    with servers.daphne() as server:
+        yield server
+
+
+@pytest.fixture
+def berth_server(transactional_db, _daphne) -> servers.Server:
+    """A real daphne serving the test database (data must be committed: transactional)."""
+    return _daphne
+
+
+@pytest.fixture(scope="session")
+def _celery_worker(django_db_setup):
+    with servers.celery_worker() as worker:
+        yield worker
+
+
+@pytest.fixture
+def celery_worker(transactional_db, _celery_worker):
+    """A real Celery worker on the test database and test Redis."""
+    return _celery_worker

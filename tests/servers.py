@@ -1,0 +1,121 @@
+"""Real Berth processes for tests: daphne and a Celery worker, on the test database."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def wait_for(condition, timeout: float = 30, interval: float = 0.05, what: str = "condition"):
+    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL for the database pytest-django created, for subprocesses."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    return (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/"
+            f"{db['NAME']}")
+
+
+def subprocess_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": test_database_url(),
+        "DATA_DIR": str(settings.DATA_DIR),
+        "REDIS_URL": settings.REDIS_URL,
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@dataclass
+class Server:
+    url: str
+    port: int
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def running(cmd: list[str], log_path: Path, ready, what: str) -> Iterator[subprocess.Popen]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        def up():
+            if proc.poll() is not None:
+                raise AssertionError(f"{what} exited early:\n{log_path.read_text()[-3000:]}")
+            return ready()
+        wait_for(up, timeout=60, what=what)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def daphne() -> Iterator[Server]:
+    port = free_port()
+    server = Server(f"http://localhost:{port}", port, settings.DATA_DIR / f"daphne-{port}.log")
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"{server.url}/healthz", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    cmd = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+    with running(cmd, server.log_path, ready, "daphne"):
+        yield server
+
+
+@contextmanager
+def celery_worker() -> Iterator[subprocess.Popen]:
+    from config.celery import app
+
+    name = f"test-{os.getpid()}@localhost"
+
+    def ready() -> bool:
+        return bool(app.control.ping(destination=[name], timeout=0.5))
+
+    cmd = [str(BIN / "celery"), "-A", "config", "worker", "-n", name, "-Q", "celery,runner",
+           "--concurrency", "2", "--pool", "threads", "--loglevel", "INFO",
+           "--without-heartbeat", "--without-mingle", "--without-gossip"]
+    with running(cmd, settings.DATA_DIR / "celery-worker.log", ready, "celery worker") as p:
+        yield p
