@@ -1,0 +1,87 @@
+"""Operator commands and environment-driven settings."""
+
+import subprocess
+import sys
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from accounts.ids import new_id
+from accounts.models import Membership, Team
+from accounts.slugs import validate_slug
+from config.errors import Invalid
+from tests.servers import ROOT
+
+
+def test_create_team_and_user_are_idempotent(db, capsys):
+    call_command("create_team", "shop", name="Shop")
+    call_command("create_team", "shop", name="Shop")
+    assert Team.objects.filter(slug="shop").count() == 1
+    call_command("create_user", "ann", team="shop", role="member")
+    out = capsys.readouterr().out
+    password = out.strip().splitlines()[-1].removeprefix("password: ")
+    assert User.objects.get(username="ann").check_password(password)
+    call_command("create_user", "ann", team="shop", role="reviewer")
+    assert Membership.objects.get(user__username="ann").role == "reviewer"
+    assert "password" not in capsys.readouterr().out
+
+
+def test_create_user_needs_an_existing_team(db):
+    with pytest.raises(CommandError, match="create_team nope"):
+        call_command("create_user", "ann", team="nope", role="member")
+
+
+def test_the_demo_admin_password_is_printed_once(db, capsys):
+    call_command("ensure_demo")
+    first = capsys.readouterr().out
+    assert "username: admin" in first
+    call_command("ensure_demo")
+    assert capsys.readouterr().out == ""
+    assert Membership.objects.get(user__username="admin", team__slug="demo").role == "admin"
+
+
+@pytest.mark.parametrize("slug", ["a", "shop", "my-shop-2", "a" * 30])
+def test_good_slugs(slug):
+    assert validate_slug(slug) == slug
+
+
+@pytest.mark.parametrize("slug", ["", "-a", "a-", "a--b", "A", "a_b", "a" * 31, "é", "a b",
+                                  "../x"])
+def test_bad_slugs_are_refused_with_a_clear_message(slug):
+    with pytest.raises(Invalid, match="lowercase letters"):
+        validate_slug(slug)
+
+
+def test_public_ids_are_short_lowercase_and_hostname_safe():
+    ids = {new_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(len(i) == 12 and i.isalnum() and i == i.lower() for i in ids)
+
+
+def settings_value(name: str, **env: str) -> str:
+    code = ("import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
+            f"'config.settings'); from django.conf import settings; print(settings.{name})")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_each_data_dir_is_its_own_instance_with_its_own_secret_key(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    instance_one = settings_value("BERTH_INSTANCE", DATA_DIR=str(one))
+    assert instance_one == settings_value("BERTH_INSTANCE", DATA_DIR=str(one))
+    assert instance_one != settings_value("BERTH_INSTANCE", DATA_DIR=str(two))
+    key = settings_value("SECRET_KEY", DATA_DIR=str(one))
+    assert len(key) > 40 and key == settings_value("SECRET_KEY", DATA_DIR=str(one))
+    assert (one / "secret_key").stat().st_mode & 0o077 == 0
+    assert settings_value("DEBUG", DATA_DIR=str(one)) == "False"
+
+
+def test_sqlite_is_set_up_for_concurrent_writers(db):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only")
+    with connection.cursor() as c:
+        c.execute("PRAGMA journal_mode")
+        assert c.fetchone()[0] == "wal"
+    assert connection.settings_dict["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
