@@ -48,10 +48,10 @@ def test_database_url() -> str:
 def subprocess_env() -> dict[str, str]:
     return {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
         "DATABASE_URL": test_database_url(),
-        "DATA_DIR": str(settings.DATA_DIR),
-        "REDIS_URL": settings.REDIS_URL,
+        "TEST_DATA_DIR": str(settings.DATA_DIR),
+        "TEST_REDIS_URL": settings.REDIS_URL,
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -91,7 +91,7 @@ def running(cmd: list[str], log_path: Path, ready, what: str) -> Iterator[subpro
 @contextmanager
 def daphne() -> Iterator[Server]:
     port = free_port()
-    server = Server(f"http://localhost:{port}", port, settings.DATA_DIR / f"daphne-{port}.log")
+    server = Server(f"http://localhost:{port}", port, settings.DATA_DIR / "daphne.log")
 
     def ready() -> bool:
         try:

@@ -1,0 +1,27 @@
+"""Test overrides: only for speed and isolation, never to swap a real service out.
+
+Integration tests still use the real Docker engine, Redis and a Celery worker.
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+# A data dir (and so a BERTH_INSTANCE) of its own, whatever DATA_DIR the shell exports:
+# tests never touch a dev server's database, containers or volumes.
+os.environ["DATA_DIR"] = os.environ.get(
+    "TEST_DATA_DIR", str(Path(__file__).resolve().parents[1] / "var" / "test")
+)
+# The same Redis server, but a database of its own so a test run never consumes or
+# floods a dev server's queues.
+_redis = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+os.environ["REDIS_URL"] = os.environ.get("TEST_REDIS_URL", urlunsplit(_redis._replace(path="/9")))
+
+from config.settings import *  # noqa: E402,F403
+from config.settings import DATA_DIR, DATABASES  # noqa: E402
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# A file, not an in-memory database, so a worker or a server subprocess can share it.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
