@@ -13,7 +13,7 @@ run: setup ## install what is missing, then serve on http://localhost:8000
 	@$(PY) scripts/serve.py
 
 test: ## the same set-up minus serving, lint, then the suite on SQLite and PostgreSQL
-	@scripts/host-setup packages --with-postgres
+	@scripts/host-setup packages --for-tests
 	@$(MAKE) --no-print-directory host venv sandbox-image
 	@$(MAKE) --no-print-directory lint test-sqlite test-postgres
 
@@ -40,7 +40,8 @@ test-sqlite:
 
 # The database-heavy tests again on a throwaway PostgreSQL cluster (not the Docker or
 # browser ones): started here, removed when the target ends, pass or fail.
-PG_DIR := $(DATA_DIR)/test-postgres
+# Under /tmp: the postgres user must reach it, and a clone may sit in a private home.
+PG_DIR := /tmp/berth-test-postgres-$(shell id -u)-$(PG_PORT)
 PG_PORT ?= 55432
 test-postgres:
 	@scripts/host-setup postgres-start $(PG_DIR) $(PG_PORT)
