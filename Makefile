@@ -40,9 +40,9 @@ test-sqlite:
 
 # The database-heavy tests again on a throwaway PostgreSQL cluster (not the Docker or
 # browser ones): started here, removed when the target ends, pass or fail.
+PG_PORT ?= 55432
 # Under /tmp: the postgres user must reach it, and a clone may sit in a private home.
 PG_DIR := /tmp/berth-test-postgres-$(shell id -u)-$(PG_PORT)
-PG_PORT ?= 55432
 test-postgres:
 	@scripts/host-setup postgres-start $(PG_DIR) $(PG_PORT)
 	@trap 'scripts/host-setup postgres-stop $(PG_DIR)' EXIT; \
