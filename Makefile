@@ -7,9 +7,8 @@ PY := .venv/bin/python
 
 .PHONY: run test setup host venv sandbox-image lint test-sqlite test-postgres
 
-run: setup ## install what is missing, then serve on http://localhost:8000
-	@$(PY) manage.py migrate --noinput -v0
-	@$(PY) manage.py ensure_demo
+run: host venv ## install what is missing, then serve on http://localhost:8000
+	@$(PY) manage.py prepare
 	@$(PY) scripts/serve.py
 
 test: ## the same set-up minus serving, lint, then the suite on SQLite and PostgreSQL
@@ -24,9 +23,11 @@ host:
 	@scripts/host-setup docker
 	@scripts/host-setup redis
 
+# Bytecode compiled at install: where PYTHONDONTWRITEBYTECODE is set, every start would
+# otherwise recompile Django, Twisted and Celery (seconds per process).
 venv:
 	@uv=$$(scripts/ensure-uv); py=$$(scripts/find-python); \
-	  "$$uv" sync --frozen --quiet --python "$$py"
+	  "$$uv" sync --frozen --quiet --compile-bytecode --python "$$py"
 
 sandbox-image: venv
 	@$(PY) manage.py build_sandbox_image

@@ -64,16 +64,24 @@ def main() -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    for name, cmd in PROCESSES.items():
+
+    def start(name: str) -> None:
         # A session of its own: Ctrl-C reaches only us, and we stop each child in order.
-        procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True,
-                                       start_new_session=True)
+        procs[name] = subprocess.Popen(PROCESSES[name], cwd=ROOT, env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True, start_new_session=True)
         threading.Thread(target=pump, args=(name, procs[name]), daemon=True).start()
+
+    # The web server first: on a small machine four Django processes starting at once
+    # would slow each other, and the page is what a person waits for.
     started = time.monotonic()
+    start("web")
     if wait_until_serving(started + 60):
         say("berth", f"serving on http://localhost:{PORT}  (ready in "
                      f"{time.monotonic() - started:.1f} s; Ctrl-C stops everything)")
+    for name in PROCESSES:
+        if name not in procs and not stopping.is_set():
+            start(name)
     exit_code = 0
     while not stopping.is_set():
         dead = [n for n, p in procs.items() if p.poll() is not None]
