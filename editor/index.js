@@ -1,0 +1,153 @@
+// Berth editor bundle: CodeMirror 6 exposed as window.BerthEditor.
+// Build with `npm run build` (see README.md); output is static/vendor/editor.js.
+import { basicSetup } from "codemirror";
+import { EditorState, Prec } from "@codemirror/state";
+import { EditorView, keymap } from "@codemirror/view";
+import { indentWithTab } from "@codemirror/commands";
+import { StreamLanguage, indentUnit } from "@codemirror/language";
+import { python } from "@codemirror/lang-python";
+import { javascript } from "@codemirror/lang-javascript";
+import { html } from "@codemirror/lang-html";
+import { css } from "@codemirror/lang-css";
+import { json } from "@codemirror/lang-json";
+import { markdown } from "@codemirror/lang-markdown";
+import { toml } from "@codemirror/legacy-modes/mode/toml";
+
+function extensionOf(path) {
+  const name = String(path || "").split(/[\\/]/).pop().toLowerCase();
+  const dot = name.lastIndexOf(".");
+  return dot > 0 ? name.slice(dot + 1) : "";
+}
+
+function languageFor(path) {
+  switch (extensionOf(path)) {
+    case "py":
+      return [python(), indentUnit.of("    ")];
+    case "js":
+    case "mjs":
+    case "cjs":
+      return javascript();
+    case "jsx":
+      return javascript({ jsx: true });
+    case "ts":
+      return javascript({ typescript: true });
+    case "tsx":
+      return javascript({ jsx: true, typescript: true });
+    case "html":
+    case "htm":
+      return html();
+    case "css":
+      return css();
+    case "json":
+      return json();
+    case "md":
+    case "markdown":
+      return markdown();
+    case "toml":
+      return StreamLanguage.define(toml);
+    default:
+      return [];
+  }
+}
+
+const berthTheme = EditorView.theme(
+  {
+    "&": {
+      height: "100%",
+      backgroundColor: "#fff",
+      color: "#1f2328",
+      fontSize: "13px",
+    },
+    ".cm-scroller": {
+      overflow: "auto",
+      fontFamily:
+        'ui-monospace, SFMono-Regular, "SF Mono", Menlo, Consolas, "Liberation Mono", monospace',
+      lineHeight: "1.5",
+    },
+    ".cm-gutters": {
+      backgroundColor: "#f6f8fa",
+      color: "#8c959f",
+      borderRight: "1px solid #d0d7de",
+    },
+    ".cm-activeLine": { backgroundColor: "#f6f8fa80" },
+    ".cm-activeLineGutter": { backgroundColor: "#eaeef2", color: "#1f2328" },
+    "&.cm-focused": { outline: "none" },
+  },
+  { dark: false }
+);
+
+function create(parent, options) {
+  const opts = options || {};
+  const initial = String(opts.doc == null ? "" : opts.doc);
+  let savedDoc = null; // Text of the last saved state (set once the view exists)
+  let dirty = false;
+
+  function refreshDirty(doc) {
+    const now = !doc.eq(savedDoc);
+    if (now !== dirty) {
+      dirty = now;
+      if (typeof opts.onChange === "function") opts.onChange(dirty);
+    }
+  }
+
+  const saveKeymap = Prec.highest(
+    keymap.of([
+      {
+        key: "Mod-s",
+        preventDefault: true,
+        run: (view) => {
+          if (typeof opts.onSave === "function") opts.onSave(view.state.doc.toString());
+          return true;
+        },
+      },
+    ])
+  );
+
+  const view = new EditorView({
+    parent,
+    state: EditorState.create({
+      doc: initial,
+      extensions: [
+        saveKeymap,
+        basicSetup,
+        keymap.of([indentWithTab]),
+        languageFor(opts.path),
+        berthTheme,
+        EditorState.readOnly.of(!!opts.readOnly),
+        EditorView.editable.of(!opts.readOnly),
+        EditorView.updateListener.of((update) => {
+          if (update.docChanged) refreshDirty(update.state.doc);
+        }),
+      ],
+    }),
+  });
+
+  savedDoc = view.state.doc;
+
+  return {
+    view,
+    getText() {
+      return view.state.doc.toString();
+    },
+    setText(text) {
+      view.dispatch({
+        changes: { from: 0, to: view.state.doc.length, insert: String(text == null ? "" : text) },
+      });
+    },
+    markSaved() {
+      savedDoc = view.state.doc;
+      refreshDirty(savedDoc);
+    },
+    isDirty() {
+      return dirty;
+    },
+    focus() {
+      view.focus();
+    },
+    destroy() {
+      view.destroy();
+    },
+  };
+}
+
+window.BerthEditor = { create };
