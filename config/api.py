@@ -12,6 +12,7 @@ from accounts.api import router as accounts_router
 from accounts.auth import TokenAuth
 from config.errors import BerthError, error_response
 from config.middleware import too_large
+from workspaces.api import router as workspaces_router
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,11 @@ def request_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpRespons
     return too_large(settings.MAX_REQUEST_BODY)
 
 
+@api.exception_handler(RecursionError)
+def too_deep(request: HttpRequest, exc: RecursionError) -> HttpResponse:
+    return error_response(422, "invalid_json", "The JSON body is nested too deeply.")
+
+
 @api.exception_handler(Exception)
 def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     log.exception("unexpected error in %s %s", request.method, request.path)
@@ -71,3 +77,4 @@ def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 
 api.add_router("/", accounts_router)
+api.add_router("/", workspaces_router)

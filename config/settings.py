@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "deploys",
 ]
 
+
 MIDDLEWARE = [
     "config.middleware.BodySizeLimitMiddleware",
     "config.middleware.ApiErrorShapeMiddleware",
@@ -210,3 +211,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# Workspaces: the largest file a commit may hold, and the largest push (after gzip).
+WORKSPACE_MAX_FILE_BYTES = envint("WORKSPACE_MAX_FILE_MB", 10) * 1024 * 1024
+GIT_MAX_PUSH_BYTES = envint("GIT_MAX_PUSH_MB", 100) * 1024 * 1024

@@ -1,0 +1,175 @@
+"""Every state change of workspaces: atomic where the database is involved, each
+writing an Activity row. Git writes are serialised per repository by a file lock and
+land with a compare-and-swap on the branch, so a concurrent writer is never lost."""
+
+import base64
+import binascii
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils.text import slugify
+
+from accounts.access import Actor
+from accounts.actions import record
+from accounts.models import Team
+from accounts.slugs import validate_slug
+from config.errors import BerthError, Conflict, Invalid, NotFound
+from workspaces import config as workspace_config
+from workspaces import starters
+from workspaces.changes import Change, TreeEditor
+from workspaces.gitstore import GitStore, check_branch_name
+from workspaces.models import Workspace
+from workspaces.paths import clean_path
+from workspaces.store import author_of, open_store
+
+
+class FileTooLarge(BerthError):
+    status = 413
+    code = "file_too_large"
+
+
+@dataclass
+class CommitResult:
+    sha: str
+    branch: str
+    parent: str | None
+    files: list[str]
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def create_workspace(team: Team, actor: Actor, name: str, slug: str | None = None,
+                     template: str | None = None) -> Workspace:
+    """A new workspace with one first commit: empty, or the files of a starter."""
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise Invalid("A name of 1–100 characters is required.", {"field": "name"})
+    slug = slug if slug is not None else slugify(name)[:30].strip("-")
+    validate_slug(slug, "workspace slug", reserved=Workspace.RESERVED_SLUGS)
+    if template and template not in starters.NAMES:
+        raise Invalid(f"Unknown template {template!r}; use one of {', '.join(starters.NAMES)}.",
+                      {"field": "template", "allowed": list(starters.NAMES)})
+    workspace = Workspace(team=team, slug=slug, name=name, template=template or "",
+                          created_by=actor.user)
+    try:
+        with transaction.atomic():
+            workspace.save()
+            store = GitStore.init(workspace.repo_path, workspace.default_branch)
+            try:
+                editor = TreeEditor(store, None)
+                for path, content in (starters.files(template) if template else {}).items():
+                    editor.apply(Change("write", path, content))
+                message = f"Create workspace from the {template} template" if template \
+                    else "Create workspace"
+                sha = store.make_commit(editor.write(), [], author_of(actor), message)
+                store.advance(workspace.default_branch, None, sha)
+            finally:
+                store.close()
+            record(team, actor, "workspace.created", f"workspace:{slug}", slug,
+                   template=template or "", commit=sha)
+    except IntegrityError:
+        raise Conflict(f"Team {team.slug} already has a workspace {slug!r}; choose another "
+                       "slug.", {"field": "slug"}) from None
+    except BaseException:
+        shutil.rmtree(workspace.repo_path, ignore_errors=True)
+        raise
+    return workspace
+
+
+def decode_content(content: str, encoding: str, path: str) -> bytes:
+    if encoding == "base64":
+        try:
+            data = base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            raise Invalid(f"The content of {path!r} is not valid base64.",
+                          {"path": path}, code="invalid_base64") from None
+    elif encoding in ("utf-8", "text"):
+        data = content.encode("utf-8")
+    else:
+        raise Invalid(f"Unknown encoding {encoding!r}; use \"utf-8\" or \"base64\".",
+                      {"path": path})
+    limit = settings.WORKSPACE_MAX_FILE_BYTES
+    if len(data) > limit:
+        raise FileTooLarge(f"{path!r} is {len(data) // (1024 * 1024)} MB; files may be at "
+                           f"most {limit // (1024 * 1024)} MB. Keep large files out of the "
+                           "workspace.", {"path": path, "limit_bytes": limit})
+    return data
+
+
+def commit_changes(workspace: Workspace, actor: Actor, changes: list[Change], message: str,
+                   branch: str | None = None, base_commit: str | None = None) -> CommitResult:
+    """Apply every change as one commit on `branch`, or change nothing.
+
+    1. Paths are validated; contents were decoded and size-checked by the caller.
+    2. Under the repository's write lock, the branch head is compared with
+       `base_commit` (409 `conflict` with the current head when it moved).
+    3. The changes are applied to the head's tree in memory; only then are objects
+       written and the branch advanced with a compare-and-swap.
+    """
+    branch = branch or workspace.default_branch
+    if not changes:
+        raise Invalid("Give at least one change.", {"field": "changes"})
+    for change in changes:
+        change.path = clean_path(change.path)
+        if change.op == "rename":
+            change.to = clean_path(change.to or "", what="to")
+    with open_store(workspace) as store, store.write_lock():
+        head = store.branch_head(branch)
+        if head is None:
+            raise NotFound(f"No branch {branch!r}.", {"branch": branch}, code="branch_not_found")
+        if base_commit and base_commit != head:
+            raise Conflict(f"The branch {branch!r} has moved since {base_commit[:12]}; reload "
+                           "and apply your change to the new head.",
+                           {"head": head, "base_commit": base_commit})
+        editor = TreeEditor(store, store.commit(head).tree)
+        for change in changes:
+            editor.apply(change)
+        tree = editor.write()
+        if tree == store.commit(head).tree:
+            raise Invalid("These changes leave every file as it was; nothing to commit.",
+                          code="no_changes")
+        sha = store.make_commit(tree, [head], author_of(actor), message)
+        store.advance(branch, head, sha)
+    files = sorted({c.path for c in changes} | {c.to for c in changes if c.to})
+    result = CommitResult(sha, branch, head, files)
+    for change in changes:
+        if workspace_config.FILENAME in (change.path, change.to) and change.op != "delete":
+            content = change.content if change.path == workspace_config.FILENAME else None
+            try:
+                if content is not None:
+                    workspace_config.parse(content.decode("utf-8", "replace"))
+            except workspace_config.ConfigError as e:
+                result.warnings.append(e.as_dict()["error"])
+    record(workspace.team, actor, "workspace.committed", f"commit:{sha[:12]}", workspace.slug,
+           branch=branch, message=message.strip()[:200], files=files[:20])
+    return result
+
+
+def create_branch(workspace: Workspace, actor: Actor, name: str, from_ref: str | None) -> str:
+    check_branch_name(name)
+    with open_store(workspace) as store, store.write_lock():
+        sha = store.resolve(from_ref or workspace.default_branch)
+        store.create_branch(name, sha)
+    record(workspace.team, actor, "branch.created", f"branch:{name}", workspace.slug, commit=sha)
+    return sha
+
+
+def delete_branch(workspace: Workspace, actor: Actor, name: str) -> None:
+    if name == workspace.default_branch:
+        raise Conflict(f"{name!r} is the default branch and cannot be deleted.",
+                       {"branch": name})
+    with open_store(workspace) as store, store.write_lock():
+        store.delete_branch(name)
+    record(workspace.team, actor, "branch.deleted", f"branch:{name}", workspace.slug)
+
+
+def delete_workspace(workspace: Workspace, actor: Actor) -> None:
+    """Remove the workspace and its repository (later: its sandboxes, volumes, images)."""
+    path = workspace.repo_path
+    with transaction.atomic():
+        record(workspace.team, actor, "workspace.deleted", f"workspace:{workspace.slug}",
+               workspace.slug)
+        workspace.delete()
+        transaction.on_commit(lambda: shutil.rmtree(path, ignore_errors=True))

@@ -1,0 +1,36 @@
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+
+from accounts.ids import new_id
+from accounts.models import Team
+
+
+class Workspace(models.Model):
+    """A Git repository a team edits, runs and deploys. Source always survives."""
+
+    RESERVED_SLUGS = ("xn",)  # `xn--…` would make a punycode-looking release host
+
+    public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
+    team = models.ForeignKey(Team, models.CASCADE, related_name="workspaces")
+    slug = models.SlugField(max_length=30)
+    name = models.CharField(max_length=100)
+    default_branch = models.CharField(max_length=100, default="main")
+    template = models.CharField(max_length=30, blank=True)
+    allow_force_push = models.BooleanField(default=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("team", "slug", name="workspace_slug_per_team")]
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.slug}"
+
+    @property
+    def repo_path(self) -> Path:
+        """Named by ids, not slugs: nothing a user types ever becomes a host path."""
+        return Path(settings.DATA_DIR) / "repos" / self.team.public_id / f"{self.public_id}.git"
