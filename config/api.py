@@ -49,6 +49,10 @@ def authentication_error(request: HttpRequest, exc: AuthenticationError) -> Http
 
 @api.exception_handler(HttpError)
 def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if exc.status_code == 400 and "parse" in str(exc).lower():
+        # ninja's "Cannot parse request body": bad JSON is invalid input like any other.
+        return error_response(422, "invalid_json", "The request body is not valid JSON, or "
+                              "is nested too deeply.")
     return error_response(exc.status_code, "http_error", str(exc))
 
 

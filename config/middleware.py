@@ -17,7 +17,9 @@ class BodySizeLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        limit = settings.MAX_REQUEST_BODY
+        # A git push carries a whole pack: it has its own, larger cap (GIT_MAX_PUSH_MB).
+        limit = (settings.GIT_MAX_PUSH_BYTES if request.path.startswith("/git/")
+                 else settings.MAX_REQUEST_BODY)
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:

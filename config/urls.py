@@ -1,12 +1,15 @@
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from config.api import api
 from config.errors import error_body
+from workspaces.git_http import git_http
 
 urlpatterns = [
     path("api/v1/", api.urls),
+    re_path(r"^git/(?P<team>[a-z0-9-]+)/(?P<slug>[a-z0-9-]+?)(?:\.git)?/(?P<rest>.*)$", git_http,
+            name="git-http"),
     path("healthz", lambda request: JsonResponse({"ok": True}), name="healthz"),
     path("", include("accounts.urls")),
 ]

@@ -53,6 +53,7 @@ def subprocess_env() -> dict[str, str]:
         "TEST_DATA_DIR": str(settings.DATA_DIR),
         "TEST_REDIS_URL": settings.REDIS_URL,
         "PYTHONUNBUFFERED": "1",
+        "GIT_MAX_PUSH_MB": "5",  # small enough for a test to push past it
     }
 
 

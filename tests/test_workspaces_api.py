@@ -93,3 +93,158 @@ def test_bad_paths_are_refused_and_nothing_is_written(agent, shop, path):
         {"op": "write", "path": path, "content": "x"}]})
     assert_error(r, 422, "invalid_path")
     assert agent.get("/workspaces/shop").json()["head"] == shop["head"]
+
+
+def test_a_token_without_write_scope_gets_missing_scope(client, cast, shop):
+    _, secret = cast.token(cast.carol, ["workspace:read"])
+    reader = Api(client, secret)
+    error = assert_error(reader.put("/workspaces/shop/files/x.txt", {"content": "x"}), 403,
+                         "missing_scope")
+    assert error["details"]["scope"] == "workspace:write"
+    assert reader.get("/workspaces/shop/files/x.txt").status_code == 404
+
+
+def test_charlie_gets_404_for_everything_of_team_a(client, cast, shop):
+    _, secret = cast.token(cast.charlie)
+    charlie = Api(client, secret)
+    for r in [charlie.get("/workspaces/shop"), charlie.get("/workspaces/shop/tree"),
+              charlie.get("/workspaces/shop/files/app.py"),
+              charlie.get("/workspaces/shop/commits"),
+              charlie.put("/workspaces/shop/files/x", {"content": "x"}),
+              charlie.delete("/workspaces/shop")]:
+        assert_error(r, 404, "not_found")
+    assert charlie.get("/workspaces").json() == []
+
+
+def test_a_token_limited_to_other_workspaces_gets_404(client, cast, shop):
+    _, secret = cast.token(cast.carol, workspaces=["blog"])
+    limited = Api(client, secret)
+    assert_error(limited.get("/workspaces/shop"), 404, "not_found")
+    assert limited.get("/workspaces").json() == []
+
+
+@pytest.mark.parametrize("body", [
+    {"message": "x", "changes": [{"op": "write", "path": "a", "content": "x", "mode": "755"}]},
+    {"message": "x", "changes": [{"op": "chmod", "path": "a"}]},
+    {"message": 5, "changes": []},
+    {"message": "x", "changes": "a"},
+    {"message": "x", "changes": [{"op": "write", "path": ["a"], "content": "x"}]},
+    {"message": "x", "base_commit": "main", "changes": []},
+])
+def test_malformed_commit_bodies_get_422(agent, shop, body):
+    r = agent.post("/workspaces/shop/commits", body)
+    assert_error(r, 422, "invalid")
+    assert agent.get("/workspaces/shop").json()["head"] == shop["head"]
+
+
+def test_a_deeply_nested_body_gets_422_not_500(agent, shop):
+    nested = "[" * 100_000 + "]" * 100_000
+    r = agent.client.post("/api/v1/workspaces/shop/commits", nested,
+                          content_type="application/json", **agent.headers)
+    assert r.status_code == 422 and r.json()["error"]["code"] in ("invalid", "invalid_json")
+
+
+def test_a_rename_onto_an_existing_file_is_a_conflict(agent, shop):
+    r = agent.post("/workspaces/shop/commits", {"message": "x", "changes": [
+        {"op": "rename", "path": "app.py", "to": "README.md"}]})
+    assert_error(r, 409, "conflict")
+    assert "def greeting" in agent.get("/workspaces/shop/files/app.py").json()["content"]
+
+
+def test_invalid_base64_is_refused(agent, shop):
+    r = agent.put("/workspaces/shop/files/x.bin", {"content": "not base64!", "encoding": "base64"})
+    assert_error(r, 422, "invalid_base64")
+
+
+def test_a_file_over_the_size_cap_is_refused_with_413(agent, shop):
+    eleven_mb = base64.b64encode(b"\0" * (11 * 1024 * 1024)).decode()
+    r = agent.put("/workspaces/shop/files/big.bin", {"content": eleven_mb, "encoding": "base64"})
+    assert_error(r, 413, "file_too_large")
+    twenty_mb = "x" * (20 * 1024 * 1024)
+    assert_error(agent.put("/workspaces/shop/files/big.txt", {"content": twenty_mb}), 413,
+                 "too_large")
+    assert agent.get("/workspaces/shop").json()["head"] == shop["head"]
+
+
+def test_names_are_normalised_to_nfc(agent, shop):
+    agent.put("/workspaces/shop/files/cafe\u0301.txt", {"content": "x"})
+    assert agent.get("/workspaces/shop/files/caf\u00e9.txt").json()["path"] == "caf\u00e9.txt"
+
+
+def test_a_lone_surrogate_in_a_path_is_refused(agent, shop):
+    r = agent.client.post("/api/v1/workspaces/shop/commits",
+                          '{"message": "x", "changes": [{"op": "write", "path": "a\\udc80",'
+                          ' "content": "x"}]}', content_type="application/json", **agent.headers)
+    assert r.status_code == 422
+
+
+def test_a_symlink_is_read_as_metadata_never_followed(agent, cast, shop):
+    from workspaces.gitstore import MODE_LINK
+    from workspaces.models import Workspace
+    from workspaces.store import open_store
+    workspace = Workspace.objects.get(slug="shop")
+    with open_store(workspace) as store:
+        head = store.branch_head("main")
+        from workspaces.changes import TreeEditor
+        editor = TreeEditor(store, store.commit(head).tree)
+        editor._put("passwd", (MODE_LINK, store.add_blob(b"/etc/passwd")))
+        sha = store.make_commit(editor.write(), [head], store_author(), "link")
+        store.advance("main", head, sha)
+    f = agent.get("/workspaces/shop/files/passwd").json()
+    assert f["type"] == "symlink" and f["target"] == "/etc/passwd" and f["content"] is None
+    raw = agent.get("/workspaces/shop/files/passwd", HTTP_ACCEPT="application/octet-stream")
+    assert b"root:" not in raw.content
+    entry = next(e for e in agent.get("/workspaces/shop/tree").json()["entries"]
+                 if e["name"] == "passwd")
+    assert entry["type"] == "symlink"
+
+
+def store_author():
+    from workspaces.gitstore import Author
+    return Author("Mallory", "m@example.com")
+
+
+def test_history_paging_compare_and_branches(agent, shop):
+    for i in range(3):
+        agent.put("/workspaces/shop/files/n.txt", {"content": f"{i}\n", "message": f"n{i}"})
+    page1 = agent.get("/workspaces/shop/commits?per_page=2").json()
+    page2 = agent.get("/workspaces/shop/commits?per_page=2&page=2").json()
+    assert [c["title"] for c in page1["commits"]] == ["n2", "n1"] and page1["has_more"]
+    assert [c["title"] for c in page2["commits"]] == ["n0", page2["commits"][1]["title"]]
+    path_log = agent.get("/workspaces/shop/commits?path=n.txt").json()["commits"]
+    assert len(path_log) == 3
+    r = agent.post("/workspaces/shop/branches", {"name": "feature/x", "from": "main"})
+    assert r.status_code == 201
+    agent.put("/workspaces/shop/files/n.txt", {"content": "feature\n", "branch": "feature/x"})
+    cmp = agent.get("/workspaces/shop/compare?base=main&head=feature/x").json()
+    assert len(cmp["commits"]) == 1
+    assert cmp["diff"]["files"][0]["patch"].splitlines()[-2:] == ["-2", "+feature"]
+    assert cmp["diff"]["stats"] == {"files": 1, "additions": 1, "deletions": 1}
+    names = [b["name"] for b in agent.get("/workspaces/shop/branches").json()]
+    assert names == ["feature/x", "main"]
+    assert_error(agent.delete("/workspaces/shop/branches/main"), 409, "conflict")
+    assert agent.delete("/workspaces/shop/branches/feature/x").status_code == 204
+
+
+def test_workspace_toml_errors_come_back_as_warnings_on_save(agent, shop):
+    r = agent.put("/workspaces/shop/files/workspace.toml",
+                  {"content": "[sandbox]\nruntime = \"kvm\"\n"})
+    assert r.status_code == 200
+    warning = r.json()["warnings"][0]
+    assert warning["code"] == "invalid_workspace_toml" and "line 2" in warning["message"]
+
+
+def test_only_admins_delete_workspaces(client, cast, shop, agent):
+    assert_error(agent.delete("/workspaces/shop"), 403, "forbidden")
+    _, secret = cast.token(cast.alice)
+    assert Api(client, secret).delete("/workspaces/shop").status_code == 204
+    assert_error(agent.get("/workspaces/shop"), 404, "not_found")
+
+
+@pytest.mark.parametrize("slug", ["xn", "Bad", "a--b"])
+def test_bad_or_reserved_slugs_are_refused(agent, slug):
+    assert_error(agent.post("/workspaces", {"name": "X", "slug": slug}), 422, "invalid_slug")
+
+
+def test_a_taken_slug_is_a_conflict(agent, shop):
+    assert_error(agent.post("/workspaces", {"name": "Shop"}), 409, "conflict")
