@@ -110,7 +110,13 @@ class ApiToken(models.Model):
         body = secret.removeprefix(cls.PREFIX)
         if body == secret or len(body) != 44:
             return None
-        token = cls.objects.select_related("team", "user").filter(public_id=body[:12]).first()
+        # One query: this runs on every API request. `owner_is_member` says whether the
+        # token's user is still in its team (a removed member's tokens stop working).
+        rows = (cls.objects.select_related("team", "user").filter(public_id=body[:12])
+                .annotate(owner_is_member=models.Exists(Membership.objects.filter(
+                    team=models.OuterRef("team"), user=models.OuterRef("user"))))
+                .order_by()[:1])
+        token = next(iter(rows), None)
         if token is None or not hmac.compare_digest(token.digest, _digest(secret)):
             return None
         return token

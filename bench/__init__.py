@@ -1,0 +1,1 @@
+"""Benchmarks, run by hand: each prints a table of medians and ratios."""
