@@ -134,12 +134,11 @@ def commit_changes(workspace: Workspace, actor: Actor, changes: list[Change], me
         store.advance(branch, head, sha)
     files = sorted({c.path for c in changes} | {c.to for c in changes if c.to})
     result = CommitResult(sha, branch, head, files)
+    # A broken workspace.toml is committed (the source is the user's), but said at once.
     for change in changes:
-        if workspace_config.FILENAME in (change.path, change.to) and change.op != "delete":
-            content = change.content if change.path == workspace_config.FILENAME else None
+        if change.op == "write" and change.path == workspace_config.FILENAME:
             try:
-                if content is not None:
-                    workspace_config.parse(content.decode("utf-8", "replace"))
+                workspace_config.parse((change.content or b"").decode("utf-8", "replace"))
             except workspace_config.ConfigError as e:
                 result.warnings.append(e.as_dict()["error"])
     record(workspace.team, actor, "workspace.committed", f"commit:{sha[:12]}", workspace.slug,
