@@ -8,7 +8,6 @@ urlpatterns = [
     path("signout/", LogoutView.as_view(), name="logout"),
     path("invite/<str:secret>/", views.invitation_accept, name="invitation-accept"),
     path("", views.home, name="home"),
-    path("t/<slug:team>/", views.team, name="team"),
     path("t/<slug:team>/activity/", views.activity, name="activity"),
     path("t/<slug:team>/members/", views.members, name="members"),
     path("t/<slug:team>/members/new/", views.member_create, name="member-create"),

@@ -85,11 +85,6 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @team_page()
-def team(request: HttpRequest, membership: Membership) -> HttpResponse:
-    return redirect("activity", team=membership.team.slug)
-
-
-@team_page()
 def activity(request: HttpRequest, membership: Membership) -> HttpResponse:
     rows = membership.team.activity.select_related("user", "token")[:200]
     return render(request, "accounts/activity.html", {"membership": membership, "rows": rows})

@@ -11,6 +11,8 @@ urlpatterns = [
     re_path(r"^git/(?P<team>[a-z0-9-]+)/(?P<slug>[a-z0-9-]+?)(?:\.git)?/(?P<rest>.*)$", git_http,
             name="git-http"),
     path("healthz", lambda request: JsonResponse({"ok": True}), name="healthz"),
+    # Before accounts: the team dashboard at /t/<team>/ is the workspaces list.
+    path("", include("workspaces.urls")),
     path("", include("accounts.urls")),
 ]
 
