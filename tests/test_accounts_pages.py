@@ -24,7 +24,7 @@ def test_alice_signs_in_and_lands_on_her_team(client, cast):
     r = sign_in(client, "alice", "alice-password-1")
     assert r.status_code == 302
     r = client.get("/", follow=True)
-    assert r.redirect_chain[-1][0] == "/t/team-a/activity/"
+    assert r.redirect_chain[-1][0] == "/t/team-a/"
     assert "Team A" in r.content.decode()
 
 

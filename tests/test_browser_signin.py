@@ -17,7 +17,7 @@ def test_the_demo_admin_signs_in_creates_a_token_and_the_api_answers(berth_serve
         page.fill("input[name=username]", "alice")
         page.fill("input[name=password]", "alice-password-1")
         page.click("button[type=submit]")
-        page.wait_for_url("**/t/team-a/activity/")
+        page.wait_for_url("**/t/team-a/")
         page.click("text=Tokens")
         page.fill("input[name=name]", "browser agent")
         page.check("input[value='workspace:read']")

@@ -1,0 +1,168 @@
+"""The page doors that change files: save, new, rename, delete, new branch.
+
+Each is one commit through `workspaces.actions`, made only while the branch is still at
+the commit the page showed (`base_commit`), so nobody's work is overwritten unseen.
+Save speaks JSON (the editor's fetch); the others are htmx forms that also work as plain
+form posts.
+"""
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from accounts.access import Actor
+from accounts.models import Membership
+from config.errors import BerthError, Conflict, Invalid, NotFound
+from workspaces import actions
+from workspaces.changes import Change
+from workspaces.forms import FileActionForm, NewBranchForm
+from workspaces.models import Workspace
+from workspaces.paths import clean_path
+from workspaces.store import open_store
+from workspaces.views import is_htmx, page_url, urls_of, workspace_page
+
+SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+@require_POST
+@workspace_page
+def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
+    """Write the editor's text as one commit (JSON in and out, for the page's fetch)."""
+    try:
+        try:
+            body = json.loads(request.body)
+        except (ValueError, RecursionError):  # RecursionError: absurdly nested JSON
+            raise Invalid("The request body is not JSON.") from None
+        fields = ("path", "content", "branch", "base_commit")
+        if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
+            raise Invalid("Send path, content, branch and base_commit as strings.")
+        if not SHA.match(body["base_commit"]):
+            raise Invalid("base_commit must be the 40-character SHA the page was loaded at.",
+                          {"field": "base_commit"})
+        path = clean_path(body["path"])
+        message = str(body.get("message") or "").strip() or f"Update {path}"
+        content = actions.decode_content(body["content"], "utf-8", path)
+        result = actions.commit_changes(workspace, Actor(membership.user),
+                                        [Change("write", path, content)], message,
+                                        body["branch"], body["base_commit"])
+    except BerthError as e:
+        return JsonResponse(e.as_dict(), status=e.status)
+    return JsonResponse({"commit": result.sha, "branch": result.branch,
+                         "parent": result.parent, "warnings": result.warnings,
+                         "commit_url": f"{urls_of(workspace)['commits']}{result.sha}/"})
+
+
+def done(request: HttpRequest, url: str) -> HttpResponse:
+    response: HttpResponse = HttpResponseClientRedirect(url) if is_htmx(request) \
+        else redirect(url)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def failed(request: HttpRequest, e: BerthError, back: str) -> HttpResponse:
+    """htmx gets the message in the dialog (the user's input stays put); a plain form
+    post gets it at the top of the page it came from."""
+    response: HttpResponse
+    if is_htmx(request):
+        response = render(request, "workspaces/workspace.html#action-error",
+                          {"message": e.message}, status=e.status)
+    else:
+        messages.error(request, e.message)
+        response = redirect(back)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+def first_error(form: FileActionForm | NewBranchForm) -> str:
+    field, errors = next(iter(form.errors.items()))
+    return f"{field}: {errors[0]}" if field != "__all__" else str(errors[0])
+
+
+def change_one_file(request: HttpRequest, membership: Membership, workspace: Workspace,
+                    plan: Callable[[dict[str, Any]], tuple[Change, str, str]]) -> HttpResponse:
+    """Shared by new, rename and delete: `plan` turns the form into (change, default
+    message, path to open afterwards)."""
+    form = FileActionForm(request.POST)
+    back = page_url(workspace, ref=request.POST.get("branch"), path=request.POST.get("path"))
+    try:
+        if not form.is_valid():
+            raise Invalid(first_error(form))
+        data = form.cleaned_data
+        change, message, then = plan(data)
+        result = actions.commit_changes(workspace, Actor(membership.user), [change],
+                                        data["message"].strip() or message, data["branch"],
+                                        data["base_commit"])
+    except BerthError as e:
+        return failed(request, e, back)
+    messages.success(request, f"{message}: commit {result.sha[:7]}.")
+    return done(request, page_url(workspace, ref=result.branch, path=then))
+
+
+@require_POST
+@workspace_page
+def new_file(request: HttpRequest, membership: Membership, workspace: Workspace
+             ) -> HttpResponse:
+    def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
+        path = clean_path(data["path"])
+        # A write would silently replace an existing file. Checking at base_commit is
+        # enough: the commit is only made while the branch is still there.
+        with open_store(workspace) as store:
+            if store.branch_head(data["branch"]) == data["base_commit"]:
+                try:
+                    store.lookup(data["base_commit"], path)
+                except NotFound:
+                    pass
+                else:
+                    raise Conflict(f"{path!r} already exists; open it from the tree.",
+                                   {"path": path})
+        return Change("write", path, b""), f"Create {path}", path
+
+    return change_one_file(request, membership, workspace, plan)
+
+
+@require_POST
+@workspace_page
+def rename_file(request: HttpRequest, membership: Membership, workspace: Workspace
+                ) -> HttpResponse:
+    def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
+        path, to = clean_path(data["path"]), clean_path(data["to"] or "", what="new path")
+        return Change("rename", path, to=to), f"Rename {path} to {to}", to
+
+    return change_one_file(request, membership, workspace, plan)
+
+
+@require_POST
+@workspace_page
+def delete_file(request: HttpRequest, membership: Membership, workspace: Workspace
+                ) -> HttpResponse:
+    def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
+        path = clean_path(data["path"])
+        return Change("delete", path), f"Delete {path}", path.rpartition("/")[0]
+
+    return change_one_file(request, membership, workspace, plan)
+
+
+@require_POST
+@workspace_page
+def new_branch(request: HttpRequest, membership: Membership, workspace: Workspace
+               ) -> HttpResponse:
+    form = NewBranchForm(request.POST)
+    path = request.POST.get("path")
+    try:
+        if not form.is_valid():
+            raise Invalid(first_error(form))
+        name = form.cleaned_data["name"].strip()
+        actions.create_branch(workspace, Actor(membership.user), name,
+                              form.cleaned_data["from_ref"])
+    except BerthError as e:
+        return failed(request, e, page_url(workspace, ref=request.POST.get("from_ref"),
+                                           path=path))
+    return done(request, page_url(workspace, ref=name, path=path))

@@ -1,0 +1,20 @@
+from django.urls import path
+
+from workspaces import edits, views
+
+W = "t/<slug:team>/w/<slug:slug>/"
+
+urlpatterns = [
+    path("t/<slug:team>/", views.dashboard, name="team"),
+    path(W, views.workspace, name="workspace"),
+    path(W + "tree/", views.tree, name="workspace-tree"),
+    path(W + "save/", edits.save, name="workspace-save"),
+    path(W + "files/new/", edits.new_file, name="workspace-new-file"),
+    path(W + "files/rename/", edits.rename_file, name="workspace-rename-file"),
+    path(W + "files/delete/", edits.delete_file, name="workspace-delete-file"),
+    path(W + "branches/new/", edits.new_branch, name="workspace-new-branch"),
+    path(W + "history/", views.history_page, name="workspace-history"),
+    path(W + "commits/<str:sha>/", views.commit_page, name="workspace-commit"),
+    path(W + "settings/", views.settings_page, name="workspace-settings"),
+    path(W + "settings/delete/", views.delete_workspace, name="workspace-delete"),
+]

@@ -1,0 +1,316 @@
+"""The workspace pages: the team dashboard, the editor page, history, commits, settings
+(the doors that change files are in `edits.py`).
+
+Thin doors: every change goes through `workspaces.actions` with the signed-in person as
+the actor, so a page obeys the API's rules and writes the same Activity rows.
+"""
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+
+from accounts.access import Actor
+from accounts.models import Membership
+from accounts.views import team_page
+from config.errors import BerthError, Invalid, NotFound
+from workspaces import actions, history
+from workspaces import config as workspace_config
+from workspaces.access import access_workspace
+from workspaces.forms import DeleteWorkspaceForm, NewWorkspaceForm
+from workspaces.gitstore import MODE_TREE, GitStore
+from workspaces.models import Workspace
+from workspaces.paths import clean_dir
+from workspaces.store import open_store
+
+HISTORY_PER_PAGE = 30
+HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def workspace_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Resolve `/t/<team>/w/<slug>/…` to the user's membership and the workspace; 404
+    for a workspace of another team, exactly as for one that does not exist."""
+
+    @team_page()
+    @wraps(view)
+    def wrapper(request: HttpRequest, membership: Membership, slug: str, *args: Any,
+                **kwargs: Any) -> HttpResponse:
+        try:
+            workspace = access_workspace(Actor(membership.user), membership.team, slug,
+                                         "workspace:read")
+        except NotFound as e:
+            raise Http404(e.message) from e
+        return view(request, membership, workspace, *args, **kwargs)
+
+    return wrapper
+
+
+def urls_of(workspace: Workspace) -> dict[str, str]:
+    args = [workspace.team.slug, workspace.slug]
+    names = ["tree", "save", "new-file", "rename-file", "delete-file", "new-branch",
+             "history", "settings", "delete"]
+    urls = {name.replace("-", "_"): reverse(f"workspace-{name}", args=args) for name in names}
+    urls["page"] = reverse("workspace", args=args)
+    urls["commits"] = urls["page"] + "commits/"
+    return urls
+
+
+def page_url(workspace: Workspace, **params: str | None) -> str:
+    url = reverse("workspace", args=[workspace.team.slug, workspace.slug])
+    query = urlencode({k: v for k, v in params.items() if v})
+    return f"{url}?{query}" if query else url
+
+
+def summary(store: GitStore, sha: str) -> dict[str, Any]:
+    info = history.commit_summary(store, sha)
+    info["when"] = datetime.fromtimestamp(info["authored_at"], tz=UTC)
+    return info
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    return bool(getattr(request, "htmx", False))  # set by django_htmx's middleware
+
+
+def error_page(request: HttpRequest, membership: Membership, e: BerthError) -> HttpResponse:
+    return render(request, "error.html", {"membership": membership, "message": e.message},
+                  status=e.status)
+
+
+def clone_url(request: HttpRequest, workspace: Workspace) -> str:
+    return request.build_absolute_uri(f"/git/{workspace.team.slug}/{workspace.slug}.git")
+
+
+# -- the dashboard ---------------------------------------------------------------------
+
+@team_page()
+def dashboard(request: HttpRequest, membership: Membership) -> HttpResponse:
+    form = NewWorkspaceForm(request.POST) if request.method == "POST" else NewWorkspaceForm()
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            workspace = actions.create_workspace(membership.team, Actor(membership.user),
+                                                 data["name"], data["slug"] or None,
+                                                 data["template"] or None)
+        except BerthError as e:
+            form.add_error(form.ERROR_FIELDS.get(e.details.get("field", "")), e.message)
+        else:
+            return redirect(page_url(workspace))
+    rows = []
+    for workspace in membership.team.workspaces.select_related("team"):
+        with open_store(workspace) as store:
+            head = store.branch_head(workspace.default_branch)
+            rows.append({"workspace": workspace, "last": summary(store, head) if head else None,
+                         "url": page_url(workspace)})
+    return render(request, "workspaces/dashboard.html",
+                  {"membership": membership, "rows": rows, "form": form},
+                  status=422 if form.errors else 200)
+
+
+# -- the workspace page ----------------------------------------------------------------
+
+def tree_along(store: GitStore, commit: str, path: str) -> list[dict[str, Any]]:
+    """The root folder's entries, with every folder on the way to `path` opened, so a
+    deep link shows where the file is without a round trip per level."""
+    entries = level = store.list_dir(commit, "")
+    parts = path.split("/") if path else []
+    for i in range(len(parts)):
+        prefix = "/".join(parts[: i + 1])
+        folder = next((e for e in level if e["path"] == prefix and e["type"] == "dir"), None)
+        if folder is None:
+            break
+        folder["open"] = True
+        folder["children"] = level = store.list_dir(commit, prefix)
+    return entries
+
+
+def open_file(store: GitStore, commit: str, path: str) -> dict[str, Any]:
+    """What the editor pane shows. Symlinks come back as their target only: never
+    followed, so a link cannot make the page read outside the tree."""
+    try:
+        info = history.read_file(store, commit, path)
+    except actions.FileTooLarge:
+        return {"path": path, "kind": "too_large"}
+    info.pop("raw", None)
+    if info["type"] != "file":
+        info["kind"] = info["type"]
+    elif info["encoding"] != "utf-8":
+        info["kind"], info["content"] = "binary", None
+    else:
+        info["kind"] = "text"
+        if path == workspace_config.FILENAME:
+            try:
+                workspace_config.parse(info["content"])
+            except workspace_config.ConfigError as e:
+                info["config_error"] = e.message
+    return info
+
+
+def crumbs(path: str) -> list[tuple[str, str]]:
+    parts = path.split("/") if path else []
+    return [(part, "/".join(parts[: i + 1])) for i, part in enumerate(parts)]
+
+
+@workspace_page
+def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
+              ) -> HttpResponse:
+    ref = request.GET.get("ref") or workspace.default_branch
+    try:
+        path = clean_dir(request.GET.get("path"))
+        with open_store(workspace) as store:
+            branches = store.branches()
+            commit = store.resolve(ref)
+            file, folder, missing = None, path, ""
+            if path:
+                try:
+                    mode, _ = store.lookup(commit, path)
+                except NotFound as e:
+                    missing, folder = e.message, path.rpartition("/")[0]
+                else:
+                    if mode != MODE_TREE:
+                        file, folder = open_file(store, commit, path), path.rpartition("/")[0]
+            entries = tree_along(store, commit, path)
+            head = summary(store, commit)
+    except BerthError as e:
+        return error_page(request, membership, e)
+    ctx = {
+        "membership": membership, "workspace": workspace, "urls": urls_of(workspace),
+        "tab": "code", "ref": ref, "commit": commit, "head": head,
+        "branch": ref if ref in branches else None, "branches": sorted(branches),
+        "path": path, "crumbs": crumbs(path), "folder": folder, "file": file,
+        "missing": missing, "entries": entries, "clone_url": clone_url(request, workspace),
+    }
+    return render(request, "workspaces/workspace.html", ctx, status=404 if missing else 200)
+
+
+@workspace_page
+def tree(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
+    """One folder's entries, for htmx to expand a folder in place; a plain request (a
+    bookmarked or middle-clicked link) goes to the page showing that folder."""
+    ref = request.GET.get("ref") or workspace.default_branch
+    response: HttpResponse
+    if not is_htmx(request):
+        response = redirect(page_url(workspace, ref=ref, path=request.GET.get("path")))
+    else:
+        try:
+            folder = clean_dir(request.GET.get("path"))
+            with open_store(workspace) as store:
+                entries = store.list_dir(store.resolve(ref), folder)
+        except BerthError as e:
+            response = render(request, "workspaces/workspace.html#action-error",
+                              {"message": e.message}, status=e.status)
+        else:
+            response = render(request, "workspaces/workspace.html#tree",
+                              {"entries": entries, "ref": ref, "path": "",
+                               "urls": urls_of(workspace)})
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# -- history and commits ---------------------------------------------------------------
+
+@workspace_page
+def history_page(request: HttpRequest, membership: Membership, workspace: Workspace
+                 ) -> HttpResponse:
+    ref = request.GET.get("ref") or workspace.default_branch
+    try:
+        path = clean_dir(request.GET.get("path"))
+        try:
+            page = int(request.GET.get("page") or 1)
+        except ValueError:
+            raise Invalid("page must be a number.", {"field": "page"}) from None
+        with open_store(workspace) as store:
+            branches = store.branches()
+            found = history.history(store, store.resolve(ref), path, page, HISTORY_PER_PAGE)
+            for c in found["commits"]:
+                c["when"] = datetime.fromtimestamp(c["authored_at"], tz=UTC)
+    except BerthError as e:
+        return error_page(request, membership, e)
+    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
+           "tab": "history", "ref": ref, "branch": ref if ref in branches else None,
+           "branches": sorted(branches), "path": path, "crumbs": crumbs(path),
+           "page": found,
+           "clone_url": clone_url(request, workspace)}
+    return render(request, "workspaces/history.html", ctx)
+
+
+def diff_lines(patch: str) -> list[tuple[str, int | None, int | None, str]]:
+    """A unified patch as (kind, old line number, new line number, text) rows, so the
+    page can show both gutters like a code review tool."""
+    rows: list[tuple[str, int | None, int | None, str]] = []
+    old = new = 0
+    # split("\n"), not splitlines(): a line may hold \r or \x0c that is not a break.
+    for line in patch.split("\n")[2:]:
+        if not line:
+            continue
+        if m := HUNK.match(line):
+            old, new = int(m[1]), int(m[2])
+            rows.append(("hunk", None, None, line))
+        elif line[0] == "+":
+            rows.append(("add", None, new, line[1:]))
+            new += 1
+        elif line[0] == "-":
+            rows.append(("del", old, None, line[1:]))
+            old += 1
+        else:
+            rows.append(("ctx", old, new, line[1:]))
+            old, new = old + 1, new + 1
+    return rows
+
+
+@workspace_page
+def commit_page(request: HttpRequest, membership: Membership, workspace: Workspace,
+                sha: str) -> HttpResponse:
+    try:
+        with open_store(workspace) as store:
+            detail = history.commit_detail(store, history.require_commit(store, sha))
+    except BerthError as e:
+        return error_page(request, membership, e)
+    detail["when"] = datetime.fromtimestamp(detail["authored_at"], tz=UTC)
+    detail["body"] = detail["message"].partition("\n")[2].strip()
+    for f in detail["diff"]["files"]:
+        f["rows"] = diff_lines(f["patch"])
+    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
+           "tab": "history", "c": detail, "clone_url": clone_url(request, workspace)}
+    return render(request, "workspaces/commit.html", ctx)
+
+
+# -- settings --------------------------------------------------------------------------
+
+def settings_response(request: HttpRequest, membership: Membership, workspace: Workspace,
+                      form: DeleteWorkspaceForm, status: int = 200) -> HttpResponse:
+    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
+           "tab": "settings", "form": form, "clone_url": clone_url(request, workspace)}
+    return render(request, "workspaces/settings.html", ctx, status=status)
+
+
+@workspace_page
+def settings_page(request: HttpRequest, membership: Membership, workspace: Workspace
+                  ) -> HttpResponse:
+    return settings_response(request, membership, workspace, DeleteWorkspaceForm())
+
+
+@require_POST
+@workspace_page
+def delete_workspace(request: HttpRequest, membership: Membership, workspace: Workspace
+                     ) -> HttpResponse:
+    """Admins only, and only with the slug typed: deleting removes the repository."""
+    form = DeleteWorkspaceForm(request.POST)
+    if not membership.is_admin:
+        form.is_valid()
+        form.add_error(None, "Only an admin of the team may delete a workspace.")
+        return settings_response(request, membership, workspace, form, status=403)
+    if not form.is_valid() or form.cleaned_data["confirm"] != workspace.slug:
+        form.add_error("confirm", f"Type {workspace.slug} exactly to confirm the deletion.")
+        return settings_response(request, membership, workspace, form, status=422)
+    actions.delete_workspace(workspace, Actor(membership.user))
+    messages.success(request, f"Deleted workspace {workspace.slug} and its repository.")
+    return redirect("team", team=membership.team.slug)
