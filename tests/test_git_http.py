@@ -149,3 +149,20 @@ def test_a_push_larger_than_the_cap_is_rejected_cleanly(berth_server, cast, shop
     git("commit", "-m", "small", cwd=work)
     git("push", "origin", "main", cwd=work)
     assert "small.txt" in _files_at_head(shop)
+
+
+def test_an_admin_can_allow_force_pushes(berth_server, cast, shop, signed_in, tmp_path):
+    r = signed_in(cast.carol).post("/t/team-a/w/shop/settings/push-policy/",
+                                   {"allow_force_push": "on"})
+    assert r.status_code == 403
+    signed_in(cast.alice).post("/t/team-a/w/shop/settings/push-policy/",
+                               {"allow_force_push": "on"})
+    _, secret = cast.token(cast.carol)
+    git("clone", url(berth_server, secret), "work", cwd=tmp_path)
+    work = tmp_path / "work"
+    (work / "x.txt").write_text("x")
+    git("add", ".", cwd=work)
+    git("commit", "--amend", "-m", "rewritten", cwd=work)
+    git("push", "--force", "origin", "main", cwd=work)
+    assert "x.txt" in _files_at_head(shop)
+    assert cast.team_a.activity.filter(verb="workspace.policy_changed").count() == 1

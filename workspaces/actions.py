@@ -172,3 +172,13 @@ def delete_workspace(workspace: Workspace, actor: Actor) -> None:
                workspace.slug)
         workspace.delete()
         transaction.on_commit(lambda: shutil.rmtree(path, ignore_errors=True))
+
+
+def set_force_push_policy(workspace: Workspace, actor: Actor, allow: bool) -> Workspace:
+    """Whether `git push --force` may rewrite the default branch (admins decide)."""
+    with transaction.atomic():
+        workspace.allow_force_push = allow
+        workspace.save(update_fields=["allow_force_push"])
+        record(workspace.team, actor, "workspace.policy_changed",
+               f"workspace:{workspace.slug}", workspace.slug, allow_force_push=allow)
+    return workspace

@@ -16,5 +16,6 @@ urlpatterns = [
     path(W + "history/", views.history_page, name="workspace-history"),
     path(W + "commits/<str:sha>/", views.commit_page, name="workspace-commit"),
     path(W + "settings/", views.settings_page, name="workspace-settings"),
+    path(W + "settings/push-policy/", views.force_push_policy, name="workspace-push-policy"),
     path(W + "settings/delete/", views.delete_workspace, name="workspace-delete"),
 ]

@@ -300,6 +300,20 @@ def settings_page(request: HttpRequest, membership: Membership, workspace: Works
 
 @require_POST
 @workspace_page
+def force_push_policy(request: HttpRequest, membership: Membership, workspace: Workspace
+                      ) -> HttpResponse:
+    if not membership.is_admin:
+        return render(request, "error.html", {
+            "message": "Only an admin of the team may change the push policy."}, status=403)
+    allow = request.POST.get("allow_force_push") == "on"
+    actions.set_force_push_policy(workspace, Actor(membership.user), allow)
+    messages.success(request, "Force-pushes to the default branch are now "
+                              f"{'allowed' if allow else 'refused'}.")
+    return redirect("workspace-settings", team=membership.team.slug, slug=workspace.slug)
+
+
+@require_POST
+@workspace_page
 def delete_workspace(request: HttpRequest, membership: Membership, workspace: Workspace
                      ) -> HttpResponse:
     """Admins only, and only with the slug typed: deleting removes the repository."""
