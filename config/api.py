@@ -12,6 +12,8 @@ from accounts.api import router as accounts_router
 from accounts.auth import TokenAuth
 from config.errors import BerthError, error_response
 from config.middleware import too_large
+from runner.api import router as runs_router
+from runner.logs_api import router as logs_router
 from workspaces.api import router as workspaces_router
 
 log = logging.getLogger(__name__)
@@ -82,3 +84,5 @@ def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 api.add_router("/", accounts_router)
 api.add_router("/", workspaces_router)
+api.add_router("/", logs_router)
+api.add_router("/", runs_router)

@@ -1,7 +1,9 @@
 from typing import Any
 
+from runner.routing import websocket_urlpatterns as runner_websockets
+
 # Each app appends its consumers' routes here (logs, activity) as they arrive.
-websocket_urlpatterns: list[Any] = []
+websocket_urlpatterns: list[Any] = [*runner_websockets]
 
 
 def route_by_host(app: Any) -> Any:

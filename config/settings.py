@@ -188,6 +188,8 @@ CELERY_TASK_IGNORE_RESULT = True
 # A worker killed mid-task gets it redelivered; tasks are written to be harmless
 # when run twice (DESIGN.md, "Processes").
 CELERY_TASK_ACKS_LATE = True
+# Sandbox work goes to the runner queue (one per Docker host past one machine).
+CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": "runner"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
@@ -215,3 +217,21 @@ LOGGING = {
 # Workspaces: the largest file a commit may hold, and the largest push (after gzip).
 WORKSPACE_MAX_FILE_BYTES = envint("WORKSPACE_MAX_FILE_MB", 10) * 1024 * 1024
 GIT_MAX_PUSH_BYTES = envint("GIT_MAX_PUSH_MB", 100) * 1024 * 1024
+
+# Runs: the operator's maxima (workspace.toml values above are clamped with a warning,
+# API values above are refused), fixed sandbox limits, and the images runs may use.
+RUN_MAX_CPUS = float(os.environ.get("RUN_MAX_CPUS", "2"))
+RUN_MAX_MEMORY_MB = envint("RUN_MAX_MEMORY_MB", 4096)
+RUN_MAX_DISK_MB = envint("RUN_MAX_DISK_MB", 10240)
+RUN_MAX_TIMEOUT_S = envint("RUN_MAX_TIMEOUT_S", 3600)
+RUN_PIDS_LIMIT = envint("RUN_PIDS_LIMIT", 256)
+RUN_NOFILE = envint("RUN_NOFILE", 4096)
+RUN_STOP_GRACE_S = envint("RUN_STOP_GRACE_S", 5)
+ALLOWED_IMAGES = envlist("ALLOWED_IMAGES", SANDBOX_IMAGE)
+RUN_RECONCILE_EVERY_S = envint("RUN_RECONCILE_EVERY_S", 30)
+RUN_STALE_QUEUED_S = envint("RUN_STALE_QUEUED_S", 120)
+
+# Run logs (runner/logstore.py): stdout+stderr kept per run, and the longest single entry
+# (a longer chunk is split). Past the total, one marker says so and output is dropped.
+RUN_LOG_MAX_BYTES = envint("RUN_LOG_MAX_BYTES", 10 * 1024 * 1024)
+RUN_LOG_MAX_LINE = envint("RUN_LOG_MAX_LINE", 16 * 1024)

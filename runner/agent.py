@@ -1,56 +1,281 @@
-"""The runner agent: one long-lived process per Docker host (DESIGN.md, "Processes").
+"""The runner agent: one long-lived asyncio process per Docker host (DESIGN.md).
 
-For now it only reconciles: at start and every RECONCILE_EVERY_S seconds it removes
-containers of this instance that nothing owns any more. Later issues register owners
-(runs, previews, releases) and give the agent the live duties.
+It carries every live run container of this instance to its end:
+1. learns of starts and exits from Docker events, and follows each container's
+   output into the log store (runner.follow), resuming after its own restart;
+2. every tick, stops runs past their wall-clock timeout, cancelled ones, and ones
+   whose /workspace grew past disk_mb (SIGTERM, then SIGKILL after the grace period);
+3. on exit, waits for the log to be complete, writes the one terminal state and
+   removes the container and its volume;
+4. at start and every RECONCILE_EVERY_S seconds, reconciles orphans both ways.
 """
 
+import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
 import docker
-from docker.models.containers import Container
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
 
-from runner.engine import engine, instance_label
+from runner import logstore, sandbox
+from runner.engine import engine
+from runner.follow import Follower
+from runner.models import ACTIVE_STATES, Run, RunState
+from runner.outcomes import EXIT_NOT_FOUND, describe
 
 log = logging.getLogger("berth.runner_agent")
 
-RECONCILE_EVERY_S = 30
-
-# kind label -> "is the owner with this id still live?". A container whose kind has
-# no entry here, or whose owner is gone, is an orphan.
-OWNERS: dict[str, Callable[[str], bool]] = {}
-
-
-def owner_is_live(container: Container) -> bool:
-    labels = container.labels or {}
-    check = OWNERS.get(labels.get("berth.kind", ""))
-    return bool(check and check(labels.get("berth.owner", "")))
+RECONCILE_EVERY_S = settings.RUN_RECONCILE_EVERY_S
+TICK_S = 0.5
+DISK_EVERY_S = 2.0
+# A queued run no worker has picked up by then is sent again (the task is idempotent).
+STALE_PREPARING = timedelta(seconds=settings.RUN_STALE_QUEUED_S)
+RUNNING_GRACE = timedelta(seconds=15)  # a just-started run may not be listed yet
 
 
-def reconcile() -> list[str]:
-    """Remove this instance's orphaned containers; returns their names."""
-    label = "=".join(next(iter(instance_label().items())))
-    removed = []
-    for container in engine().containers.list(all=True, filters={"label": label}):
-        if owner_is_live(container):
-            continue
+def _label_filters(kind: str = "run") -> list[str]:
+    return [f"berth.instance={settings.BERTH_INSTANCE}", f"berth.kind={kind}"]
+
+
+def _db(fn: Any) -> Any:
+    """Run ORM code on a worker thread and close stale connections after it."""
+    def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            container.remove(force=True)
-        except docker.errors.NotFound:
-            continue  # removed meanwhile: that is what we wanted
-        removed.append(container.name)
-        log.info("removed orphan container %s", container.name)
-    return removed
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+    return sync_to_async(call, thread_sensitive=True)
 
 
-def run_forever(stop: threading.Event) -> None:
-    log.info("runner agent started; reconciling every %s s", RECONCILE_EVERY_S)
-    while not stop.is_set():
+class Agent:
+    def __init__(self) -> None:
+        self.followers: dict[str, Follower] = {}
+        self.finalizing: set[str] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.last_disk_check = 0.0
+        self.background: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: Any) -> None:
+        """A fire-and-forget task, kept referenced until done (asyncio holds weak refs)."""
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    # -- the main loop -------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.loop = asyncio.get_running_loop()
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        threading.Thread(target=self._watch_events, args=(events, stop), daemon=True,
+                         name="docker-events").start()
+        log.info("runner agent started (instance %s)", settings.BERTH_INSTANCE)
+        await self._safely(self.reconcile)
+        tasks = [asyncio.create_task(self._consume(events)),
+                 asyncio.create_task(self._every(TICK_S, self.tick, stop)),
+                 asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop))]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _every(self, seconds: float, job: Any, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(seconds)
+            await self._safely(job)
+
+    async def _safely(self, job: Any) -> None:
         try:
-            reconcile()
-        except docker.errors.DockerException as e:
-            # The engine may be restarting; the next tick tries again.
+            await job()
+        except (docker.errors.DockerException, OSError) as e:
             log.warning("engine unavailable, will retry: %s", e)
-        stop.wait(RECONCILE_EVERY_S)
+        except Exception:
+            log.exception("%s failed", getattr(job, "__name__", job))
+
+    def _watch_events(self, queue: asyncio.Queue[dict[str, Any]], stop: asyncio.Event) -> None:
+        """Blocking reader of Docker events, on its own thread; reconnects with backoff
+        (and asks for a reconcile, since events may have been missed meanwhile)."""
+        assert self.loop is not None
+        filters = {"type": "container", "label": _label_filters(),
+                   "event": ["start", "die"]}
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                for event in engine().events(decode=True, filters=filters):
+                    self.loop.call_soon_threadsafe(queue.put_nowait, event)
+                    delay = 0.5
+            except Exception as e:  # any failure of the stream: reconnect
+                log.warning("docker events stream broke: %s", e)
+            self.loop.call_soon_threadsafe(queue.put_nowait, {"status": "reconcile"})
+            stop_wait = threading.Event()
+            stop_wait.wait(delay)
+            delay = min(delay * 2, 10)
+
+    async def _consume(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        while True:
+            event = await queue.get()
+            status = event.get("status") or event.get("Action")
+            attrs = (event.get("Actor") or {}).get("Attributes") or {}
+            owner, name = attrs.get("berth.owner"), attrs.get("name")
+            try:
+                if status == "reconcile":
+                    await self.reconcile()
+                elif status == "start" and owner and name:
+                    self.follow(owner, name)
+                elif status == "die" and owner and name:
+                    self.follow(owner, name)  # drain what the engine kept, if not yet
+                    self._spawn(self._safely(lambda o=owner, n=name: self.finalize(o, n)))
+            except Exception:
+                log.exception("handling %s of %s failed", status, name)
+
+    # -- following and ending ------------------------------------------------------
+
+    def follow(self, run_id: str, container: str) -> None:
+        current = self.followers.get(run_id)
+        if current is not None and (current.is_alive() or run_id in self.finalizing):
+            return
+        assert self.loop is not None
+        follower = Follower(run_id, container, self.loop)
+        self.followers[run_id] = follower
+        follower.start()
+
+    async def finalize(self, run_id: str, container: str) -> None:
+        """After an exit: wait for the whole log, write the end, remove the sandbox."""
+        if run_id in self.finalizing:
+            return
+        self.finalizing.add(run_id)
+        try:
+            follower = self.followers.get(run_id)
+            if follower is not None:
+                await asyncio.to_thread(follower.done.wait, 60)
+            facts = await asyncio.to_thread(sandbox.finalize_facts, container)
+            if facts is not None and facts.get("running"):
+                return  # restarted meanwhile: not an exit
+            await _db(self._write_end)(run_id, facts, follower)
+            await asyncio.to_thread(sandbox.remove_sandbox, container)
+            self.followers.pop(run_id, None)
+        finally:
+            self.finalizing.discard(run_id)
+
+    def _write_end(self, run_id: str, facts: dict[str, Any] | None,
+                   follower: Follower | None) -> None:
+        run = Run.objects.filter(public_id=run_id).first()
+        if run is None or not run.is_active:
+            return
+        exit_code = facts.get("exit_code") if facts else None
+        if facts is None:
+            reason = "worker_lost"
+        elif run.stop_reason:
+            reason = run.stop_reason
+        elif facts.get("oom_killed"):
+            reason = "oom"
+        elif exit_code == 0:
+            reason = "exit_zero"
+        elif exit_code == EXIT_NOT_FOUND:
+            reason = "command_not_found"
+        else:
+            reason = "exit_nonzero"
+        state, message = describe(reason, exit_code=exit_code, who=run.stop_requested_by,
+                                  **run.limits)
+        if reason == "cancelled_by_user":
+            message = f"Cancelled by {run.stop_requested_by or 'a user'}."
+        count = logstore.count(run_id)
+        if run.finish(state, reason, message, exit_code, log_entries=count,
+                      log_bytes=follower.bytes if follower else run.log_bytes):
+            log.info("run %s ended: %s (%s)", run_id, state, reason)
+            async_signal = logstore.asignal(run_id, count)
+            if self.loop is not None:
+                asyncio.run_coroutine_threadsafe(async_signal, self.loop)
+
+    # -- limits, cancels, disk -----------------------------------------------------
+
+    async def tick(self) -> None:
+        now = timezone.now()
+        running = await _db(lambda: list(Run.objects.filter(state=RunState.RUNNING)))()
+        check_disk = (self.loop is not None and
+                      self.loop.time() - self.last_disk_check >= DISK_EVERY_S)
+        if check_disk and self.loop is not None:
+            self.last_disk_check = self.loop.time()
+        for run in running:
+            if not run.stop_reason and run.process_started_at and \
+                    now > run.process_started_at + timedelta(seconds=run.timeout_s):
+                await _db(self._request_stop)(run, "timeout")
+            elif not run.stop_reason and check_disk:
+                used = await asyncio.to_thread(sandbox.volume_bytes, run.container_name)
+                if used is not None and used > int(run.limits["disk_mb"]) * 1024 * 1024:
+                    await _db(self._request_stop)(run, "disk_quota_exceeded")
+            if run.stop_reason and run.stop_signalled_at is None:
+                await asyncio.to_thread(sandbox.signal_sandbox, run.container_name, "SIGTERM")
+                await _db(lambda r=run: Run.objects.filter(pk=r.pk).update(
+                    stop_signalled_at=timezone.now()))()
+            elif run.stop_signalled_at and \
+                    now > run.stop_signalled_at + timedelta(seconds=settings.RUN_STOP_GRACE_S):
+                await asyncio.to_thread(sandbox.signal_sandbox, run.container_name, "SIGKILL")
+
+    def _request_stop(self, run: Run, reason: str) -> None:
+        Run.objects.filter(pk=run.pk, stop_reason="").update(stop_reason=reason)
+        run.refresh_from_db()
+
+    # -- reconcile -----------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """Both kinds of orphans: an active run without a container is lost; a
+        container whose run is finished or unknown is removed."""
+        containers = await asyncio.to_thread(
+            lambda: engine().containers.list(all=True, filters={"label": _label_filters()}))
+        by_owner = {c.labels.get("berth.owner", ""): c for c in containers}
+        runs = await _db(lambda: {r.public_id: r for r in Run.objects.filter(
+            public_id__in=list(by_owner))})()
+        for owner, container in by_owner.items():
+            run = runs.get(owner)
+            if run is None or not run.is_active:
+                if owner not in self.finalizing:
+                    await asyncio.to_thread(sandbox.remove_sandbox, container.name)
+            elif container.status == "running":
+                self.follow(owner, container.name)
+            elif container.status in ("exited", "dead"):
+                self.follow(owner, container.name)
+                self._spawn(self._safely(lambda o=owner, n=container.name:
+                                         self.finalize(o, n)))
+        await _db(self._lost_runs)(set(by_owner))
+        await self._reconcile_stray_volumes()
+
+    def _lost_runs(self, with_container: set[str]) -> None:
+        from runner.tasks import prepare_run
+
+        now = timezone.now()
+        for run in Run.objects.filter(state__in=ACTIVE_STATES).exclude(
+                public_id__in=with_container):
+            if run.state == RunState.RUNNING and run.process_started_at and \
+                    now - run.process_started_at > RUNNING_GRACE:
+                state, message = describe("worker_lost")
+                run.finish(state, "worker_lost", message)
+            elif run.state in (RunState.QUEUED, RunState.PREPARING) and \
+                    now - (run.started_at or run.queued_at) > STALE_PREPARING:
+                if run.env_names:  # their values were only in the lost task message
+                    state, message = describe("worker_lost")
+                    run.finish(state, "worker_lost", message)
+                else:
+                    prepare_run.delay(run.pk)  # idempotent: the container name is unique
+
+    async def _reconcile_stray_volumes(self) -> None:
+        volumes = await asyncio.to_thread(
+            lambda: engine().volumes.list(filters={"label": _label_filters()}))
+        names = {v.name for v in volumes}
+        containers = await asyncio.to_thread(
+            lambda: {c.name for c in engine().containers.list(
+                all=True, filters={"label": _label_filters()})})
+        for name in names - containers:
+            owner = name.rsplit("-", 1)[-1]
+            active = await _db(lambda o=owner: Run.objects.filter(
+                public_id=o, state__in=ACTIVE_STATES).exists())()
+            if not active:
+                await asyncio.to_thread(sandbox.remove_sandbox, name)
+
+
+def reconcile_once() -> None:
+    asyncio.run(Agent().reconcile())

@@ -63,13 +63,51 @@ def berth_server(transactional_db, _daphne) -> servers.Server:
     return _daphne
 
 
+@pytest.fixture
+def celery_worker(transactional_db, _run_stack):
+    """A real Celery worker on the test database and test Redis."""
+    return _run_stack.worker.proc
+
+
+class Restartable:
+    """A real process for the whole session that a test may SIGKILL and start again."""
+
+    def __init__(self, factory) -> None:
+        self.factory = factory
+        self.start()
+
+    def start(self) -> None:
+        self.context = self.factory()
+        self.proc = self.context.__enter__()
+
+    def stop(self) -> None:
+        self.context.__exit__(None, None, None)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; `start()` brings it back."""
+        self.proc.kill()
+        self.proc.wait()
+        self.stop()
+
+
+class RunStack:
+    def __init__(self) -> None:
+        self.worker = Restartable(servers.celery_worker)
+        self.agent = Restartable(servers.runner_agent)
+
+    def stop(self) -> None:
+        self.agent.stop()
+        self.worker.stop()
+
+
 @pytest.fixture(scope="session")
-def _celery_worker(django_db_setup):
-    with servers.celery_worker() as worker:
-        yield worker
+def _run_stack(django_db_setup, _daphne):
+    stack = RunStack()
+    yield stack
+    stack.stop()
 
 
 @pytest.fixture
-def celery_worker(transactional_db, _celery_worker):
-    """A real Celery worker on the test database and test Redis."""
-    return _celery_worker
+def run_stack(transactional_db, _run_stack) -> RunStack:
+    """A real Celery worker and runner agent (and daphne) on the test database."""
+    return _run_stack

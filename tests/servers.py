@@ -54,6 +54,11 @@ def subprocess_env() -> dict[str, str]:
         "TEST_REDIS_URL": settings.REDIS_URL,
         "PYTHONUNBUFFERED": "1",
         "GIT_MAX_PUSH_MB": "5",  # small enough for a test to push past it
+        # A name no engine has, allowed so a test can reach `image_missing`.
+        "ALLOWED_IMAGES": f"{settings.SANDBOX_IMAGE},berth-test-missing:none",
+        # Crash tests should not wait the production intervals.
+        "RUN_RECONCILE_EVERY_S": "3",
+        "RUN_STALE_QUEUED_S": "8",
     }
 
 
@@ -119,4 +124,16 @@ def celery_worker() -> Iterator[subprocess.Popen]:
            "--concurrency", "2", "--pool", "threads", "--loglevel", "INFO",
            "--without-heartbeat", "--without-mingle", "--without-gossip"]
     with running(cmd, settings.DATA_DIR / "celery-worker.log", ready, "celery worker") as p:
+        yield p
+
+
+@contextmanager
+def runner_agent() -> Iterator[subprocess.Popen]:
+    log_path = settings.DATA_DIR / "runner-agent.log"
+
+    def ready() -> bool:
+        return "runner agent started" in log_path.read_text(errors="replace")
+
+    cmd = [sys.executable, "manage.py", "runner_agent"]
+    with running(cmd, log_path, ready, "runner agent") as p:
         yield p

@@ -10,19 +10,20 @@ from runner.engine import engine, instance_label, resource_name
 pytestmark = pytest.mark.docker
 
 
-def test_it_removes_this_instances_orphans_but_not_another_instances(capsys):
+def test_it_removes_this_instances_orphans_but_not_another_instances(transactional_db):
     mine = engine().containers.create(
-        settings.SANDBOX_IMAGE, ["true"], name=resource_name("orphan", new_id(6)),
-        labels={**instance_label(), "berth.kind": "gone"}, network_mode="none",
+        settings.SANDBOX_IMAGE, ["true"], name=resource_name("run", new_id()),
+        labels={**instance_label(), "berth.kind": "run", "berth.owner": new_id()},
+        network_mode="none",
     )
     other_instance = "other" + new_id(3)
     theirs = engine().containers.create(
-        settings.SANDBOX_IMAGE, ["true"], name=f"berth-{other_instance}-orphan-{new_id(6)}",
-        labels={"berth.instance": other_instance}, network_mode="none",
+        settings.SANDBOX_IMAGE, ["true"], name=f"berth-{other_instance}-run-{new_id()}",
+        labels={"berth.instance": other_instance, "berth.kind": "run",
+                "berth.owner": new_id()}, network_mode="none",
     )
     try:
         call_command("runner_agent", once=True)
-        assert "orphan container(s)" in capsys.readouterr().out
         names = {c.name for c in engine().containers.list(all=True)}
         assert mine.name not in names
         assert theirs.name in names

@@ -1,24 +1,28 @@
+import asyncio
 import signal
-import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runner import agent
+from runner.agent import Agent
 
 
 class Command(BaseCommand):
-    help = "Run the runner agent for this Docker host (reconciles orphans)."
+    help = "Run the runner agent for this Docker host: carries every run to its end."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="reconcile once and exit")
 
     def handle(self, *args: Any, once: bool, **options: Any) -> None:
         if once:
-            removed = agent.reconcile()
-            self.stdout.write(f"removed {len(removed)} orphan container(s)")
+            asyncio.run(Agent().reconcile())
+            self.stdout.write("reconciled")
             return
-        stop = threading.Event()
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-        agent.run_forever(stop)
+            loop.add_signal_handler(sig, stop.set)
+        await Agent().run(stop)

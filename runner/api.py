@@ -1,0 +1,55 @@
+"""JSON API doors onto runs (thin: access, then an action)."""
+
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Field, Router, Schema, Status
+from pydantic import ConfigDict
+
+from runner import actions
+from runner.access import access_run
+from runner.models import Run
+from workspaces.api import actor_of, workspace_for
+
+router = Router(tags=["runs"])
+
+
+class RunIn(Schema):
+    # Anything not listed (privileged, binds, network_mode, cap_add, user, ...) is a 422,
+    # never passed on to the engine.
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1, max_length=100_000)
+    ref: str | None = Field(None, max_length=200)
+    timeout_s: int | None = Field(None, ge=1)
+    env: dict[str, str] = Field(default_factory=dict, max_length=100)
+    runtime: str | None = Field(None, pattern="^(runc|gvisor)$")
+
+
+@router.post("/workspaces/{slug}/runs", response={202: dict[str, Any]},
+             summary="Run a command against a commit of the workspace")
+def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:
+    workspace = workspace_for(request, slug, "run")
+    run = actions.start_run(workspace, actor_of(request), body.command, body.ref,
+                            body.timeout_s, body.env, body.runtime)
+    return Status(202, actions.run_summary(run))
+
+
+@router.get("/workspaces/{slug}/runs", summary="Recent runs of a workspace")
+def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str, Any]]:
+    workspace = workspace_for(request, slug, "run")
+    runs = Run.objects.filter(workspace=workspace).select_related(
+        "workspace", "requested_by", "token")[: max(1, min(limit, 200))]
+    return [actions.run_summary(r) for r in runs]
+
+
+@router.get("/runs/{run_id}", summary="One run: inputs, state, outcome, timings")
+def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    return actions.run_summary(access_run(actor_of(request), run_id))
+
+
+@router.post("/runs/{run_id}/cancel", response={202: dict[str, Any]}, summary="Cancel a run")
+def cancel_run(request: HttpRequest, run_id: str) -> Status:
+    actor = actor_of(request)
+    run = actions.cancel_run(access_run(actor, run_id), actor)
+    return Status(202, actions.run_summary(run))

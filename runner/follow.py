@@ -1,0 +1,101 @@
+"""Following one container's output into the log store, on a thread of its own.
+
+Docker's logs endpoint is read raw, so each frame keeps its stream (stdout/stderr) and
+its timestamp. After an agent restart the follower resumes after the last stored
+timestamp: nothing twice, nothing missed (the engine keeps the container's output
+until the container is removed, which only happens after the log is complete).
+"""
+
+import asyncio
+import calendar
+import logging
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import docker
+
+from runner import logstore
+from runner.engine import engine
+
+log = logging.getLogger("berth.runner_agent")
+
+SIGNAL_EVERY_S = 0.05  # coalesce "new entries" signals: readers catch up from storage
+
+
+def ts_ns(ts: bytes | str) -> int:
+    """Nanoseconds since the epoch of Docker's RFC 3339 timestamp (trailing zeros of the
+    fraction are trimmed by Docker, so strings do not compare)."""
+    text = ts.decode() if isinstance(ts, bytes) else ts
+    date, _, frac = text.rstrip("Z").partition(".")
+    seconds = calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%S"))
+    return seconds * 1_000_000_000 + int((frac + "000000000")[:9] or 0)
+
+
+def _frames(raw: Any) -> Iterator[tuple[int, bytes]]:
+    """Whole frames of Docker's multiplexed stream: (1 stdout | 2 stderr, payload).
+    Each is one log message (a line, or a 16 KB piece of a longer one). Read through
+    urllib3 (`response.raw`), which undoes the HTTP chunking, as docker-py itself does."""
+    while True:
+        header = raw.read(8)
+        if len(header) < 8:
+            return
+        stream, size = struct.unpack(">BxxxL", header)
+        payload = raw.read(size)
+        if len(payload) < size:
+            return
+        yield stream, payload
+
+
+class Follower(threading.Thread):
+    def __init__(self, run_id: str, container: str, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(name=f"follow-{run_id}", daemon=True)
+        self.run_id, self.container, self.loop = run_id, container, loop
+        self.done = threading.Event()
+        self.count = 0
+        self.bytes = 0
+
+    def run(self) -> None:
+        writer = logstore.LogWriter(self.run_id)
+        try:
+            self._follow(writer)
+        except Exception:
+            log.exception("following %s failed", self.container)
+        finally:
+            self.count = writer.count
+            self.bytes = getattr(writer, "total_bytes", 0)
+            writer.close()
+            self._signal(self.count)
+            self.done.set()
+
+    def _follow(self, writer: logstore.LogWriter) -> None:
+        api = engine().api
+        last = ts_ns(writer.last_ts) if writer.last_ts else None
+        params: dict[str, object] = {"follow": 1, "stdout": 1, "stderr": 1, "timestamps": 1}
+        if last is not None:
+            params["since"] = str(Decimal(last) / Decimal(1_000_000_000))
+        try:
+            response = api._get(api._url("/containers/{0}/logs", self.container),
+                                params=params, stream=True)
+            api._raise_for_status(response)
+        except docker.errors.NotFound:
+            return
+        # A quiet command is not a dead connection: no read timeout while following.
+        api._disable_socket_timeout(api._get_raw_response_socket(response))
+        signalled_at = 0.0
+        for stream, frame in _frames(response.raw):
+            ts, _, data = frame.partition(b" ")
+            if last is not None and ts_ns(ts) <= last:
+                continue  # already stored before a restart
+            count = writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())
+            now = time.monotonic()
+            if now - signalled_at >= SIGNAL_EVERY_S:
+                self._signal(count)
+                signalled_at = now
+
+    def _signal(self, seq: int) -> None:
+        if not self.loop.is_closed():
+            asyncio.run_coroutine_threadsafe(logstore.asignal(self.run_id, seq), self.loop)

@@ -1,0 +1,50 @@
+"""What each end of a run means, and what to do next (DESIGN.md, "A run")."""
+
+from runner.models import RunState
+
+EXIT_NOT_FOUND = 127
+
+
+def describe(reason: str, **facts: object) -> tuple[str, str]:
+    """(state, message) for a terminal `reason`; `facts` fill in the numbers."""
+    f = facts
+    table: dict[str, tuple[str, str]] = {
+        "exit_zero": (RunState.SUCCEEDED, "The command exited with code 0."),
+        "exit_nonzero": (RunState.FAILED,
+                         f"The command exited with code {f.get('exit_code')}; the log says "
+                         "why."),
+        "command_not_found": (RunState.FAILED,
+                              "The command was not found (exit 127): check its name, or "
+                              "install it in the [setup] command of workspace.toml."),
+        "timeout": (RunState.TIMED_OUT,
+                    f"The command ran longer than {f.get('timeout_s')} s and was stopped; "
+                    "raise [sandbox].timeout_s or make it faster."),
+        "oom": (RunState.OOM_KILLED,
+                f"The command used more than {f.get('memory_mb')} MB of memory and was "
+                "killed; raise [sandbox].memory_mb or use less memory."),
+        "disk_quota_exceeded": (RunState.FAILED,
+                                f"The run wrote more than {f.get('disk_mb')} MB under "
+                                "/workspace and was stopped; raise [sandbox].disk_mb or write "
+                                "less."),
+        "cancelled_by_user": (RunState.CANCELLED, f"Cancelled by {f.get('who', 'a user')}."),
+        "image_missing": (RunState.ERROR,
+                          f"The image {f.get('image')} is not on this Docker host; run `make "
+                          "run` (it builds the sandbox image) or pull the image."),
+        "image_not_allowed": (RunState.ERROR,
+                              f"The image {f.get('image')} is not on the operator's allowed "
+                              "list (ALLOWED_IMAGES); use an allowed image."),
+        "runtime_unavailable": (RunState.ERROR,
+                                "gVisor (runsc) is not registered with this Docker engine, and "
+                                "Berth never falls back to runc; run `scripts/host-setup "
+                                "docker` or ask for runtime \"runc\"."),
+        "engine_unavailable": (RunState.ERROR,
+                               "The Docker engine did not answer; check that dockerd runs "
+                               "(`scripts/host-setup docker`) and run again."),
+        "sandbox_failed": (RunState.ERROR,
+                           f"The sandbox could not be prepared: {f.get('detail')}. Run again; "
+                           "if it persists, tell your operator."),
+        "worker_lost": (RunState.LOST,
+                        "The sandbox disappeared while the run was active (the engine "
+                        "restarted or the container was removed); run it again."),
+    }
+    return table[reason]

@@ -1,0 +1,18 @@
+"""The sandbox backend seam: everything that touches the container engine for a run.
+
+One implementation today (`runner.sandbox.docker`, the docker SDK); the rest of Berth
+calls only what this package exports.
+"""
+
+from runner.sandbox.docker import (
+                                   SandboxError,
+                                   engine_runtimes,
+                                   finalize_facts,
+                                   prepare_and_start,
+                                   remove_sandbox,
+                                   signal_sandbox,
+                                   volume_bytes,
+)
+
+__all__ = ["SandboxError", "engine_runtimes", "finalize_facts", "prepare_and_start",
+           "remove_sandbox", "signal_sandbox", "volume_bytes"]

@@ -1,0 +1,53 @@
+"""Celery's part of a run is short: create and start the sandbox, then return.
+
+The runner agent carries the run to its end, so a killed worker loses nothing and a
+redelivered task is harmless (the container name is unique per run).
+"""
+
+import logging
+
+import docker
+import requests
+from celery import shared_task
+from django.utils import timezone
+
+from runner import sandbox
+from runner.models import Run, RunState
+from runner.outcomes import describe
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def prepare_run(run_id: int, env: dict[str, str] | None = None) -> None:
+    run = Run.objects.select_related("workspace__team").filter(pk=run_id).first()
+    if run is None or run.state not in (RunState.QUEUED, RunState.PREPARING):
+        return  # gone, cancelled or already carried further by an earlier delivery
+    if run.state == RunState.QUEUED:
+        run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now())
+        if run.state != RunState.PREPARING:
+            return
+    try:
+        sandbox.prepare_and_start(run, env or {})
+    except sandbox.SandboxError as e:
+        _fail(run, e.reason, **e.facts)
+        return
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as e:
+        log.warning("run %s: engine unavailable: %s", run.public_id, e)
+        _fail(run, "engine_unavailable")
+        return
+    started = run.advance(RunState.RUNNING, (RunState.PREPARING,),
+                          process_started_at=timezone.now())
+    if not started:
+        # It ended while we prepared: cancelled, or the command already exited and the
+        # agent wrote the end. Only a cancel needs the process stopped; the agent
+        # removes the container once it has its log.
+        run.refresh_from_db()
+        if run.reason == "cancelled_by_user":
+            sandbox.signal_sandbox(run.container_name, "SIGKILL")
+
+
+def _fail(run: Run, reason: str, **facts: object) -> None:
+    state, message = describe(reason, **facts)
+    run.finish(state, reason, message)
+    sandbox.remove_sandbox(run.container_name)
