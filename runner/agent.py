@@ -151,7 +151,9 @@ class Agent:
         try:
             follower = self.followers.get(run_id)
             if follower is not None:
-                await asyncio.to_thread(follower.done.wait, 60)
+                # The end is written only once the whole log is stored, however long a
+                # flood takes to drain: a run's log is complete when the run is.
+                await asyncio.to_thread(follower.done.wait)
             facts = await asyncio.to_thread(sandbox.finalize_facts, container)
             if facts is not None and facts.get("running"):
                 return  # restarted meanwhile: not an exit

@@ -28,7 +28,9 @@ def prepare_run(run_id: int, env: dict[str, str] | None = None) -> None:
         if run.state != RunState.PREPARING:
             return
     try:
-        sandbox.prepare_and_start(run, env or {})
+        sandbox.prepare_and_start(run, env or {},
+                                  still_wanted=lambda: Run.objects.filter(
+                                      pk=run.pk, state=RunState.PREPARING).exists())
     except sandbox.SandboxError as e:
         _fail(run, e.reason, **e.facts)
         return

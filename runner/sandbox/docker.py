@@ -6,6 +6,7 @@ started container (VERIFIED.md: the only place that works with a read-only root)
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -86,7 +87,8 @@ def _existing(name: str) -> Any:
         return None
 
 
-def prepare_and_start(run: Run, env: dict[str, str]) -> bool:
+def prepare_and_start(run: Run, env: dict[str, str],
+                      still_wanted: Callable[[], bool] = lambda: True) -> bool:
     """Create, hydrate and start the run's sandbox; True if it is running now.
 
     Safe to call twice for one run (a redelivered task): a started container is left
@@ -111,6 +113,10 @@ def prepare_and_start(run: Run, env: dict[str, str]) -> bool:
         raise SandboxError("sandbox_failed", detail="the source could not be copied in")
     Run.objects.filter(pk=run.pk).update(image_id=image_id, hydrated_at=timezone.now(),
                                          isolation=_isolation(container, run))
+    if not still_wanted():
+        # Cancelled, or carried to its end by another delivery of this task meanwhile.
+        remove_sandbox(run.container_name)
+        return False
     container.start()
     return True
 
