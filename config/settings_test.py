@@ -25,3 +25,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # A file, not an in-memory database, so a worker or a server subprocess can share it.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+
+from config.settings import BERTH_INSTANCE  # noqa: E402
+
+# Queues of their own: two test runs sharing one Redis never take each other's tasks.
+CELERY_TASK_DEFAULT_QUEUE = f"celery-{BERTH_INSTANCE}"
+CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": f"runner-{BERTH_INSTANCE}"}}

@@ -120,7 +120,8 @@ def celery_worker() -> Iterator[subprocess.Popen]:
     def ready() -> bool:
         return bool(app.control.ping(destination=[name], timeout=0.5))
 
-    cmd = [str(BIN / "celery"), "-A", "config", "worker", "-n", name, "-Q", "celery,runner",
+    cmd = [str(BIN / "celery"), "-A", "config", "worker", "-n", name, "-Q",
+           f"celery-{settings.BERTH_INSTANCE},runner-{settings.BERTH_INSTANCE}",
            "--concurrency", "2", "--pool", "threads", "--loglevel", "INFO",
            "--without-heartbeat", "--without-mingle", "--without-gossip"]
     with running(cmd, settings.DATA_DIR / "celery-worker.log", ready, "celery worker") as p:

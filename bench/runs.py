@@ -1,0 +1,178 @@
+"""Run benchmark: `echo hi` end to end through Berth vs the same work with bare docker-py,
+and 100,000 lines of a real run delivered over the WebSocket.
+
+Run by hand (not a test): `.venv/bin/python bench/runs.py [--runs N]`. It uses its own
+DATA_DIR (var/bench-runs) and Redis db 8, and starts its own daphne, Celery worker and
+runner agent. Goals (issue 4): Berth ≤ 1.25x the bare sequence; ≥ 50,000 lines/s.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = ROOT / "var" / "bench-runs"
+sys.path.insert(0, str(ROOT))
+
+from bench.run_logs import messages, websocket  # noqa: E402
+from bench.workspaces import p95, start_daphne  # noqa: E402
+
+# After those imports: they set their own DATA_DIR when imported.
+os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR),
+                  REDIS_URL="redis://127.0.0.1:6379/8", PYTHONUNBUFFERED="1")
+
+BIN = Path(sys.executable).parent
+
+
+def setup_instance() -> str:
+    shutil.rmtree(DATA_DIR, ignore_errors=True)
+    import django
+    django.setup()
+    from django.core.management import call_command
+    call_command("migrate", verbosity=0)
+    from accounts import actions as accounts
+    from accounts.access import Actor
+    from workspaces import actions
+    team, _ = accounts.create_team("bench")
+    user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
+    _, token = accounts.create_token(team, user, "bench", ["workspace:read", "run"], None)
+    actions.create_workspace(team, Actor(user), "App", "app", "python-http")
+    return token
+
+
+def start(cmd: list[str], name: str) -> subprocess.Popen:
+    log = open(DATA_DIR / f"{name}.log", "w")  # noqa: SIM115 (lives as long as the process)
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def seconds(a: str | None, b: str | None) -> float:
+    if not a or not b:
+        return float("nan")
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--lines", type=int, default=100_000)
+    args = parser.parse_args()
+    token = setup_instance()
+    port = 18767
+    procs = [start_daphne(port),
+             start([str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
+                    "--pool", "threads", "--concurrency", "4", "--without-heartbeat",
+                    "--without-mingle", "--without-gossip"], "worker"),
+             start([sys.executable, "manage.py", "runner_agent"], "agent")]
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def call(method: str, path: str, body: dict | None = None) -> dict:
+        conn.request(method, path, json.dumps(body) if body else None, headers)
+        response = conn.getresponse()
+        return json.loads(response.read())
+
+    def berth_echo() -> dict:
+        run = call("POST", "/api/v1/workspaces/app/runs", {"command": "echo hi"})
+        while run["state"] in ("queued", "preparing", "running"):
+            time.sleep(0.005)
+            run = call("GET", f"/api/v1/runs/{run['id']}")
+        logs = call("GET", f"/api/v1/runs/{run['id']}/logs")
+        assert run["state"] == "succeeded" and logs["complete"], (run, logs)
+        assert [e["text"] for e in logs["entries"]] == ["hi"], logs
+        return run
+
+    from runner.engine import engine
+    from runner.models import Run
+    from runner.sandbox.docker import _host_config
+    from workspaces.archive import tree_tarball
+    from workspaces.models import Workspace
+    from workspaces.store import open_store
+
+    workspace = Workspace.objects.get(slug="app")
+    with open_store(workspace) as store:
+        tarball = tree_tarball(store, store.branch_head("main") or "")
+
+    def bare_echo(i: int) -> None:
+        """The same work with docker-py alone: volume, create (same hardening),
+        put_archive of the same tree, start, wait, logs, remove."""
+        template = Run(limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048,
+                               "pids": 256, "nofile": 4096}, runtime="runc")
+        template.public_id = f"bare{i:08d}"
+        name = template.container_name
+        engine().volumes.create(name)
+        container = engine().containers.create(
+            "berth-sandbox:bookworm", ["sh", "-c", "echo hi"], name=name,
+            **_host_config(template, "runc"))
+        container.put_archive("/workspace", tarball)
+        container.start()
+        container.wait()
+        assert container.logs() == b"hi\n"
+        container.remove(force=True)
+        engine().volumes.get(name).remove(force=True)
+
+    try:
+        deadline = time.monotonic() + 60
+        while "runner agent started" not in (DATA_DIR / "agent.log").read_text():
+            assert time.monotonic() < deadline, "agent did not start"
+            time.sleep(0.1)
+        berth_echo()  # warm up: first connections, first container of the session
+        bare_echo(0)
+        berth_ms, bare_ms, phases = [], [], []
+        for i in range(args.runs):  # interleaved: both see the same machine noise
+            t = time.perf_counter()
+            run = berth_echo()
+            berth_ms.append((time.perf_counter() - t) * 1000)
+            phases.append(run["timings"])
+            t = time.perf_counter()
+            bare_echo(i + 1)
+            bare_ms.append((time.perf_counter() - t) * 1000)
+
+        run = call("POST", "/api/v1/workspaces/app/runs",
+                   {"command": f"seq 1 {args.lines}"})
+        stream = websocket(port, f"/ws/runs/{run['id']}/logs?after=0", token)
+        seq, first, last = 0, 0.0, 0.0
+        for message in messages(stream):
+            if message["type"] == "end":
+                break
+            for entry in message["entries"]:
+                seq += 1
+                assert entry["seq"] == seq and entry["text"] == str(seq), entry
+            first = first or time.monotonic()
+            last = time.monotonic()
+        assert seq == args.lines, f"{seq} of {args.lines} lines"
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(20)
+
+    print(f"\n`echo hi`, {args.runs} runs each, interleaved\n")
+    print(f"{'path':40} {'median ms':>10} {'p95 ms':>10} {'ratio':>8}")
+    ratio = statistics.median(berth_ms) / statistics.median(bare_ms)
+    print(f"{'Berth: API POST -> end + full log':40} {statistics.median(berth_ms):10.1f} "
+          f"{p95(berth_ms):10.1f} {ratio:7.2f}x")
+    print(f"{'bare docker-py sequence':40} {statistics.median(bare_ms):10.1f} "
+          f"{p95(bare_ms):10.1f}")
+    print("\nBerth phase breakdown (median ms)")
+    steps = [("queued -> worker picked up", "queued_at", "started_at"),
+             ("picked up -> hydrated (create, put_archive)", "started_at", "hydrated_at"),
+             ("hydrated -> process started", "hydrated_at", "process_started_at"),
+             ("process started -> end written", "process_started_at", "finished_at")]
+    for label, a, b in steps:
+        print(f"  {label:46} {statistics.median(seconds(p[a], p[b]) for p in phases):8.1f}")
+    rate = args.lines / (last - first) if last > first else float("inf")
+    print(f"\n{args.lines:,} lines of `seq` over the WebSocket: {rate:,.0f} lines/s, "
+          f"0 lost, in order")
+    print("goals: Berth <= 1.25x bare; >= 50,000 lines/s")
+
+
+if __name__ == "__main__":
+    main()
