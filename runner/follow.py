@@ -35,28 +35,67 @@ def ts_ns(ts: bytes | str) -> int:
     return seconds * 1_000_000_000 + int((frac + "000000000")[:9] or 0)
 
 
-def _frames(raw: Any) -> Iterator[tuple[int, bytes]]:
-    """Whole frames of Docker's multiplexed stream: (1 stdout | 2 stderr, payload).
+def _blocks(response: Any) -> Iterator[bytes]:
+    """The body of Docker's streaming response, in blocks of whatever has arrived.
 
-    Each is one log message (a line, or a 16 KB piece of a longer one). Read through
-    urllib3 (`response.raw`, which undoes the HTTP chunking) in blocks of whatever has
-    arrived (`read1`): a flood costs a few large reads, a quiet command no latency.
+    Docker sends one HTTP chunk per log message. Reading the buffered socket file with
+    `read1` gets everything that has arrived in one call (many chunks in a flood, one
+    when quiet, never waiting for more), and the chunking is undone here on that block.
     """
-    buf, pos = bytearray(), 0
+    fp = response.raw._fp.fp  # http.client's buffered socket file, past the headers
+    if response.headers.get("Transfer-Encoding", "").lower() != "chunked":
+        while block := fp.read1(1 << 16):
+            yield block
+        return
+    buf, pos, left = bytearray(), 0, 0  # left: bytes still due in the current chunk
     while True:
+        data = fp.read1(1 << 16)
+        if not data:
+            return
+        buf += data
+        out = bytearray()
+        while pos < len(buf):
+            if left:
+                take = min(left, len(buf) - pos)
+                out += buf[pos:pos + take]
+                pos += take
+                left -= take
+                continue
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                break
+            line = bytes(buf[pos:eol]).split(b";")[0].strip()
+            if line == b"":  # the CRLF that ends a chunk's data
+                pos = eol + 2
+                continue
+            left = int(line, 16)
+            if left == 0:
+                if out:
+                    yield bytes(out)
+                return
+            pos = eol + 2
+        del buf[:pos]
+        pos = 0
+        if out:
+            yield bytes(out)
+
+
+def _frames(blocks: Iterator[bytes]) -> Iterator[tuple[int, bytes] | None]:
+    """Whole frames of Docker's multiplexed stream: (1 stdout | 2 stderr, payload), and
+    None after each block (everything that has arrived is parsed: a moment to flush).
+    Each frame is one log message (a line, or a 16 KB piece of a longer one)."""
+    buf, pos = bytearray(), 0
+    for block in blocks:
+        buf += block
         while len(buf) - pos >= 8:
             stream, size = struct.unpack_from(">BxxxL", buf, pos)
             if len(buf) - pos < 8 + size:
                 break
             yield stream, bytes(buf[pos + 8:pos + 8 + size])
             pos += 8 + size
-        if pos:
-            del buf[:pos]
-            pos = 0
-        chunk = raw.read1(1 << 16)
-        if not chunk:
-            return
-        buf += chunk
+        del buf[:pos]
+        pos = 0
+        yield None
 
 
 class Follower(threading.Thread):
@@ -95,15 +134,24 @@ class Follower(threading.Thread):
         # A quiet command is not a dead connection: no read timeout while following.
         api._disable_socket_timeout(api._get_raw_response_socket(response))
         signalled_at = 0.0
-        for stream, frame in _frames(response.raw):
-            ts, _, data = frame.partition(b" ")
-            if last is not None and ts_ns(ts) <= last:
-                continue  # already stored before a restart
-            count = writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())
+        writer.batching = True
+        for frame in _frames(_blocks(response)):
+            if frame is not None:
+                stream, payload = frame
+                ts, _, data = payload.partition(b" ")
+                if last is not None and ts_ns(ts) <= last:
+                    continue  # already stored before a restart
+                writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())
+                if len(writer._pending) < 10_000:
+                    continue
+            # All that has arrived is parsed (or a big batch is waiting): store it, and
+            # tell readers, at most every SIGNAL_EVERY_S.
+            writer.flush()
             now = time.monotonic()
             if now - signalled_at >= SIGNAL_EVERY_S:
-                self._signal(count)
+                self._signal(writer.count)
                 signalled_at = now
+        writer.flush()
 
     def _signal(self, seq: int) -> None:
         if not self.loop.is_closed():

@@ -79,6 +79,11 @@ class LogWriter:
         self.truncated = False
         self.last_ts: str | None = None
         self.closed = False
+        # Batching (the agent's follower during a flood): entries wait here and reach
+        # the files in one write each at flush(); readers see them only then.
+        self.batching = False
+        self._pending: list[bytes] = []
+        self._pending_slots: list[bytes] = []
         self._recover()
 
     def __enter__(self) -> "LogWriter":
@@ -174,21 +179,37 @@ class LogWriter:
     def _write(self, stream: str, text: str, ts: str | None) -> None:
         line = (f'{{"seq":{self.count + 1},"stream":"{stream}","text":{quote(text)},'
                 f'"ts":{"null" if ts is None else quote(ts)}}}\n').encode()
-        try:
-            _write_all(self._data, line)  # data first: see the module docstring
-            _write_all(self._index, SLOT.pack(self.size + len(line)))
-        except OSError:
-            # A full disk mid-entry: undo the partial write, or later offsets would be off.
-            os.ftruncate(self._data, self.size)
-            os.ftruncate(self._index, self.count * 8)
-            raise
+        self._pending.append(line)
+        self._pending_slots.append(SLOT.pack(self.size + len(line)))
         self.size += len(line)
         self.count += 1
         if ts is not None:
             self.last_ts = ts
+        if not self.batching:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write pending entries: all the data first, then their index slots."""
+        if not self._pending:
+            return
+        data, slots = b"".join(self._pending), b"".join(self._pending_slots)
+        flushed = len(self._pending)
+        self._pending.clear()
+        self._pending_slots.clear()
+        start = self.size - len(data)
+        try:
+            _write_all(self._data, data)  # data first: see the module docstring
+            _write_all(self._index, slots)
+        except OSError:
+            # A full disk mid-write: undo the partial write, or later offsets would be off.
+            self.size, self.count = start, self.count - flushed
+            os.ftruncate(self._data, self.size)
+            os.ftruncate(self._index, self.count * 8)
+            raise
 
     def close(self) -> None:
         if not self.closed:
+            self.flush()
             self.closed = True
             os.close(self._data)
             os.close(self._index)
