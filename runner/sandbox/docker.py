@@ -65,9 +65,12 @@ def _host_config(run: Run, runtime: str) -> dict[str, Any]:
         mounts=[Mount("/workspace", run.container_name, type="volume")],
         runtime=runtime,
         hostname="sandbox",
-        # The agent copies output into the log store; the engine's copy only needs to
-        # outlast a restart of the agent, and must not fill the disk on a flood.
-        log_config=LogConfig(type="json-file", config={"max-size": "16m", "max-file": "2"}),
+        # The agent copies output into the log store. The engine's copy must outlast
+        # an agent restart and a lagging follower until the store's cap is reached
+        # (a rotation before that would lose lines), yet not fill the disk on a flood.
+        log_config=LogConfig(type="json-file", config={
+            "max-size": f"{max(16, 4 * settings.RUN_LOG_MAX_BYTES // (1024 * 1024))}m",
+            "max-file": "1"}),
     )
 
 
