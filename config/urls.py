@@ -13,6 +13,7 @@ urlpatterns = [
     path("healthz", lambda request: JsonResponse({"ok": True}), name="healthz"),
     # Before accounts: the team dashboard at /t/<team>/ is the workspaces list.
     path("", include("workspaces.urls")),
+    path("", include("runner.urls")),
     path("", include("accounts.urls")),
 ]
 
