@@ -1,0 +1,232 @@
+"""The run pages: a workspace's runs (start one, see recent ones), one run with its live
+log, cancel; and the run dock of the workspace page (its POST answers a fragment).
+
+Thin doors: access through `workspace_page` and `access_run`, changes through
+`runner.actions`, so a page obeys the API's rules and writes the same Activity rows.
+"""
+
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_POST
+
+from accounts.access import Actor
+from accounts.models import Membership
+from config.errors import BerthError, Conflict, NotFound
+from runner import actions, logstore
+from runner.access import access_run
+from runner.models import Run, RunState
+from workspaces.models import Workspace
+from workspaces.store import open_store
+from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
+
+RECENT_RUNS = 50
+# The viewer keeps this many lines (MAX_LINES in runs.js); a page opened on a longer log
+# starts there rather than stream entries it would only throw away.
+VIEW_LINES = 20_000
+
+# What to expect while a run is active (its `message` is written only at the end).
+WAITING = {
+    RunState.QUEUED: "Waiting for a worker to pick the run up.",
+    RunState.PREPARING: "Creating the sandbox and copying the commit's files in.",
+    RunState.RUNNING: "The command is running; its output streams below.",
+}
+
+
+class RunForm(forms.Form):
+    command = forms.CharField(max_length=100_000, strip=True)
+    ref = forms.CharField(max_length=200, required=False, strip=True)
+    runtime = forms.ChoiceField(required=False, choices=[
+        ("", "As workspace.toml says"), ("runc", "runc"), ("gvisor", "gVisor (runsc)")])
+    timeout_s = forms.IntegerField(required=False, min_value=1)
+
+
+
+def took(start: datetime | None, end: datetime | None) -> str:
+    """A duration a person reads at a glance: 0.42 s, 12.3 s, 4 min 05 s, 1 h 02 min."""
+    if start is None or end is None:
+        return ""
+    s = max((end - start).total_seconds(), 0.0)
+    if s < 10:
+        return f"{s:.2f} s"
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+def timings(run: Run) -> list[dict[str, Any]]:
+    """The steps the run went through, each with how long it took since the one before."""
+    steps = [("Queued", run.queued_at), ("Picked up by a worker", run.started_at),
+             ("Source copied in", run.hydrated_at), ("Setup done", run.setup_done_at),
+             ("Process started", run.process_started_at), ("Ready", run.ready_at),
+             ("Finished", run.finished_at)]
+    rows, previous = [], None
+    for label, at in steps:
+        if at is None:
+            continue
+        rows.append({"label": label, "at": at, "took": took(previous, at)})
+        previous = at
+    return rows
+
+
+def isolation_rows(iso: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the engine says applied, in words; empty until the sandbox exists."""
+    if not iso:
+        return []
+
+    def yes(value: Any) -> str:
+        return "yes" if value else "no"
+
+    memory = iso.get("memory_bytes")
+    cpus = iso.get("nano_cpus")
+    caps = f"dropped {', '.join(iso.get('cap_drop') or []) or 'none'}"
+    if iso.get("cap_add"):
+        caps += f"; added {', '.join(iso['cap_add'])}"
+    rows = [("Runtime", str(iso.get("runtime") or "runc")), ("User", str(iso.get("user") or "")),
+            ("Capabilities", caps), ("Privileged", yes(iso.get("privileged"))),
+            ("Seccomp", str(iso.get("seccomp") or "")),
+            ("Read-only root", yes(iso.get("read_only_root"))),
+            ("Network", str(iso.get("network") or "")),
+            ("Process limit", str(iso.get("pids_limit") or "none")),
+            ("Memory", f"{memory // (1 << 20)} MB" if memory else "unlimited"),
+            ("CPUs", f"{cpus / 1e9:g}" if cpus else "unlimited")]
+    if iso.get("ulimits"):
+        rows.append(("Ulimits", ", ".join(f"{k} {v}" for k, v in iso["ulimits"].items())))
+    if iso.get("mounts"):
+        rows.append(("Mounts", ", ".join(f"{m['target']} ({m['type']})"
+                                         for m in iso["mounts"])))
+    return rows
+
+
+def limit_rows(limits: dict[str, Any]) -> list[tuple[str, str]]:
+    names = [("cpus", "CPUs", ""), ("memory_mb", "Memory", " MB"), ("disk_mb", "Disk", " MB"),
+             ("timeout_s", "Timeout", " s"), ("pids", "Processes", ""),
+             ("nofile", "Open files", "")]
+    rows = [(label, f"{limits[key]:g}{unit}" if isinstance(limits[key], float)
+             else f"{limits[key]}{unit}") for key, label, unit in names if key in limits]
+    if "log_bytes" in limits:
+        rows.append(("Log", str(filesizeformat(limits["log_bytes"]))))
+    return rows
+
+
+def requested_by(run: Run) -> str:
+    who = run.requested_by.username if run.requested_by else "someone removed"
+    return f"{who} (token {run.token.name})" if run.token else who
+
+
+def run_context(run: Run, workspace: Workspace) -> dict[str, Any]:
+    urls = run_urls(workspace, run)
+    log_start = max(0, logstore.count(run.public_id) - VIEW_LINES)
+    return {"run": run, "run_urls": urls, "waiting": WAITING.get(RunState(run.state), ""),
+            "log_start": log_start,
+            "timings": timings(run), "limits": limit_rows(run.limits),
+            "isolation": isolation_rows(run.isolation), "who": requested_by(run),
+            "total": took(run.queued_at, run.finished_at or timezone.now()),
+            "ws_path": f"/ws/runs/{run.public_id}/logs"}
+
+
+def run_urls(workspace: Workspace, run: Run) -> dict[str, str]:
+    args = [workspace.team.slug, workspace.slug, run.public_id]
+    return {"page": reverse("workspace-run", args=args),
+            "cancel": reverse("workspace-run-cancel", args=args)}
+
+
+def page_context(request: HttpRequest, membership: Membership, workspace: Workspace
+                 ) -> dict[str, Any]:
+    return {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
+            "tab": "runs", "clone_url": clone_url(request, workspace)}
+
+
+def vary(response: HttpResponse) -> HttpResponse:
+    patch_vary_headers(response, ["HX-Request"])
+    return response
+
+
+# -- the runs of a workspace -------------------------------------------------------------
+
+@workspace_page
+def runs_page(request: HttpRequest, membership: Membership, workspace: Workspace
+              ) -> HttpResponse:
+    """GET: the form and recent runs. POST: start a run, then its page; from the
+    workspace page's dock (htmx), the dock's fragment instead."""
+    form = RunForm(request.POST or None, initial={"ref": workspace.default_branch})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            run = actions.start_run(workspace, Actor(membership.user), data["command"],
+                                    data["ref"] or None, data["timeout_s"], None,
+                                    data["runtime"] or None)
+        except BerthError as e:
+            # A ref that does not resolve comes from the store, named by `ref`, not `field`.
+            field = e.details.get("field") or ("ref" if "ref" in e.details else "")
+            form.add_error(field if field in RunForm.base_fields else None, e.message)
+        else:
+            if is_htmx(request):
+                return vary(render(request, "runner/dock.html",
+                                   {"workspace": workspace, **run_context(run, workspace)},
+                                   status=201))
+            return vary(redirect(run_urls(workspace, run)["page"]))
+    if request.method == "POST" and is_htmx(request):
+        return vary(render(request, "runner/dock.html#dock-error", {"form": form}, status=422))
+    with open_store(workspace) as store:
+        ref_choices = sorted(store.branches())
+    runs = [{"run": r, "url": run_urls(workspace, r)["page"], "who": requested_by(r),
+             "took": took(r.queued_at, r.finished_at or timezone.now())}
+            for r in Run.objects.filter(workspace=workspace).select_related(
+                "requested_by", "token")[:RECENT_RUNS]]
+    # Not `branches`: the header would show its branch switcher, which has no use here.
+    ctx = {**page_context(request, membership, workspace), "form": form, "runs": runs,
+           "ref_choices": ref_choices}
+    return vary(render(request, "runner/runs.html", ctx, status=422 if form.errors else 200))
+
+
+# -- one run -----------------------------------------------------------------------------
+
+def run_of(membership: Membership, workspace: Workspace, run_id: str) -> Run:
+    """The run through the one access helper, and only under its own workspace's URL."""
+    try:
+        run = access_run(Actor(membership.user), run_id, "run")
+    except NotFound as e:
+        raise Http404(e.message) from e
+    if run.workspace_id != workspace.pk:
+        raise Http404("No such run.")
+    run.workspace = workspace
+    return run
+
+
+@workspace_page
+def run_page(request: HttpRequest, membership: Membership, workspace: Workspace,
+             run_id: str) -> HttpResponse:
+    """The run; for htmx (the log viewer, when the run starts or ends) only `#run-status`."""
+    run = run_of(membership, workspace, run_id)
+    ctx = {**page_context(request, membership, workspace), **run_context(run, workspace)}
+    template = "runner/run.html#run-status" if is_htmx(request) else "runner/run.html"
+    return vary(render(request, template, ctx))
+
+
+@require_POST
+@workspace_page
+def cancel(request: HttpRequest, membership: Membership, workspace: Workspace,
+           run_id: str) -> HttpResponse:
+    run = run_of(membership, workspace, run_id)
+    try:
+        run = actions.cancel_run(run, Actor(membership.user))
+    except Conflict as e:
+        # Ended meanwhile (a race with the agent, or a second click): say so, no error.
+        if not is_htmx(request):
+            messages.info(request, e.message)
+        run.refresh_from_db()
+    if is_htmx(request):
+        ctx = {**page_context(request, membership, workspace), **run_context(run, workspace)}
+        return vary(render(request, "runner/run.html#run-status", ctx))
+    return vary(redirect(run_urls(workspace, run)["page"]))
