@@ -189,9 +189,6 @@ class Agent:
         if run.finish(state, reason, message, exit_code, log_entries=count,
                       log_bytes=follower.bytes if follower else run.log_bytes):
             log.info("run %s ended: %s (%s)", run_id, state, reason)
-            async_signal = logstore.asignal(run_id, count)
-            if self.loop is not None:
-                asyncio.run_coroutine_threadsafe(async_signal, self.loop)
 
     # -- limits, cancels, disk -----------------------------------------------------
 

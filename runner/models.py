@@ -1,5 +1,5 @@
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from accounts.ids import new_id
@@ -107,5 +107,13 @@ class Run(models.Model):
                **fields: object) -> bool:
         """Write the one terminal state of this run (no-op if it already has one)."""
         assert state in TERMINAL_STATES
-        return self.advance(state, ACTIVE_STATES, reason=reason, message=message,
-                            exit_code=exit_code, finished_at=timezone.now(), **fields)
+        ended = self.advance(state, ACTIVE_STATES, reason=reason, message=message,
+                             exit_code=exit_code, finished_at=timezone.now(), **fields)
+        if ended:
+            # Whoever wrote the end (agent, task, cancel, reconcile), log watchers hear
+            # of it: they re-read the run and send `end`.
+            from runner import logstore
+
+            public_id = self.public_id
+            transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id)))
+        return ended

@@ -291,3 +291,25 @@ def test_only_the_runs_team_may_watch(cast, run):
         assert await refused(secret=charlie, after=-1) == 4422
 
     async_to_sync(watch)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watcher_hears_an_end_that_the_agent_did_not_write(cast, run):
+    """A cancel while queued ends the run without any log entry or agent: the
+    watcher must still get `end`, not wait forever."""
+    from accounts.access import Actor
+    from runner.actions import cancel_run
+
+    _, secret = cast.token(cast.carol)
+    Run.objects.filter(pk=run.pk).update(state=RunState.QUEUED)
+    run.refresh_from_db()
+
+    async def watch() -> None:
+        ws = await connect(run, secret=secret)
+        await database_sync_to_async(cancel_run)(run, Actor(cast.carol))
+        end = await ws.receive_json_from(timeout=5)
+        assert end == {"type": "end", "state": "cancelled", "reason": "cancelled_by_user",
+                       "exit_code": None}
+        await ws.disconnect()
+
+    async_to_sync(watch)()
