@@ -26,6 +26,8 @@ DATA_DIR = ROOT / "var" / "bench-logs"
 sys.path.insert(0, str(ROOT))
 os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR))
 
+from bench.common import start_daphne  # noqa: E402
+
 AGENT = """
 import sys, time, django
 django.setup()
@@ -76,22 +78,6 @@ def finish(run_id: str) -> None:
     from runner.models import Run
     Run.objects.get(public_id=run_id).finish("succeeded", "exit_zero", "Exited with 0.", 0)
     logstore.signal(run_id, logstore.count(run_id))
-
-
-def start_daphne(port: int) -> subprocess.Popen:
-    import urllib.request
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1",
-                             "-p", str(port), "config.asgi:application"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("daphne did not start")
 
 
 def websocket(port: int, path: str, token: str) -> BinaryIO:

@@ -16,14 +16,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench"
 sys.path.insert(0, str(ROOT))
 os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR))
+
+from bench.common import p95, start_daphne, timed  # noqa: E402
 
 
 def setup_instance() -> tuple[str, str]:
@@ -47,34 +47,6 @@ def setup_instance() -> tuple[str, str]:
              for i in range(1000)]
     actions.commit_changes(ws, Actor(user), files, "1,000 files")
     return token, str(ws.repo_path)
-
-
-def start_daphne(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1",
-                             "-p", str(port), "config.asgi:application"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("daphne did not start")
-
-
-def timed(fn, runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
-
-
-def p95(values: list[float]) -> float:
-    return sorted(values)[max(0, round(0.95 * len(values)) - 1)]
 
 
 def main() -> None:
