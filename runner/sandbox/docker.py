@@ -125,8 +125,8 @@ def prepare_and_start(run: Run, env: dict[str, str],
 
 
 def _isolation(container: Any, run: Run) -> dict[str, Any]:
-    """What actually applied, read back from the engine rather than from our request."""
-    container.reload()
+    """What actually applied, read back from the engine rather than from our request
+    (docker-py's create already inspected the new container: no second round trip)."""
     host = container.attrs["HostConfig"]
     return {
         "runtime": host.get("Runtime"),
