@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from config.errors import Conflict, Invalid
+from config.errors import Conflict, Invalid, NotFound
 from runner.limits import effective_limits
 from runner.models import ACTIVE_STATES, Run, RunState
 from runner.outcomes import describe
@@ -21,19 +21,18 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_ENV = {"PATH", "HOME", "USER", "HOSTNAME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"}
 
 
-def load_config(workspace: Workspace, commit: str) -> tuple[workspace_config.WorkspaceConfig,
-                                                            list[str]]:
+def load_config(workspace: Workspace, commit: str) -> workspace_config.WorkspaceConfig:
     """The workspace.toml of `commit` (defaults when absent); a broken file is an error
     the caller can fix, named by line."""
     with open_store(workspace) as store:
         try:
             mode, sha = store.lookup(commit, workspace_config.FILENAME)
-        except Exception:  # absent: every key is optional
-            return workspace_config.WorkspaceConfig(), []
+        except NotFound:  # absent: every key is optional
+            return workspace_config.WorkspaceConfig()
         if mode == MODE_TREE:
-            return workspace_config.WorkspaceConfig(), []
+            return workspace_config.WorkspaceConfig()
         text = store.blob(sha).decode("utf-8", "replace")
-    return workspace_config.parse(text), []
+    return workspace_config.parse(text)
 
 
 def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None = None,
@@ -58,7 +57,7 @@ def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None 
                           f"{', '.join(sorted(RESERVED_ENV))}).", {"field": "env"})
     with open_store(workspace) as store:
         commit = store.resolve(ref or workspace.default_branch)
-    config, _ = load_config(workspace, commit)
+    config = load_config(workspace, commit)
     limits, warnings = effective_limits(config.sandbox, {"timeout_s": timeout_s})
     chosen_runtime = runtime or config.sandbox.runtime
     if chosen_runtime not in ("runc", "gvisor"):
