@@ -40,12 +40,13 @@ test-sqlite:
 	$(PY) -m pytest
 
 # The database-heavy tests again on a throwaway PostgreSQL cluster (not the Docker or
-# browser ones): started here, removed when the target ends, pass or fail.
-PG_PORT ?= 55432
+# browser ones): started here, removed when the target ends, pass or fail. It listens
+# on a Unix socket in its own fresh directory and on no TCP port, so a cluster left
+# over by an interrupted run (or a second checkout testing at once) cannot collide.
 # Under /tmp: the postgres user must reach it, and a clone may sit in a private home.
-PG_DIR := /tmp/berth-test-postgres-$(shell id -u)-$(PG_PORT)
 test-postgres:
-	@scripts/host-setup postgres-start $(PG_DIR) $(PG_PORT)
-	@trap 'scripts/host-setup postgres-stop $(PG_DIR)' EXIT; \
-	  DATABASE_URL=postgres://postgres@127.0.0.1:$(PG_PORT)/berth \
+	@dir=$$(mktemp -d /tmp/berth-test-postgres-XXXXXXXX); \
+	  trap 'scripts/host-setup postgres-stop "$$dir"' EXIT; \
+	  scripts/host-setup postgres-start "$$dir"; \
+	  DATABASE_URL="postgres://postgres@$${dir//\//%2F}/berth" \
 	  $(PY) -m pytest -m "not docker and not browser"

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
@@ -41,8 +42,10 @@ def test_database_url() -> str:
     db = connection.settings_dict
     if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
-    return (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/"
-            f"{db['NAME']}")
+    # A socket directory as host is percent-encoded, the way dj-database-url reads it.
+    host = quote(db["HOST"], safe="")
+    port = f":{db['PORT']}" if db["PORT"] else ""
+    return f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{host}{port}/{db['NAME']}"
 
 
 def subprocess_env() -> dict[str, str]:
