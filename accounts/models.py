@@ -14,6 +14,9 @@ class Team(models.Model):
     public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
     slug = models.SlugField(max_length=30, unique=True)
     name = models.CharField(max_length=100)
+    # Policy set by a team admin: every run of the team uses gVisor, whatever
+    # workspace.toml or a request asks for.
+    require_gvisor = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -193,7 +193,7 @@ CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": "runner"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}
+# CELERY_BEAT_SCHEDULE: set below, with the settings its tasks read.
 
 # Sign-in throttling: this many failures per username (and per address) within the
 # window locks further attempts until the window passes.
@@ -235,3 +235,24 @@ RUN_STALE_QUEUED_S = envint("RUN_STALE_QUEUED_S", 120)
 # (a longer chunk is split). Past the total, one marker says so and output is dropped.
 RUN_LOG_MAX_BYTES = envint("RUN_LOG_MAX_BYTES", 10 * 1024 * 1024)
 RUN_LOG_MAX_LINE = envint("RUN_LOG_MAX_LINE", 16 * 1024)
+
+# Run outputs (issue "the rest of the contract"): artifacts kept per run (total and
+# count), the changes diff shown, and how long logs and artifacts are kept (beat).
+RUN_ARTIFACTS_MAX_BYTES = envint("RUN_ARTIFACTS_MAX_MB", 100) * 1024 * 1024
+RUN_ARTIFACTS_MAX_FILES = envint("RUN_ARTIFACTS_MAX_FILES", 1000)
+RUN_CHANGES_MAX_DIFF_BYTES = envint("RUN_CHANGES_MAX_DIFF_KB", 512) * 1024
+RUN_CHANGES_MAX_PATHS = envint("RUN_CHANGES_MAX_PATHS", 1000)
+RUN_RETENTION_DAYS = envint("RUN_RETENTION_DAYS", 30)
+# Dependency caches (/deps volumes): past this total, least recently used go first.
+DEPS_CACHE_MAX_BYTES = envint("DEPS_CACHE_MAX_MB", 20 * 1024) * 1024 * 1024
+
+# Workspace secrets are encrypted at rest with this key (Fernet, urlsafe base64 of 32
+# bytes): from the environment, else generated once into DATA_DIR. It is separate from
+# SECRET_KEY, so rotating one never makes the other's data unreadable.
+SECRETS_KEY_FILE = DATA_DIR / "secrets.key"
+BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
+
+CELERY_BEAT_SCHEDULE = {
+    "apply-retention": {"task": "runner.tasks.apply_retention", "schedule": 3600.0},
+    "evict-dependency-caches": {"task": "runner.tasks.evict_caches", "schedule": 600.0},
+}

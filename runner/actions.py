@@ -8,10 +8,11 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from config.errors import Conflict, Invalid, NotFound
+from config.errors import Conflict, Forbidden, Invalid, NotFound
 from runner.limits import effective_limits
-from runner.models import ACTIVE_STATES, Run, RunState
+from runner.models import ACTIVE_STATES, Run, RunState, Secret
 from runner.outcomes import describe
+from runner.outputs import clean_artifact_paths
 from workspaces import config as workspace_config
 from workspaces.gitstore import MODE_TREE
 from workspaces.models import Workspace
@@ -37,40 +38,112 @@ def load_config(workspace: Workspace, commit: str) -> workspace_config.Workspace
 
 def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None = None,
               timeout_s: int | None = None, env: dict[str, str] | None = None,
-              runtime: str | None = None) -> Run:
+              runtime: str | None = None, secrets: list[str] | None = None,
+              commit_changes: bool = False) -> Run:
     """Record a run's inputs and queue it.
 
     1. The ref is resolved to a commit SHA now: the run never follows a moving branch.
-    2. Limits come from that commit's workspace.toml, clamped to the operator's maxima
-       (warnings on the run); request values past a maximum are refused.
-    3. After commit, the `prepare_run` task (queue `runner`) creates and starts it.
+    2. Limits, setup, artifacts and network come from that commit's workspace.toml,
+       limits clamped to the operator's maxima (warnings on the run); request values
+       past a maximum are refused. A gVisor policy overrides any runtime asked for.
+    3. Secrets are granted by name, only those the actor may grant.
+    4. After commit, the `prepare_run` task (queue `runner`) creates and starts it.
     """
-    from runner.tasks import prepare_run
-
     command = command.strip()
     if not command:
         raise Invalid("Give a command to run.", {"field": "command"})
-    env = env or {}
-    for name in env:
-        if not ENV_NAME.match(name) or name in RESERVED_ENV:
-            raise Invalid(f"{name!r} cannot be set: use letters, digits and _ (not "
-                          f"{', '.join(sorted(RESERVED_ENV))}).", {"field": "env"})
     with open_store(workspace) as store:
         commit = store.resolve(ref or workspace.default_branch)
     config = load_config(workspace, commit)
     limits, warnings = effective_limits(config.sandbox, {"timeout_s": timeout_s})
-    chosen_runtime = runtime or config.sandbox.runtime
-    if chosen_runtime not in ("runc", "gvisor"):
+    chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
+    return _queue(workspace, actor, Run(
+        workspace=workspace, ref=ref or workspace.default_branch, commit=commit,
+        command=command, image=config.sandbox.image, runtime=chosen, limits=limits,
+        network={"mode": "none", "egress": list(config.egress)},
+        setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
+        if config.setup.command else {},
+        artifact_paths=clean_artifact_paths(config.artifacts),
+        commit_changes=commit_changes, warnings=warnings + why), env or {}, secrets or [])
+
+
+def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
+    """A new run from exactly the recorded inputs: commit, image id, command, limits,
+    runtime, setup, artifacts, env and secret names. Env values were never stored, so
+    the caller gives them again; secrets are granted again by name."""
+    env = env or {}
+    missing = sorted(set(run.env_names) - set(env))
+    extra = sorted(set(env) - set(run.env_names))
+    if missing or extra:
+        raise Invalid("A replay takes the same env names as the run it repeats: give values "
+                      f"for {', '.join(missing) or 'none'}"
+                      + (f" and not {', '.join(extra)}" if extra else "")
+                      + " (Berth never stores env values).",
+                      {"field": "env", "missing": missing, "unexpected": extra},
+                      code="env_values_required")
+    chosen, why = policy_runtime(run.workspace, run.runtime)
+    return _queue(run.workspace, actor, Run(
+        workspace=run.workspace, ref=run.ref, commit=run.commit, command=run.command,
+        image=run.image, image_id=run.image_id, runtime=chosen, limits=run.limits,
+        network=run.network, artifact_paths=run.artifact_paths,
+        setup={k: run.setup[k] for k in ("command", "cache_key") if k in run.setup},
+        commit_changes=run.commit_changes, rerun_of=run, warnings=run.warnings + why),
+        env, list(run.secret_names))
+
+
+def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
+    """The runtime a run gets: a team or workspace that requires gVisor always gets it
+    (workspace.toml and requests cannot lower it), and the run says why."""
+    if asked not in ("runc", "gvisor"):
         raise Invalid('runtime must be "runc" or "gvisor".', {"field": "runtime"})
+    if asked == "runc" and workspace.requires_gvisor:
+        whose = "this workspace" if workspace.require_gvisor else f"team {workspace.team.slug}"
+        return "gvisor", [f"runc was asked for, but {whose} requires gVisor, so gvisor "
+                          "applies."]
+    return asked, []
+
+
+def _check_grants(workspace: Workspace, actor: Actor, names: list[str],
+                  env: dict[str, str]) -> list[str]:
+    names = sorted(set(names))
+    known = set(Secret.objects.filter(workspace=workspace, name__in=names)
+                .values_list("name", flat=True))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise Invalid(f"No secret {', '.join(unknown)} in this workspace; an admin sets "
+                      "secrets on the workspace's secrets page.",
+                      {"field": "secrets", "unknown": unknown}, code="unknown_secret")
+    if actor.token is not None:
+        refused = [n for n in names if n not in (actor.token.secret_names or [])]
+        if refused:
+            raise Forbidden(f"This token may not grant {', '.join(refused)} to runs; ask an "
+                            "admin for a token whose secret list includes "
+                            f"{'it' if len(refused) == 1 else 'them'}.",
+                            {"secrets": refused}, code="secret_not_granted")
+    clash = sorted(set(names) & set(env))
+    if clash:
+        raise Invalid(f"{', '.join(clash)} is given both as env and as a secret; pick one.",
+                      {"field": "env"})
+    return names
+
+
+def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
+           secret_names: list[str]) -> Run:
+    from runner.tasks import prepare_run
+
+    for name in env:
+        if not ENV_NAME.match(name) or name in RESERVED_ENV:
+            raise Invalid(f"{name!r} cannot be set: use letters, digits and _ (not "
+                          f"{', '.join(sorted(RESERVED_ENV))}).", {"field": "env"})
+    run.secret_names = _check_grants(workspace, actor, secret_names, env)
+    run.env_names = sorted(env)
+    run.requested_by, run.token = actor.user, actor.token
     with transaction.atomic():
-        run = Run.objects.create(
-            workspace=workspace, ref=ref or workspace.default_branch, commit=commit,
-            command=command, image=config.sandbox.image, runtime=chosen_runtime,
-            limits=limits, network={"mode": "none", "egress": list(config.egress)},
-            env_names=sorted(env), requested_by=actor.user, token=actor.token,
-            warnings=warnings)
-        record(workspace.team, actor, "run.started", f"run:{run.public_id}", workspace.slug,
-               command=command[:200], commit=commit, runtime=chosen_runtime)
+        run.save()
+        record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
+               f"run:{run.public_id}", workspace.slug, command=run.command[:200],
+               commit=run.commit, runtime=run.runtime, secrets=run.secret_names,
+               **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
         # The values of env vars travel only in the task message, never into the database.
         transaction.on_commit(lambda: prepare_run.delay(run.pk, env))
     return run
@@ -112,6 +185,28 @@ def run_summary(run: Run) -> dict[str, Any]:
             "ready_at", "finished_at")},
         "log": {"entries": run.log_entries, "bytes": run.log_bytes},
         "log_url": f"/api/v1/runs/{run.public_id}/logs",
-        "artifacts": [], "changes": None,
+        "secrets": run.secret_names,
+        "setup": _setup_summary(run),
+        "artifacts": [{**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}
+                      for a in run.artifacts] if not run.outputs_expired_at else [],
+        "artifacts_refused": run.artifacts_refused,
+        "changes": run.changes,
+        "changes_commit": ({"sha": run.changes_commit, "branch": run.changes_branch}
+                           if run.changes_commit else None),
+        "commit_changes": run.commit_changes,
+        "rerun_of": run.rerun_of.public_id if run.rerun_of else None,
+        "outputs_expired_at": iso(run.outputs_expired_at),
         "now": timezone.now().isoformat(),
     }
+
+
+def _setup_summary(run: Run) -> dict[str, Any] | None:
+    if not run.setup.get("command"):
+        return None
+    hit = run.setup.get("hit")
+    return {"command": run.setup["command"], "cache_key": run.setup.get("cache_key", []),
+            "key": run.setup.get("key"), "cache": run.setup.get("cache"),
+            "skipped": hit is True,
+            "status": {True: "skipped: the dependency cache had this key",
+                       False: "ran: no cache had this key yet",
+                       None: "not decided yet"}[hit]}

@@ -22,11 +22,11 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from runner import logstore, sandbox
+from runner import caches, ending, sandbox
 from runner.engine import engine
 from runner.follow import Follower
-from runner.models import ACTIVE_STATES, Run, RunState
-from runner.outcomes import EXIT_NOT_FOUND, describe
+from runner.models import ACTIVE_STATES, DepCache, Run, RunState
+from runner.outcomes import describe
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -52,8 +52,23 @@ def _db(fn: Any) -> Any:
     return sync_to_async(call, thread_sensitive=True)
 
 
+def _thread(fn: Any) -> Any:
+    """Like _db, but on a thread of its own: for work that also waits on the engine
+    (reading a run's files back), which must not hold up every other run's ORM calls."""
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        def body() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                close_old_connections()
+        return await asyncio.to_thread(body)
+    return call
+
+
 class Agent:
     def __init__(self) -> None:
+        # Both keyed by container name: a run with a [setup] step has two containers,
+        # one after the other, whose output goes into the one log of the run.
         self.followers: dict[str, Follower] = {}
         self.finalizing: set[str] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -121,6 +136,7 @@ class Agent:
             status = event.get("status") or event.get("Action")
             attrs = (event.get("Actor") or {}).get("Attributes") or {}
             owner, name = attrs.get("berth.owner"), attrs.get("name")
+            phase = attrs.get("berth.phase", "main")
             try:
                 if status == "reconcile":
                     await self.reconcile()
@@ -128,28 +144,30 @@ class Agent:
                     self.follow(owner, name)
                 elif status == "die" and owner and name:
                     self.follow(owner, name)  # drain what the engine kept, if not yet
-                    self._spawn(self._safely(lambda o=owner, n=name: self.finalize(o, n)))
+                    self._spawn(self._safely(
+                        lambda o=owner, n=name, p=phase: self.finalize(o, n, p)))
             except Exception:
                 log.exception("handling %s of %s failed", status, name)
 
     # -- following and ending ------------------------------------------------------
 
     def follow(self, run_id: str, container: str) -> None:
-        current = self.followers.get(run_id)
-        if current is not None and (current.is_alive() or run_id in self.finalizing):
+        current = self.followers.get(container)
+        if current is not None and (current.is_alive() or container in self.finalizing):
             return
         assert self.loop is not None
         follower = Follower(run_id, container, self.loop)
-        self.followers[run_id] = follower
+        self.followers[container] = follower
         follower.start()
 
-    async def finalize(self, run_id: str, container: str) -> None:
-        """After an exit: wait for the whole log, write the end, remove the sandbox."""
-        if run_id in self.finalizing:
+    async def finalize(self, run_id: str, container: str, phase: str = "main") -> None:
+        """After an exit: wait for the whole log, then either go on to the command
+        (a setup step that succeeded) or write the end and remove the sandbox."""
+        if container in self.finalizing:
             return
-        self.finalizing.add(run_id)
+        self.finalizing.add(container)
         try:
-            follower = self.followers.get(run_id)
+            follower = self.followers.get(container)
             if follower is not None:
                 # The end is written only once the whole log is stored, however long a
                 # flood takes to drain: a run's log is complete when the run is.
@@ -157,38 +175,18 @@ class Agent:
             facts = await asyncio.to_thread(sandbox.finalize_facts, container)
             if facts is not None and facts.get("running"):
                 return  # restarted meanwhile: not an exit
-            await _db(self._write_end)(run_id, facts, follower)
-            await asyncio.to_thread(sandbox.remove_sandbox, container)
-            self.followers.pop(run_id, None)
+            if phase == "setup" and await _thread(ending.end_setup)(run_id, facts):
+                await asyncio.to_thread(sandbox.remove_sandbox, container)
+            else:
+                if phase != "setup":
+                    await _thread(ending.end_run)(run_id, facts,
+                                                  follower.bytes if follower else None)
+                run = await _db(lambda: Run.objects.filter(public_id=run_id).first())()
+                if run is not None:
+                    await _thread(sandbox.remove_run)(run)
+            self.followers.pop(container, None)
         finally:
-            self.finalizing.discard(run_id)
-
-    def _write_end(self, run_id: str, facts: dict[str, Any] | None,
-                   follower: Follower | None) -> None:
-        run = Run.objects.filter(public_id=run_id).first()
-        if run is None or not run.is_active:
-            return
-        exit_code = facts.get("exit_code") if facts else None
-        if facts is None:
-            reason = "worker_lost"
-        elif run.stop_reason:
-            reason = run.stop_reason
-        elif facts.get("oom_killed"):
-            reason = "oom"
-        elif exit_code == 0:
-            reason = "exit_zero"
-        elif exit_code == EXIT_NOT_FOUND:
-            reason = "command_not_found"
-        else:
-            reason = "exit_nonzero"
-        state, message = describe(reason, exit_code=exit_code, who=run.stop_requested_by,
-                                  **run.limits)
-        if reason == "cancelled_by_user":
-            message = f"Cancelled by {run.stop_requested_by or 'a user'}."
-        count = logstore.count(run_id)
-        if run.finish(state, reason, message, exit_code, log_entries=count,
-                      log_bytes=follower.bytes if follower else run.log_bytes):
-            log.info("run %s ended: %s (%s)", run_id, state, reason)
+            self.finalizing.discard(container)
 
     # -- limits, cancels, disk -----------------------------------------------------
 
@@ -200,20 +198,29 @@ class Agent:
         if check_disk and self.loop is not None:
             self.last_disk_check = self.loop.time()
         for run in running:
-            if not run.stop_reason and run.process_started_at and \
-                    now > run.process_started_at + timedelta(seconds=run.timeout_s):
+            # The wall clock covers setup and command alike, from the first start.
+            clock = run.hydrated_at or run.process_started_at
+            target = run.setup_container_name if run.phase == "setup" else run.container_name
+            if not run.stop_reason and clock and \
+                    now > clock + timedelta(seconds=run.timeout_s):
                 await _db(self._request_stop)(run, "timeout")
             elif not run.stop_reason and check_disk:
-                used = await asyncio.to_thread(sandbox.volume_bytes, run.container_name)
-                if used is not None and used > int(run.limits["disk_mb"]) * 1024 * 1024:
+                used = await asyncio.to_thread(self._disk_used, run)
+                if used > int(run.limits["disk_mb"]) * 1024 * 1024:
                     await _db(self._request_stop)(run, "disk_quota_exceeded")
             if run.stop_reason and run.stop_signalled_at is None:
-                await asyncio.to_thread(sandbox.signal_sandbox, run.container_name, "SIGTERM")
+                await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGTERM")
                 await _db(lambda r=run: Run.objects.filter(pk=r.pk).update(
                     stop_signalled_at=timezone.now()))()
             elif run.stop_signalled_at and \
                     now > run.stop_signalled_at + timedelta(seconds=settings.RUN_STOP_GRACE_S):
-                await asyncio.to_thread(sandbox.signal_sandbox, run.container_name, "SIGKILL")
+                await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGKILL")
+
+    @staticmethod
+    def _disk_used(run: Run) -> int:
+        """/workspace, plus /deps while the setup step may write it."""
+        names = [run.container_name] + ([run.deps_volume_name] if run.phase == "setup" else [])
+        return sum(sandbox.volume_bytes(name) or 0 for name in names)
 
     def _request_stop(self, run: Run, reason: str) -> None:
         Run.objects.filter(pk=run.pk, stop_reason="").update(stop_reason=reason)
@@ -226,20 +233,24 @@ class Agent:
         container whose run is finished or unknown is removed."""
         containers = await asyncio.to_thread(
             lambda: engine().containers.list(all=True, filters={"label": _label_filters()}))
-        by_owner = {c.labels.get("berth.owner", ""): c for c in containers}
+        by_owner: dict[str, list[Any]] = {}
+        for c in containers:
+            by_owner.setdefault(c.labels.get("berth.owner", ""), []).append(c)
         runs = await _db(lambda: {r.public_id: r for r in Run.objects.filter(
             public_id__in=list(by_owner))})()
-        for owner, container in by_owner.items():
+        for owner, group in by_owner.items():
             run = runs.get(owner)
-            if run is None or not run.is_active:
-                if owner not in self.finalizing:
-                    await asyncio.to_thread(sandbox.remove_sandbox, container.name)
-            elif container.status == "running":
-                self.follow(owner, container.name)
-            elif container.status in ("exited", "dead"):
-                self.follow(owner, container.name)
-                self._spawn(self._safely(lambda o=owner, n=container.name:
-                                         self.finalize(o, n)))
+            for container in group:
+                if run is None or not run.is_active:
+                    if container.name not in self.finalizing:
+                        await asyncio.to_thread(sandbox.remove_sandbox, container.name)
+                elif container.status == "running":
+                    self.follow(owner, container.name)
+                elif container.status in ("exited", "dead"):
+                    self.follow(owner, container.name)
+                    phase = container.labels.get("berth.phase", "main")
+                    self._spawn(self._safely(lambda o=owner, n=container.name, p=phase:
+                                             self.finalize(o, n, p)))
         await _db(self._lost_runs)(set(by_owner))
         await self._reconcile_stray_volumes()
 
@@ -274,6 +285,17 @@ class Agent:
                 public_id=o, state__in=ACTIVE_STATES).exists())()
             if not active:
                 await asyncio.to_thread(sandbox.remove_sandbox, name)
+        # /deps volumes a setup step filled that did not become a cache (it failed, or
+        # a concurrent run of the same key won) and whose run has ended.
+        deps = await asyncio.to_thread(lambda: engine().volumes.list(filters={
+            "label": _label_filters("deps")}))
+        for volume in deps:
+            owner = (volume.attrs.get("Labels") or {}).get("berth.owner", "")
+            keep = await _db(lambda v=volume.name, o=owner: DepCache.objects.filter(
+                volume=v).exists() or Run.objects.filter(
+                public_id=o, state__in=ACTIVE_STATES).exists())()
+            if not keep:
+                await asyncio.to_thread(caches.remove_volume, volume.name)
 
 
 def reconcile_once() -> None:

@@ -2,12 +2,13 @@
 
 from typing import Any
 
-from django.http import HttpRequest
+from django.http import FileResponse, HttpRequest
 from ninja import Field, Router, Schema, Status
 from pydantic import ConfigDict
 
 from runner import actions
 from runner.access import access_run
+from runner.artifacts import open_artifact
 from runner.models import Run
 from workspaces.api import actor_of, workspace_for
 
@@ -24,6 +25,14 @@ class RunIn(Schema):
     timeout_s: int | None = Field(None, ge=1)
     env: dict[str, str] = Field(default_factory=dict, max_length=100)
     runtime: str | None = Field(None, pattern="^(runc|gvisor)$")
+    secrets: list[str] = Field(default_factory=list, max_length=50)
+    commit_changes: bool = False
+
+
+class RerunIn(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, str] = Field(default_factory=dict, max_length=100)
 
 
 @router.post("/workspaces/{slug}/runs", response={202: dict[str, Any]},
@@ -31,7 +40,8 @@ class RunIn(Schema):
 def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:
     workspace = workspace_for(request, slug, "run")
     run = actions.start_run(workspace, actor_of(request), body.command, body.ref,
-                            body.timeout_s, body.env, body.runtime)
+                            body.timeout_s, body.env, body.runtime, body.secrets,
+                            body.commit_changes)
     return Status(202, actions.run_summary(run))
 
 
@@ -39,7 +49,7 @@ def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:
 def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str, Any]]:
     workspace = workspace_for(request, slug, "run")
     runs = Run.objects.filter(workspace=workspace).select_related(
-        "workspace", "requested_by", "token")[: max(1, min(limit, 200))]
+        "workspace", "requested_by", "token", "rerun_of")[: max(1, min(limit, 200))]
     return [actions.run_summary(r) for r in runs]
 
 
@@ -53,3 +63,27 @@ def cancel_run(request: HttpRequest, run_id: str) -> Status:
     actor = actor_of(request)
     run = actions.cancel_run(access_run(actor, run_id), actor)
     return Status(202, actions.run_summary(run))
+
+
+@router.post("/runs/{run_id}/rerun", response={202: dict[str, Any]},
+             summary="Run again from exactly the recorded inputs")
+def rerun(request: HttpRequest, run_id: str, body: RerunIn | None = None) -> Status:
+    actor = actor_of(request)
+    run = actions.rerun(access_run(actor, run_id), actor, body.env if body else {})
+    return Status(202, actions.run_summary(run))
+
+
+@router.get("/runs/{run_id}/artifacts", summary="The files a run kept ([artifacts] paths)")
+def list_artifacts(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    summary = actions.run_summary(access_run(actor_of(request), run_id))
+    return {"artifacts": summary["artifacts"], "refused": summary["artifacts_refused"],
+            "expired_at": summary["outputs_expired_at"]}
+
+
+@router.get("/runs/{run_id}/artifacts/{path:path}", summary="Download one artifact",
+            response={200: None})
+def get_artifact(request: HttpRequest, run_id: str, path: str) -> FileResponse:
+    run = access_run(actor_of(request), run_id)
+    return FileResponse(open_artifact(run, path), as_attachment=True,
+                        filename=path.rsplit("/", 1)[-1],
+                        content_type="application/octet-stream")

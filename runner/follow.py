@@ -17,8 +17,9 @@ from decimal import Decimal
 from typing import Any
 
 import docker
+from django.db import close_old_connections
 
-from runner import logstore
+from runner import logstore, secrets
 from runner.engine import engine
 
 log = logging.getLogger("berth.runner_agent")
@@ -109,6 +110,7 @@ class Follower(threading.Thread):
     def run(self) -> None:
         writer = logstore.LogWriter(self.run_id)
         try:
+            self.masker = self._masker()
             self._follow(writer)
         except Exception:
             log.exception("following %s failed", self.container)
@@ -118,6 +120,20 @@ class Follower(threading.Thread):
             writer.close()
             self._signal(self.count)
             self.done.set()
+
+    def _masker(self) -> secrets.Masker:
+        """Granted secret values, masked before a line is stored (a value split across
+        two 16 KB pieces of one long line is the one case this cannot see)."""
+        from runner.models import Run
+
+        try:
+            run = Run.objects.filter(public_id=self.run_id).values(
+                "workspace_id", "secret_names").first()
+            values = secrets.values_for(run["workspace_id"], run["secret_names"]) if run \
+                else {}
+        finally:
+            close_old_connections()
+        return secrets.Masker(values.values())
 
     def _follow(self, writer: logstore.LogWriter) -> None:
         api = engine().api
@@ -141,6 +157,8 @@ class Follower(threading.Thread):
                 ts, _, data = payload.partition(b" ")
                 if last is not None and ts_ns(ts) <= last:
                     continue  # already stored before a restart
+                if self.masker:
+                    data = self.masker.bytes(data)
                 writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())
                 if len(writer._pending) < 10_000:
                     continue

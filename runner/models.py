@@ -43,6 +43,14 @@ class Run(models.Model):
     limits = models.JSONField(default=dict)
     network = models.JSONField(default=dict)
     env_names = models.JSONField(default=list, blank=True)
+    secret_names = models.JSONField(default=list, blank=True)
+    # From workspace.toml at the commit, recorded so a replay needs nothing else:
+    # {"command", "cache_key": [paths], "key": hash of those files + image id, "hit"}.
+    setup = models.JSONField(default=dict, blank=True)
+    artifact_paths = models.JSONField(default=list, blank=True)
+    commit_changes = models.BooleanField(default=False)
+    rerun_of = models.ForeignKey("self", models.SET_NULL, null=True, blank=True,
+                                 related_name="reruns")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
                                      related_name="+")
     token = models.ForeignKey(ApiToken, models.SET_NULL, null=True, blank=True, related_name="+")
@@ -60,6 +68,13 @@ class Run(models.Model):
     stop_reason = models.CharField(max_length=40, blank=True)
     stop_requested_by = models.CharField(max_length=150, blank=True)
     stop_signalled_at = models.DateTimeField(null=True, blank=True)
+    # Which container the run is in: "setup" (fills /deps) or "main" (the command).
+    phase = models.CharField(max_length=8, blank=True)
+    artifacts = models.JSONField(default=list, blank=True)  # [{path, size, sha256}]
+    artifacts_refused = models.JSONField(default=list, blank=True)  # [{path, why}]
+    changes = models.JSONField(null=True, blank=True)  # see runner.outputs
+    changes_commit = models.CharField(max_length=40, blank=True)
+    outputs_expired_at = models.DateTimeField(null=True, blank=True)
     log_entries = models.PositiveIntegerField(default=0)
     log_bytes = models.PositiveBigIntegerField(default=0)
     # timings
@@ -86,6 +101,20 @@ class Run(models.Model):
     def container_name(self) -> str:
         """Unique per run and per instance: a redelivered task finds its own container."""
         return f"berth-{settings.BERTH_INSTANCE}-run-{self.public_id}"
+
+    @property
+    def setup_container_name(self) -> str:
+        return f"{self.container_name}-setup"
+
+    @property
+    def deps_volume_name(self) -> str:
+        """The /deps volume this run fills (a miss) — each builder its own, so two runs
+        building one key never write into the same volume."""
+        return f"berth-{settings.BERTH_INSTANCE}-deps-{self.public_id}"
+
+    @property
+    def changes_branch(self) -> str:
+        return f"runs/{self.public_id}"
 
     @property
     def timeout_s(self) -> int:
@@ -117,3 +146,46 @@ class Run(models.Model):
             public_id = self.public_id
             transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id)))
         return ended
+
+
+class DepCache(models.Model):
+    """A filled dependency cache: the /deps volume a setup step left, keyed by the hashes
+    of its `cache_key` files, its command and the image id. Mounted read-only by every
+    run that hits it, so no unreviewed run can change what a later one gets."""
+
+    public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="dep_caches")
+    key = models.CharField(max_length=64)
+    image_id = models.CharField(max_length=100)
+    volume = models.CharField(max_length=200, unique=True)
+    size_bytes = models.PositiveBigIntegerField(default=0)
+    built_by = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("workspace", "key", name="one_cache_per_key")]
+        ordering = ["-last_used_at"]
+
+    def __str__(self) -> str:
+        return f"cache {self.key[:12]} of {self.workspace}"
+
+
+class Secret(models.Model):
+    """A workspace secret: the value is encrypted at rest (runner.secrets) and never
+    shown again after it is set; runs get it only when their request names it."""
+
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=64)
+    ciphertext = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
+                                   related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("workspace", "name", name="one_secret_per_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"secret {self.name} of {self.workspace}"

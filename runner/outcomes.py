@@ -43,6 +43,17 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
         "sandbox_failed": (RunState.ERROR,
                            f"The sandbox could not be prepared: {f.get('detail')}. Run again; "
                            "if it persists, tell your operator."),
+        "image_gone": (RunState.ERROR,
+                       f"The image this run recorded ({f.get('image_id')}) no longer "
+                       "exists, so it cannot be replayed exactly; start a new run, which "
+                       f"uses the current {f.get('image')}."),
+        "setup_failed": (RunState.FAILED,
+                         f"The [setup] command exited with code {f.get('exit_code')} and "
+                         "the command did not run; the log says why. Fix [setup] in "
+                         "workspace.toml (nothing was cached)."),
+        "setup_oom": (RunState.OOM_KILLED,
+                      f"The [setup] command used more than {f.get('memory_mb')} MB of "
+                      "memory and was killed; raise [sandbox].memory_mb."),
         "worker_lost": (RunState.LOST,
                         "The sandbox disappeared while the run was active (the engine "
                         "restarted or the container was removed); run it again."),

@@ -11,7 +11,7 @@ import requests
 from celery import shared_task
 from django.utils import timezone
 
-from runner import sandbox
+from runner import sandbox, secrets
 from runner.models import Run, RunState
 from runner.outcomes import describe
 
@@ -28,7 +28,10 @@ def prepare_run(run_id: int, env: dict[str, str] | None = None) -> None:
         if run.state != RunState.PREPARING:
             return
     try:
-        sandbox.prepare_and_start(run, env or {},
+        # Secret values come from the database (encrypted there), env values only from
+        # this message: neither is ever written to the run row.
+        env = {**(env or {}), **secrets.values_for(run.workspace_id, run.secret_names)}
+        sandbox.prepare_and_start(run, env,
                                   still_wanted=lambda: Run.objects.filter(
                                       pk=run.pk, state=RunState.PREPARING).exists())
     except sandbox.SandboxError as e:
@@ -38,18 +41,38 @@ def prepare_run(run_id: int, env: dict[str, str] | None = None) -> None:
         log.warning("run %s: engine unavailable: %s", run.public_id, e)
         _fail(run, "engine_unavailable")
         return
+    # In the setup phase the command itself has not started: the agent stamps
+    # process_started_at when it starts the main container.
+    phase = Run.objects.filter(pk=run.pk).values_list("phase", flat=True).first()
     started = run.advance(RunState.RUNNING, (RunState.PREPARING,),
-                          process_started_at=timezone.now())
+                          **({"process_started_at": timezone.now()} if phase == "main" else {}))
     if not started:
         # It ended while we prepared: cancelled, or the command already exited and the
         # agent wrote the end. Only a cancel needs the process stopped; the agent
         # removes the container once it has its log.
         run.refresh_from_db()
         if run.reason == "cancelled_by_user":
+            sandbox.signal_sandbox(run.setup_container_name, "SIGKILL")
             sandbox.signal_sandbox(run.container_name, "SIGKILL")
 
 
 def _fail(run: Run, reason: str, **facts: object) -> None:
     state, message = describe(reason, **facts)
     run.finish(state, reason, message)
-    sandbox.remove_sandbox(run.container_name)
+    sandbox.remove_run(run)
+
+
+@shared_task(ignore_result=True)
+def apply_retention() -> None:
+    """Logs and artifacts of runs that ended more than RUN_RETENTION_DAYS ago are removed
+    (the run row, with its inputs, outcome and changes, stays)."""
+    from runner import retention
+
+    retention.apply()
+
+
+@shared_task(ignore_result=True)
+def evict_caches() -> None:
+    from runner import caches
+
+    caches.evict()

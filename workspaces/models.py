@@ -19,6 +19,8 @@ class Workspace(models.Model):
     default_branch = models.CharField(max_length=100, default="main")
     template = models.CharField(max_length=30, blank=True)
     allow_force_push = models.BooleanField(default=False)
+    # Set by a team admin; workspace.toml cannot lower it (runner.policy).
+    require_gvisor = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -34,3 +36,7 @@ class Workspace(models.Model):
     def repo_path(self) -> Path:
         """Named by ids, not slugs: nothing a user types ever becomes a host path."""
         return Path(settings.DATA_DIR) / "repos" / self.team.public_id / f"{self.public_id}.git"
+
+    @property
+    def requires_gvisor(self) -> bool:
+        return self.require_gvisor or self.team.require_gvisor

@@ -5,14 +5,19 @@ calls only what this package exports.
 """
 
 from runner.sandbox.docker import (
-                                   SandboxError,
-                                   engine_runtimes,
-                                   finalize_facts,
-                                   prepare_and_start,
-                                   remove_sandbox,
-                                   signal_sandbox,
-                                   volume_bytes,
+    SandboxError,
+    engine_runtimes,
+    finalize_facts,
+    get_workspace_archive,
+    image_allowed,
+    prepare_and_start,
+    remove_run,
+    remove_sandbox,
+    signal_sandbox,
+    start_main,
+    volume_bytes,
 )
 
-__all__ = ["SandboxError", "engine_runtimes", "finalize_facts", "prepare_and_start",
-           "remove_sandbox", "signal_sandbox", "volume_bytes"]
+__all__ = ["SandboxError", "engine_runtimes", "finalize_facts", "get_workspace_archive",
+           "image_allowed", "prepare_and_start", "remove_run", "remove_sandbox", "signal_sandbox",
+           "start_main", "volume_bytes"]

@@ -34,12 +34,15 @@ def engine_runtimes() -> set[str]:
     return set(engine().info().get("Runtimes", {}))
 
 
-def _labels(run: Run) -> dict[str, str]:
-    return {"berth.instance": settings.BERTH_INSTANCE, "berth.kind": "run",
-            "berth.owner": run.public_id}
+def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
+    labels = {"berth.instance": settings.BERTH_INSTANCE, "berth.kind": kind,
+              "berth.owner": run.public_id}
+    if phase:
+        labels["berth.phase"] = phase
+    return labels
 
 
-def _host_config(run: Run, runtime: str) -> dict[str, Any]:
+def _host_config(run: Run, runtime: str, deps: Mount | None = None) -> dict[str, Any]:
     limits = run.limits
     memory = f"{int(limits['memory_mb'])}m"
     return dict(
@@ -62,7 +65,8 @@ def _host_config(run: Run, runtime: str) -> dict[str, Any]:
                  Ulimit(name="core", soft=0, hard=0)],
         tmpfs={"/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 (the sandbox's own)
                "/home/sandbox": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755"},
-        mounts=[Mount("/workspace", run.container_name, type="volume")],
+        mounts=[Mount("/workspace", run.container_name, type="volume")] + (
+            [deps] if deps else []),
         runtime=runtime,
         hostname="sandbox",
         # The agent copies output into the log store. The engine's copy must outlast
@@ -74,9 +78,21 @@ def _host_config(run: Run, runtime: str) -> dict[str, Any]:
     )
 
 
+def image_allowed(image: str) -> bool:
+    """The operator's list, plus this instance's own release images (DESIGN.md)."""
+    return image in settings.ALLOWED_IMAGES or \
+        image.startswith(f"berth-{settings.BERTH_INSTANCE}-release-")
+
+
 def _check_image(run: Run) -> str:
-    if run.image not in settings.ALLOWED_IMAGES:
+    """The image id the run uses: a replay's recorded id exactly, else the name's."""
+    if not image_allowed(run.image):
         raise SandboxError("image_not_allowed", image=run.image)
+    if run.rerun_of_id and run.image_id:
+        try:
+            return str(engine().images.get(run.image_id).id)
+        except docker.errors.ImageNotFound:
+            raise SandboxError("image_gone", image=run.image, image_id=run.image_id) from None
     try:
         return str(engine().images.get(run.image).id)
     except docker.errors.ImageNotFound:
@@ -94,34 +110,92 @@ def prepare_and_start(run: Run, env: dict[str, str],
                       still_wanted: Callable[[], bool] = lambda: True) -> bool:
     """Create, hydrate and start the run's sandbox; True if it is running now.
 
+    1. With a `[setup]` command, the dependency cache for its key is looked up: a hit
+       is mounted read-only at /deps and setup is skipped; a miss creates a setup
+       container first, with a fresh /deps volume it alone may write.
+    2. The main container is created now too (it alone gets the env and secrets), so
+       the agent only has to start it once setup has succeeded.
+    3. The commit's tree goes into the shared /workspace volume; the first container
+       is started.
     Safe to call twice for one run (a redelivered task): a started container is left
-    to the agent, a created-but-not-started one is replaced.
+    to the agent, created-but-not-started ones are replaced.
     """
-    existing = _existing(run.container_name)
-    if existing is not None:
-        if existing.status != "created":
-            return True
-        remove_sandbox(run.container_name)
+    names = (run.setup_container_name, run.container_name)
+    existing = [c for c in map(_existing, names) if c is not None]
+    if any(c.status != "created" for c in existing):
+        return True
+    for name in names:
+        remove_sandbox(name)
     image_id = _check_image(run)
     runtime = RUNTIMES[run.runtime]
     if runtime not in engine_runtimes():
         raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
+    setup, deps = _deps(run, image_id)
     engine().volumes.create(run.container_name, labels=_labels(run))
-    container = engine().containers.create(
-        run.image, ["sh", "-c", run.command], name=run.container_name, labels=_labels(run),
-        environment=env, **_host_config(run, runtime))
+    first = None
+    if setup.get("hit") is False:
+        # No env and no secrets: what setup leaves is shared by later runs of the key,
+        # so it must follow from the key alone, not from who asked.
+        first = engine().containers.create(
+            run.image, ["sh", "-c", setup["command"]], name=run.setup_container_name,
+            labels=_labels(run, phase="setup"),
+            **_host_config(run, runtime, Mount("/deps", setup["volume"], type="volume")))
+    main = engine().containers.create(
+        run.image, ["sh", "-c", run.command], name=run.container_name,
+        labels=_labels(run, phase="main"), environment=env,
+        **_host_config(run, runtime, deps))
+    first = first or main
     with open_store(run.workspace) as store:
         tarball = tree_tarball(store, run.commit)
-    if not container.put_archive("/workspace", tarball):
+    if not first.put_archive("/workspace", tarball):
         raise SandboxError("sandbox_failed", detail="the source could not be copied in")
-    Run.objects.filter(pk=run.pk).update(image_id=image_id, hydrated_at=timezone.now(),
-                                         isolation=_isolation(container, run))
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk).update(
+        image_id=image_id, hydrated_at=now, isolation=_isolation(main, run), setup=setup,
+        phase="setup" if first is not main else "main",
+        setup_done_at=now if setup.get("hit") else None)
     if not still_wanted():
         # Cancelled, or carried to its end by another delivery of this task meanwhile.
-        remove_sandbox(run.container_name)
+        for name in names:
+            remove_sandbox(name)
         return False
-    container.start()
+    first.start()
     return True
+
+
+def _deps(run: Run, image_id: str) -> tuple[dict[str, Any], Mount | None]:
+    """(the run's setup record, the read-only /deps mount of the main container)."""
+    from runner import caches
+
+    if not run.setup.get("command"):
+        return run.setup, None
+    setup = {**run.setup, "key": caches.cache_key(run, image_id)}
+    cache = caches.find_ready(run, setup["key"])
+    if cache is not None:
+        setup.update(hit=True, volume=cache.volume, cache=cache.public_id)
+    else:
+        setup.update(hit=False, volume=run.deps_volume_name, cache=None)
+        if not caches.volume_exists(run.deps_volume_name):
+            engine().volumes.create(run.deps_volume_name, labels={
+                **_labels(run, kind="deps"), "berth.workspace": run.workspace.public_id})
+    return setup, Mount("/deps", setup["volume"], type="volume", read_only=True)
+
+
+def start_main(run: Run) -> bool:
+    """Start the main container created by `prepare_and_start` (after setup); False if
+    it is gone. A second call for a started container is harmless."""
+    container = _existing(run.container_name)
+    if container is None:
+        return False
+    if container.status == "created":
+        container.start()
+    return True
+
+
+def get_workspace_archive(name: str) -> Any:
+    """The /workspace folder of a stopped container as a stream of tar chunks."""
+    chunks, _ = engine().containers.get(name).get_archive("/workspace", chunk_size=1 << 16)
+    return chunks
 
 
 def _isolation(container: Any, run: Run) -> dict[str, Any]:
@@ -170,11 +244,23 @@ def finalize_facts(name: str) -> dict[str, Any] | None:
 
 
 def remove_sandbox(name: str) -> None:
-    """Remove a run's container and volume; gone already is fine."""
+    """Remove a run's container and its volume of the same name (if any); gone already
+    is fine."""
     for remove in (lambda: engine().containers.get(name).remove(force=True),
                    lambda: engine().volumes.get(name).remove(force=True)):
         with contextlib.suppress(docker.errors.NotFound):
             remove()
+
+
+def remove_run(run: Run) -> None:
+    """Everything a run created: both containers, the /workspace volume, and the /deps
+    volume it filled unless that became the cache for its key."""
+    from runner import caches
+
+    remove_sandbox(run.setup_container_name)
+    remove_sandbox(run.container_name)
+    if caches.volume_exists(run.deps_volume_name) and not caches.is_cache(run.deps_volume_name):
+        caches.remove_volume(run.deps_volume_name)
 
 
 def volume_bytes(name: str) -> int | None:

@@ -1,0 +1,117 @@
+"""What the runner agent does when a run's container exits (sync, on a worker thread).
+
+`end_setup` decides whether a finished setup step lets the command start; `end_run`
+reads the outputs and writes the one terminal state. Both are safe to call again after
+an agent restart: every step checks what is already done.
+"""
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.access import Actor
+from accounts.actions import record
+from runner import caches, logstore, outputs, sandbox, secrets
+from runner.models import Run
+from runner.outcomes import EXIT_NOT_FOUND, describe
+from workspaces.gitstore import Author
+from workspaces.store import open_store
+
+log = logging.getLogger("berth.runner_agent")
+
+
+def _exit_reason(run: Run, facts: dict[str, Any] | None) -> str:
+    exit_code = facts.get("exit_code") if facts else None
+    if facts is None:
+        return "worker_lost"
+    if run.stop_reason:
+        return run.stop_reason
+    if facts.get("oom_killed"):
+        return "oom"
+    if exit_code == 0:
+        return "exit_zero"
+    if exit_code == EXIT_NOT_FOUND:
+        return "command_not_found"
+    return "exit_nonzero"
+
+
+def end_setup(run_id: str, facts: dict[str, Any] | None) -> bool:
+    """After the setup container exits: True if the main container was started (the
+    run goes on), False if the run ended here (its end is written)."""
+    run = Run.objects.select_related("workspace").filter(public_id=run_id).first()
+    if run is None or not run.is_active:
+        return False
+    if run.phase == "main":
+        return True  # done before an agent restart; only the cleanup was left
+    if _exit_reason(run, facts) != "exit_zero":
+        end_run(run_id, facts, read_outputs=False)  # the command never ran: no outputs
+        return False
+    size = sandbox.volume_bytes(run.deps_volume_name) or 0
+    cache = caches.keep_filled(run, size)
+    now = timezone.now()
+    Run.objects.filter(pk=run.pk).update(
+        phase="main", setup_done_at=now, process_started_at=now,
+        setup={**run.setup, "cache": cache.public_id, "size_bytes": size})
+    return sandbox.start_main(run)  # False if gone: the reconcile marks the run lost
+
+
+def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = None,
+            read_outputs: bool = True) -> None:
+    """Write the one terminal state of a run whose container exited, with its outputs."""
+    run = Run.objects.select_related("workspace__team", "requested_by", "token").filter(
+        public_id=run_id).first()
+    if run is None or not run.is_active:
+        return
+    reason = _exit_reason(run, facts)
+    if run.phase == "setup" and reason in ("oom", "exit_nonzero", "command_not_found"):
+        reason = "setup_oom" if reason == "oom" else "setup_failed"
+    exit_code = facts.get("exit_code") if facts else None
+    state, message = describe(reason, exit_code=exit_code,
+                              who=run.stop_requested_by or "a user", **run.limits)
+    fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
+    if log_bytes is not None:
+        fields["log_bytes"] = log_bytes
+    if read_outputs and facts is not None:
+        fields.update(_outputs(run))
+    if run.finish(state, reason, message, exit_code, **fields):
+        log.info("run %s ended: %s (%s)", run_id, state, reason)
+
+
+def _outputs(run: Run) -> dict[str, Any]:
+    """Changes and artifacts of a stopped run; a failure to read them is reported on the
+    run, never allowed to keep it from ending."""
+    masker = secrets.Masker(secrets.values_for(run.workspace_id, run.secret_names).values())
+    try:
+        chunks = sandbox.get_workspace_archive(run.container_name)
+        with open_store(run.workspace) as store:
+            out = outputs.read_outputs(store, run, chunks, masker)
+            sha = _commit(store, run, out) if run.commit_changes and out.tree else ""
+    except Exception as e:
+        log.exception("run %s: reading /workspace failed", run.public_id)
+        changes = outputs.empty_changes()
+        changes["error"] = f"The run's files could not be read back ({type(e).__name__})."
+        return {"changes": changes}
+    return {"changes": out.changes, "artifacts": out.artifacts,
+            "artifacts_refused": out.refused, "changes_commit": sha}
+
+
+def _commit(store: Any, run: Run, out: outputs.Outputs) -> str:
+    """The run's changes as one commit on a new branch `runs/<id>`, authored by the run
+    on behalf of whoever asked for it."""
+    asked = run.token.name if run.token else (run.requested_by.username
+                                              if run.requested_by else "someone")
+    email = (run.requested_by.email if run.requested_by else "") or "runs@berth.invalid"
+    first_line = run.command.strip().splitlines()[0][:72] if run.command.strip() else ""
+    with store.write_lock():
+        sha = store.make_commit(out.tree, [run.commit],
+                                Author(f"run {run.public_id} (asked by {asked})", email),
+                                f"Changes from run {run.public_id}\n\n$ {first_line}")
+        store.advance(run.changes_branch, None, sha)
+    if run.requested_by is not None:
+        with transaction.atomic():
+            record(run.workspace.team, Actor(run.requested_by, run.token),
+                   "run.changes_committed", f"commit:{sha[:12]}", run.workspace.slug,
+                   run=run.public_id, branch=run.changes_branch)
+    return sha
