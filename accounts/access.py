@@ -81,3 +81,22 @@ def access_token(membership: Membership, public_id: str) -> ApiToken:
 def token_team(actor: Actor) -> Team:
     assert actor.token is not None
     return actor.token.team
+
+
+def require_team_admin(actor: Actor, team: Team) -> Membership:
+    """The actor's admin membership of `team`, or Forbidden `admin_required`: a
+    signed-in admin, or a token of an admin that has `workspace:write`.
+
+    A token acts with its owner's role: it is an admin's only while its user is an
+    admin of the team, so a demoted admin's tokens lose the power with them. Someone
+    outside the team gets 404, as everywhere.
+    """
+    membership = Membership.objects.select_related("team", "user").filter(
+        team=team, user=actor.user).first()
+    if membership is None or (actor.token is not None and actor.token.team_id != team.pk):
+        raise NotFound("No such team.")
+    actor.require_scope("workspace:write")
+    if not membership.is_admin:
+        raise Forbidden(f"Only an admin of team {team.slug} may do this; ask one of them.",
+                        {"role": membership.role, "need": Role.ADMIN}, code="admin_required")
+    return membership

@@ -117,6 +117,17 @@ def _keep_one_admin(membership: Membership, new_role: str | None) -> None:
             raise Conflict("A team needs at least one admin: make someone else admin first.")
 
 
+def set_team_gvisor_policy(team: Team, actor: Actor, required: bool) -> Team:
+    """Whether every run of every workspace of the team uses gVisor, whatever a
+    workspace's settings, its workspace.toml or a request asks for (admins decide)."""
+    with transaction.atomic():
+        team.require_gvisor = required
+        team.save(update_fields=["require_gvisor"])
+        record(team, actor, "team.policy_changed", f"team:{team.slug}",
+               require_gvisor=required)
+    return team
+
+
 def create_invitation(team: Team, role: str, by: Actor, note: str = "") -> tuple[Invitation, str]:
     _check_role(role)
     with transaction.atomic():

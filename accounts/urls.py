@@ -14,6 +14,7 @@ urlpatterns = [
     path("t/<slug:team>/members/<str:username>/role/", views.member_role, name="member-role"),
     path("t/<slug:team>/members/<str:username>/remove/", views.member_remove,
          name="member-remove"),
+    path("t/<slug:team>/policies/gvisor/", views.gvisor_policy, name="team-gvisor-policy"),
     path("t/<slug:team>/invitations/", views.invitation_create, name="invitation-create"),
     path("t/<slug:team>/invitations/<str:public_id>/revoke/", views.invitation_revoke,
          name="invitation-revoke"),

@@ -23,6 +23,7 @@ from accounts.forms import (
 )
 from accounts.models import ApiToken, Invitation, Membership, Role, SignInThrottle
 from config.errors import BerthError, Forbidden, NotFound
+from runner.secrets import check_name
 
 
 def team_page(need: str = Role.MEMBER) -> Callable[..., Callable[..., HttpResponse]]:
@@ -159,6 +160,19 @@ def member_remove(request: HttpRequest, membership: Membership, username: str) -
 
 @require_POST
 @team_page(Role.ADMIN)
+def gvisor_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
+    required = request.POST.get("require_gvisor") == "on"
+    actions.set_team_gvisor_policy(membership.team, Actor(membership.user), required)
+    if required:
+        messages.success(request, "Every run of every workspace of this team now uses gVisor.")
+    else:
+        messages.success(request, "The team no longer requires gVisor; workspaces that "
+                                  "require it themselves still do.")
+    return redirect("members", team=membership.team.slug)
+
+
+@require_POST
+@team_page(Role.ADMIN)
 def invitation_create(request: HttpRequest, membership: Membership) -> HttpResponse:
     form = InviteForm(request.POST)
     if not form.is_valid():
@@ -215,10 +229,11 @@ def tokens(request: HttpRequest, membership: Membership) -> HttpResponse:
     form = TokenForm(request.POST or None, initial={"expires_days": settings.TOKEN_DEFAULT_DAYS})
     if request.method == "POST" and form.is_valid():
         try:
+            secret_names = [check_name(n) for n in dict.fromkeys(form.split("secret_names"))]
             token, secret = actions.create_token(
                 membership.team, membership.user, form.cleaned_data["name"],
                 form.cleaned_data["scopes"], Actor(membership.user),
-                workspaces=form.split("workspaces"), secret_names=form.split("secret_names"),
+                workspaces=form.split("workspaces"), secret_names=secret_names,
                 expires_days=form.cleaned_data["expires_days"],
             )
         except BerthError as e:

@@ -13,7 +13,9 @@ from accounts.auth import TokenAuth
 from config.errors import BerthError, error_response
 from config.middleware import too_large
 from runner.api import router as runs_router
+from runner.caches_api import router as caches_router
 from runner.logs_api import router as logs_router
+from runner.secrets_api import router as secrets_router
 from workspaces.api import router as workspaces_router
 
 log = logging.getLogger(__name__)
@@ -86,3 +88,5 @@ api.add_router("/", accounts_router)
 api.add_router("/", workspaces_router)
 api.add_router("/", logs_router)
 api.add_router("/", runs_router)
+api.add_router("/", secrets_router)
+api.add_router("/", caches_router)

@@ -82,7 +82,7 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
 def _outputs(run: Run) -> dict[str, Any]:
     """Changes and artifacts of a stopped run; a failure to read them is reported on the
     run, never allowed to keep it from ending."""
-    masker = secrets.Masker(secrets.values_for(run.workspace_id, run.secret_names).values())
+    masker = secrets.Masker(secrets.unseal(run.secrets_sealed).values())
     try:
         chunks = sandbox.get_workspace_archive(run.container_name)
         with open_store(run.workspace) as store:

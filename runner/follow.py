@@ -122,15 +122,15 @@ class Follower(threading.Thread):
             self.done.set()
 
     def _masker(self) -> secrets.Masker:
-        """Granted secret values, masked before a line is stored (a value split across
-        two 16 KB pieces of one long line is the one case this cannot see)."""
+        """The values the run was granted (sealed on the run when it was prepared),
+        masked before a line is stored (a value split across two 16 KB pieces of one
+        long line is the one case this cannot see)."""
         from runner.models import Run
 
         try:
-            run = Run.objects.filter(public_id=self.run_id).values(
-                "workspace_id", "secret_names").first()
-            values = secrets.values_for(run["workspace_id"], run["secret_names"]) if run \
-                else {}
+            sealed = Run.objects.filter(public_id=self.run_id).values_list(
+                "secrets_sealed", flat=True).first()
+            values = secrets.unseal(sealed or "")
         finally:
             close_old_connections()
         return secrets.Masker(values.values())

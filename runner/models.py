@@ -44,6 +44,9 @@ class Run(models.Model):
     network = models.JSONField(default=dict)
     env_names = models.JSONField(default=list, blank=True)
     secret_names = models.JSONField(default=list, blank=True)
+    # The granted values as the container got them, encrypted like Secret values: what
+    # the log and outputs are masked with, even if a secret changes during the run.
+    secrets_sealed = models.TextField(blank=True)
     # From workspace.toml at the commit, recorded so a replay needs nothing else:
     # {"command", "cache_key": [paths], "key": hash of those files + image id, "hit"}.
     setup = models.JSONField(default=dict, blank=True)

@@ -5,6 +5,7 @@ Values are Fernet tokens (AES-128-CBC + HMAC-SHA256) under a key of their own
 reveals nothing and rotating SECRET_KEY loses nothing.
 """
 
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -85,6 +86,14 @@ class Masker:
         for value in self.raw:
             data = data.replace(value, MASK.encode())
         return data
+
+
+def seal(values: dict[str, str]) -> str:
+    return encrypt(json.dumps(values)) if values else ""
+
+
+def unseal(sealed: str) -> dict[str, str]:
+    return json.loads(decrypt(sealed)) if sealed else {}
 
 
 def values_for(workspace_id: int, names: Iterable[str]) -> dict[str, str]:

@@ -57,6 +57,7 @@ def subprocess_env() -> dict[str, str]:
         "TEST_REDIS_URL": settings.REDIS_URL,
         "PYTHONUNBUFFERED": "1",
         "GIT_MAX_PUSH_MB": "5",  # small enough for a test to push past it
+        "RUN_ARTIFACTS_MAX_MB": "5",  # likewise for a run's artifacts
         # A name no engine has, allowed so a test can reach `image_missing`.
         "ALLOWED_IMAGES": f"{settings.SANDBOX_IMAGE},berth-test-missing:none",
         # Crash tests should not wait the production intervals.

@@ -61,6 +61,8 @@ def create_workspace(team: Team, actor: Actor, name: str, slug: str | None = Non
                 editor = TreeEditor(store, None)
                 for path, content in (starters.files(template) if template else {}).items():
                     editor.apply(Change("write", path, content))
+                for path, target in starters.SYMLINKS.get(template or "", {}).items():
+                    editor.apply(Change("symlink", path, target.encode()))
                 message = f"Create workspace from the {template} template" if template \
                     else "Create workspace"
                 sha = store.make_commit(editor.write(), [], author_of(actor), message)
@@ -181,4 +183,15 @@ def set_force_push_policy(workspace: Workspace, actor: Actor, allow: bool) -> Wo
         workspace.save(update_fields=["allow_force_push"])
         record(workspace.team, actor, "workspace.policy_changed",
                f"workspace:{workspace.slug}", workspace.slug, allow_force_push=allow)
+    return workspace
+
+
+def set_workspace_gvisor_policy(workspace: Workspace, actor: Actor, required: bool) -> Workspace:
+    """Whether every run of this workspace uses gVisor, whatever workspace.toml or a
+    request asks for (admins decide). Off does not lower a team-wide requirement."""
+    with transaction.atomic():
+        workspace.require_gvisor = required
+        workspace.save(update_fields=["require_gvisor"])
+        record(workspace.team, actor, "workspace.policy_changed",
+               f"workspace:{workspace.slug}", workspace.slug, require_gvisor=required)
     return workspace

@@ -7,14 +7,14 @@ costs the same in a 10-file and a 10,000-file repository.
 from dataclasses import dataclass
 
 from config.errors import Conflict, Invalid, NotFound
-from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_TREE, GitStore, Node
+from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, GitStore, Node
 
 Entry = tuple[int, bytes] | Node
 
 
 @dataclass
 class Change:
-    op: str  # "write" | "delete" | "rename"
+    op: str  # "write" | "delete" | "rename" | "symlink" (starters only, not the API)
     path: str
     content: bytes | None = None
     to: str | None = None
@@ -32,6 +32,9 @@ class TreeEditor:
             mode = MODE_EXEC if isinstance(existing, tuple) and existing[0] == MODE_EXEC \
                 else MODE_FILE
             self._put(change.path, (mode, self.store.add_blob(change.content)))
+        elif change.op == "symlink":
+            assert change.content is not None  # the link's target, stored as Git does
+            self._put(change.path, (MODE_LINK, self.store.add_blob(change.content)))
         elif change.op == "delete":
             self._remove(change.path)
         elif change.op == "rename":

@@ -8,6 +8,7 @@ from django.conf import settings
 from dulwich.diff_tree import RenameDetector, tree_changes
 
 from config.errors import Invalid, NotFound
+from workspaces import contract
 from workspaces.gitstore import MODE_LINK, MODE_SUBMODULE, MODE_TREE, GitStore, is_text
 
 MAX_DIFF_BYTES = 512 * 1024  # per file: past this a diff says "too large" instead
@@ -111,7 +112,8 @@ def diff_trees(store: GitStore, old_tree: bytes | None, new_tree: bytes) -> dict
 def commit_detail(store: GitStore, sha: str) -> dict[str, Any]:
     commit = store.commit(sha)
     parent_tree = store.commit(commit.parents[0].decode()).tree if commit.parents else None
-    return {**commit_summary(store, sha), "diff": diff_trees(store, parent_tree, commit.tree)}
+    return {**commit_summary(store, sha), "diff": diff_trees(store, parent_tree, commit.tree),
+            "contract_changes": [c.as_dict() for c in contract.commit_changes(store, sha)]}
 
 
 def compare(store: GitStore, base: str, head: str) -> dict[str, Any]:

@@ -17,5 +17,6 @@ urlpatterns = [
     path(W + "commits/<str:sha>/", views.commit_page, name="workspace-commit"),
     path(W + "settings/", views.settings_page, name="workspace-settings"),
     path(W + "settings/push-policy/", views.force_push_policy, name="workspace-push-policy"),
+    path(W + "settings/gvisor-policy/", views.gvisor_policy, name="workspace-gvisor-policy"),
     path(W + "settings/delete/", views.delete_workspace, name="workspace-delete"),
 ]

@@ -314,6 +314,27 @@ def force_push_policy(request: HttpRequest, membership: Membership, workspace: W
 
 @require_POST
 @workspace_page
+def gvisor_policy(request: HttpRequest, membership: Membership, workspace: Workspace
+                  ) -> HttpResponse:
+    if not membership.is_admin:
+        return render(request, "error.html", {
+            "message": "Only an admin of the team may change the runtime policy."}, status=403)
+    required = request.POST.get("require_gvisor") == "on"
+    actions.set_workspace_gvisor_policy(workspace, Actor(membership.user), required)
+    if required:
+        messages.success(request, "Every run of this workspace now uses gVisor.")
+    elif workspace.team.require_gvisor:
+        messages.success(request, "This workspace no longer requires gVisor itself, but team "
+                                  f"{workspace.team.slug} still does, so its runs still use "
+                                  "gVisor.")
+    else:
+        messages.success(request, "Runs of this workspace use the runtime workspace.toml or "
+                                  "the request asks for.")
+    return redirect("workspace-settings", team=membership.team.slug, slug=workspace.slug)
+
+
+@require_POST
+@workspace_page
 def delete_workspace(request: HttpRequest, membership: Membership, workspace: Workspace
                      ) -> HttpResponse:
     """Admins only, and only with the slug typed: deleting removes the repository."""

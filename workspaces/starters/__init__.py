@@ -11,6 +11,11 @@ DESCRIPTIONS = {
 }
 
 
+# Symlinks a starter commits (Git stores a link as its target). node-http links its
+# node_modules to the dependency cache its [setup] fills at /deps.
+SYMLINKS = {"node-http": {"node_modules": "/deps/node_modules"}}
+
+
 def files(name: str) -> dict[str, bytes]:
     """path -> content of every file of a starter."""
     base = ROOT / name

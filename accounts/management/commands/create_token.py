@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from accounts import actions
 from accounts.models import ApiToken, Team
 from config.errors import BerthError
+from runner.secrets import check_name
 
 
 class Command(BaseCommand):
@@ -20,6 +21,8 @@ class Command(BaseCommand):
                             help="limit the token to this workspace (repeatable)")
         parser.add_argument("--secret", action="append", default=[],
                             help="a secret name the token may grant to runs (repeatable)")
+        parser.add_argument("--secrets", default="",
+                            help="secret names this token may grant to runs, comma-separated")
         parser.add_argument("--expires-days", type=int, default=None)
         parser.add_argument("--name", default="cli")
 
@@ -31,10 +34,12 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError(f"No user {o['user']!r}.")
         scopes = [s.strip() for s in o["scopes"].split(",") if s.strip()]
+        names = [n.strip() for n in [*o["secret"], *o["secrets"].split(",")] if n.strip()]
         try:
+            secret_names = [check_name(n) for n in dict.fromkeys(names)]
             token, secret = actions.create_token(
                 team, user, o["name"], scopes, None, workspaces=o["workspace"],
-                secret_names=o["secret"], expires_days=o["expires_days"],
+                secret_names=secret_names, expires_days=o["expires_days"],
             )
         except BerthError as e:
             raise CommandError(e.message) from e
