@@ -183,7 +183,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "timings": {k: iso(getattr(run, k)) for k in (
             "queued_at", "started_at", "hydrated_at", "setup_done_at", "process_started_at",
             "ready_at", "finished_at")},
-        "log": {"entries": run.log_entries, "bytes": run.log_bytes},
+        "log": {"entries": run.log_entries, "bytes": run.log_bytes,
+                "expired": run.outputs_expired_at is not None},
         "log_url": f"/api/v1/runs/{run.public_id}/logs",
         "secrets": run.secret_names,
         "setup": _setup_summary(run),

@@ -51,6 +51,9 @@ def end_setup(run_id: str, facts: dict[str, Any] | None) -> bool:
     size = sandbox.volume_bytes(run.deps_volume_name) or 0
     cache = caches.keep_filled(run, size)
     now = timezone.now()
+    took = (now - run.hydrated_at).total_seconds() if run.hydrated_at else 0
+    logstore.note(run_id, f"[setup] done in {took:.1f} s; /deps ({size / 1e6:.1f} MB) is "
+                  "cached for later runs and read-only from now on; running the command")
     Run.objects.filter(pk=run.pk).update(
         phase="main", setup_done_at=now, process_started_at=now,
         setup={**run.setup, "cache": cache.public_id, "size_bytes": size})

@@ -221,6 +221,18 @@ def _write_all(fd: int, data: bytes) -> None:
         written += os.write(fd, data[written:])
 
 
+def note(run_public_id: str, text: str) -> None:
+    """One system line from Berth ("setup skipped: cache hit"), written when no follower
+    of the run is writing (before a container starts, or between setup and command):
+    the one-writer rule still holds."""
+    writer = LogWriter(run_public_id)
+    try:
+        writer.append_system(text)
+    finally:
+        writer.close()
+    signal(run_public_id, writer.count)
+
+
 def count(run_public_id: str) -> int:
     try:
         return os.stat(paths(run_public_id)[1]).st_size // 8

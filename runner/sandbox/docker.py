@@ -14,6 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 from docker.types import LogConfig, Mount, Ulimit
 
+from runner import logstore
 from runner.engine import engine
 from runner.models import Run
 from workspaces.archive import tree_tarball
@@ -145,6 +146,8 @@ def prepare_and_start(run: Run, env: dict[str, str],
         labels=_labels(run, phase="main"), environment=env,
         **_host_config(run, runtime, deps))
     first = first or main
+    if setup.get("hit"):
+        _check_cache_volume(setup["volume"])
     with open_store(run.workspace) as store:
         tarball = tree_tarball(store, run.commit)
     if not first.put_archive("/workspace", tarball):
@@ -159,8 +162,29 @@ def prepare_and_start(run: Run, env: dict[str, str],
         for name in names:
             remove_sandbox(name)
         return False
+    if setup.get("command"):
+        logstore.note(run.public_id, _setup_note(setup))
     first.start()
     return True
+
+
+def _setup_note(setup: dict[str, Any]) -> str:
+    key = setup["key"][:12]
+    if setup.get("hit"):
+        return (f"[setup] skipped: the dependency cache for key {key} is filled; /deps is "
+                "mounted read-only")
+    return f"[setup] no cache for key {key} yet; running: {setup['command']}"
+
+
+def _check_cache_volume(name: str) -> None:
+    """A cache dropped between lookup and create would have been recreated empty by the
+    engine (an unlabelled volume of the same name): never run on that."""
+    volume = engine().volumes.get(name)
+    if (volume.attrs.get("Labels") or {}).get("berth.instance") != settings.BERTH_INSTANCE:
+        with contextlib.suppress(docker.errors.APIError):
+            volume.remove(force=True)
+        raise SandboxError("sandbox_failed", detail="its dependency cache was dropped while "
+                           "the run started")
 
 
 def _deps(run: Run, image_id: str) -> tuple[dict[str, Any], Mount | None]:
