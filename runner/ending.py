@@ -87,9 +87,10 @@ def _outputs(run: Run) -> dict[str, Any]:
     run, never allowed to keep it from ending."""
     masker = secrets.Masker(secrets.unseal(run.secrets_sealed).values())
     try:
-        chunks = sandbox.get_workspace_archive(run.container_name)
+        root = sandbox.workspace_host_path(run.container_name)
+        chunks = None if root else sandbox.get_workspace_archive(run.container_name)
         with open_store(run.workspace) as store:
-            out = outputs.read_outputs(store, run, chunks, masker)
+            out = outputs.read_outputs(store, run, masker, host_root=root, chunks=chunks)
             sha = _commit(store, run, out) if run.commit_changes and out.tree else ""
     except Exception as e:
         log.exception("run %s: reading /workspace failed", run.public_id)

@@ -1,7 +1,8 @@
 """What a run left in /workspace, read after exit: changed files and artifacts.
 
-One `get_archive` of /workspace from the stopped container is read as a tar stream,
-once, on the host — never extracted there: member names are checked by
+The stopped run's /workspace volume is read once on the host — its folder, walked
+without following any link (`walk_volume`), or, when the engine is not local, its
+`get_archive` tar stream — and never extracted there: member names are checked by
 `workspaces.paths`, only regular files and folders become artifacts (written by us
 into our own folder with O_NOFOLLOW | O_EXCL), and links are data, never followed.
 
@@ -14,12 +15,14 @@ into our own folder with O_NOFOLLOW | O_EXCL), and links are data, never followe
 Granted secret values are masked in every path and diff text this returns.
 """
 
+import functools
 import hashlib
 import io
 import os
 import shutil
+import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,9 +169,13 @@ class _Reader:
         with tarfile.open(fileobj=io.BufferedReader(_Chunks(chunks), 1 << 16),
                           mode="r|") as tar:
             for member in tar:
-                self._member(tar, member)
+                self._member(member, functools.partial(tar.extractfile, member))
 
-    def _member(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+    def read_host(self, root: str) -> None:
+        for member, opener in walk_volume(root):
+            self._member(member, opener)
+
+    def _member(self, member: tarfile.TarInfo, opener: Callable[[], Any]) -> None:
         name = member.name.split("/", 1)[1] if "/" in member.name else ""
         if not name:
             return  # the /workspace folder itself
@@ -189,12 +196,11 @@ class _Reader:
                 if path in self.old:
                     self._put(path, self.old[path])  # shown as unchanged, not deleted
                 return
-            source = tar.extractfile(member)
-            assert source is not None
-            if wanted:
-                data = self._keep_artifact(path, member, source)
-            elif member.size <= settings.WORKSPACE_MAX_FILE_BYTES:
-                data = source.read()
+            with opener() as source:
+                if wanted:
+                    data = self._keep_artifact(path, member, source)
+                elif member.size <= settings.WORKSPACE_MAX_FILE_BYTES:
+                    data = source.read()
             if data is not None:
                 self._record(path, MODE_EXEC if member.mode & 0o100 else MODE_FILE, data)
             elif path in self.old:
@@ -297,13 +303,77 @@ class _Reader:
         return out
 
 
-def read_outputs(store: GitStore, run: Any, chunks: Iterator[bytes], masker: Masker) -> Outputs:
-    """Read a stopped run's /workspace archive into changes and artifacts."""
+def read_outputs(store: GitStore, run: Any, masker: Masker, *, host_root: str | None = None,
+                 chunks: Iterator[bytes] | None = None) -> Outputs:
+    """Read a stopped run's /workspace — its volume's folder on this host, else the
+    engine's archive of it — into changes and artifacts."""
     dest = artifacts_dir(run.public_id)
     shutil.rmtree(dest, ignore_errors=True)  # a finalize that is run again starts over
     reader = _Reader(store, run, masker)
-    reader.read(chunks)
+    if host_root is not None:
+        reader.read_host(host_root)
+    else:
+        assert chunks is not None
+        reader.read(chunks)
     return reader.finish()
+
+
+def walk_volume(root: str) -> Iterator[tuple[tarfile.TarInfo, Callable[[], Any]]]:
+    """The entries of a stopped run's volume, as tar members in `workspace/…`, read on
+    the host without ever following a link.
+
+    Every folder is opened with O_NOFOLLOW | O_DIRECTORY relative to its parent's fd and
+    every file with O_NOFOLLOW | O_NONBLOCK (a FIFO never blocks us), then fstat'ed:
+    a name swapped for a link cannot lead outside. Nothing runs in the sandbox any more
+    (its container has exited), so nothing changes the tree while we read it.
+    """
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    seen: dict[tuple[int, int], str] = {}
+    stack: list[tuple[int, str]] = [(top, "workspace")]
+    try:
+        while stack:
+            fd, prefix = stack.pop()
+            try:
+                for entry in sorted(os.scandir(fd), key=lambda e: e.name):
+                    name = f"{prefix}/{entry.name}"
+                    st = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+                    info = tarfile.TarInfo(name)
+                    info.mode = st.st_mode & 0o7777
+                    if stat.S_ISDIR(st.st_mode):
+                        info.type = tarfile.DIRTYPE
+                        yield info, lambda: None
+                        child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY
+                                        | os.O_NOFOLLOW, dir_fd=fd)
+                        stack.append((child, name))
+                    elif stat.S_ISLNK(st.st_mode):
+                        info.type = tarfile.SYMTYPE
+                        info.linkname = os.readlink(entry.name, dir_fd=fd)
+                        yield info, lambda: None
+                    elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) in seen:
+                        info.type, info.linkname = tarfile.LNKTYPE, seen[(st.st_dev, st.st_ino)]
+                        yield info, lambda: None
+                    elif stat.S_ISREG(st.st_mode):
+                        if st.st_nlink > 1:
+                            seen[(st.st_dev, st.st_ino)] = name
+                        info.type, info.size = tarfile.REGTYPE, st.st_size
+                        yield info, functools.partial(_open_regular, entry.name, fd)
+                    else:
+                        info.type = tarfile.FIFOTYPE if stat.S_ISFIFO(st.st_mode) \
+                            else tarfile.CHRTYPE
+                        yield info, lambda: None
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+
+
+def _open_regular(name: str, dir_fd: int) -> Any:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{name} is no longer a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def empty_changes() -> dict[str, Any]:

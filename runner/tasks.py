@@ -31,7 +31,8 @@ def prepare_run(run_id: int, env: dict[str, str] | None = None) -> None:
         # Secret values come from the database (encrypted there), env values only from
         # this message: neither is ever written to the run row.
         granted = secrets.values_for(run.workspace_id, run.secret_names)
-        Run.objects.filter(pk=run.pk).update(secrets_sealed=secrets.seal(granted))
+        if granted:
+            Run.objects.filter(pk=run.pk).update(secrets_sealed=secrets.seal(granted))
         env = {**(env or {}), **granted}
         sandbox.prepare_and_start(run, env,
                                   still_wanted=lambda: Run.objects.filter(

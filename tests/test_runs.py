@@ -110,7 +110,11 @@ def test_echo_hi_succeeds_with_its_log_and_a_pinned_commit(agent, shop, cast):
 def test_a_nonzero_exit_fails_with_its_code(agent):
     done = agent.wait(agent.run("echo oops >&2; exit 3"))
     assert (done["state"], done["reason"], done["exit_code"]) == ("failed", "exit_nonzero", 3)
-    assert agent.log(done)[0] == {"seq": 1, "stream": "stderr", "text": "oops"}
+    # After the template's "[setup] …" system lines, the command's own stderr.
+    log = agent.log(done)
+    assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
+    assert [e for e in log if e["stream"] != "system"] == [
+        {"seq": len(log), "stream": "stderr", "text": "oops"}]
 
 
 def test_a_command_not_found_says_so(agent):

@@ -16,8 +16,10 @@ from runner.sandbox.docker import (
     signal_sandbox,
     start_main,
     volume_bytes,
+    workspace_host_path,
 )
 
 __all__ = ["SandboxError", "engine_runtimes", "finalize_facts", "get_workspace_archive",
            "image_allowed", "prepare_and_start", "remove_run", "remove_sandbox", "signal_sandbox",
-           "start_main", "volume_bytes"]
+           "start_main", "volume_bytes",
+           "workspace_host_path"]

@@ -6,6 +6,7 @@ started container (VERIFIED.md: the only place that works with a read-only root)
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +32,17 @@ class SandboxError(Exception):
         self.reason, self.facts = reason, facts
 
 
-def engine_runtimes() -> set[str]:
-    return set(engine().info().get("Runtimes", {}))
+_runtimes: tuple[float, set[str]] = (0.0, set())
+RUNTIMES_FRESH_S = 30.0
+
+
+def engine_runtimes(fresh: bool = False) -> set[str]:
+    """The runtimes the engine has registered, asked at most every 30 s (an engine info
+    call costs ~8 ms per run otherwise)."""
+    global _runtimes
+    if fresh or time.monotonic() - _runtimes[0] > RUNTIMES_FRESH_S:
+        _runtimes = (time.monotonic(), set(engine().info().get("Runtimes", {})))
+    return _runtimes[1]
 
 
 def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
@@ -125,11 +135,12 @@ def prepare_and_start(run: Run, env: dict[str, str],
     existing = [c for c in map(_existing, names) if c is not None]
     if any(c.status != "created" for c in existing):
         return True
-    for name in names:
-        remove_sandbox(name)
+    for container in existing:
+        remove_sandbox(container.name)
     image_id = _check_image(run)
     runtime = RUNTIMES[run.runtime]
-    if runtime not in engine_runtimes():
+    # A miss is asked again: only a runtime seen registered is trusted from the cache.
+    if runtime not in engine_runtimes() and runtime not in engine_runtimes(fresh=True):
         raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
     setup, deps = _deps(run, image_id)
     engine().volumes.create(run.container_name, labels=_labels(run))
@@ -214,6 +225,16 @@ def start_main(run: Run) -> bool:
     if container.status == "created":
         container.start()
     return True
+
+
+def workspace_host_path(name: str) -> str | None:
+    """The folder of a run's /workspace volume on this host, when the agent can read it
+    (a local engine): reading it there costs a few ms, the engine's archive ~50."""
+    try:
+        root = engine().volumes.get(name).attrs.get("Mountpoint") or ""
+    except docker.errors.NotFound:
+        return None
+    return root if os.path.isdir(root) else None
 
 
 def get_workspace_archive(name: str) -> Any:
