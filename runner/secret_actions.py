@@ -7,26 +7,12 @@ API cannot disagree about it.
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.access import Actor
+from accounts.access import Actor, require_team_admin
 from accounts.actions import record
-from accounts.models import Membership
-from config.errors import Forbidden, Invalid, NotFound
+from config.errors import Invalid, NotFound
 from runner.models import Secret
 from runner.secrets import MAX_VALUE_BYTES, check_name, encrypt
 from workspaces.models import Workspace
-
-
-def require_secret_admin(workspace: Workspace, actor: Actor) -> None:
-    """Only an admin of the workspace's team manages its secrets: signed in, or through a
-    token of theirs that has `workspace:write`. Someone outside the team gets 404."""
-    membership = Membership.objects.filter(team_id=workspace.team_id, user=actor.user).first()
-    if membership is None or (actor.token is not None
-                              and actor.token.team_id != workspace.team_id):
-        raise NotFound(f"No workspace {workspace.slug!r}.", {"workspace": workspace.slug})
-    actor.require_scope("workspace:write")
-    if not membership.is_admin:
-        raise Forbidden("Only an admin of the team may set or delete secrets; ask one of "
-                        "them.", {"role": membership.role}, code="admin_required")
 
 
 def _check_value(value: str) -> str:
@@ -54,7 +40,7 @@ def set_secret(workspace: Workspace, actor: Actor, name: str, value: str) -> Sec
     Queued runs get the new value; runs already prepared keep (and are masked with)
     the value they were given. The Activity row names the secret, never its value.
     """
-    require_secret_admin(workspace, actor)
+    require_team_admin(actor, workspace.team)
     check_name(name)
     ciphertext = encrypt(_check_value(value))
     with transaction.atomic():
@@ -73,7 +59,7 @@ def set_secret(workspace: Workspace, actor: Actor, name: str, value: str) -> Sec
 
 def delete_secret(workspace: Workspace, actor: Actor, name: str) -> None:
     """Remove the secret `name`; later runs that ask for it get 422 `unknown_secret`."""
-    require_secret_admin(workspace, actor)
+    require_team_admin(actor, workspace.team)
     with transaction.atomic():
         deleted, _ = Secret.objects.filter(workspace=workspace, name=name).delete()
         if not deleted:

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from accounts.access import Actor
+from accounts.access import Actor, require_team_admin
 from accounts.models import Membership
 from config.errors import BerthError
 from runner import secret_actions
@@ -52,7 +52,7 @@ def secrets_page(request: HttpRequest, membership: Membership, workspace: Worksp
     actor = Actor(membership.user)
     try:
         # Before the form is read: a member learns nothing from what they posted.
-        secret_actions.require_secret_admin(workspace, actor)
+        require_team_admin(actor, workspace.team)
     except BerthError as e:
         return forbidden(request, e)
     status = 422
