@@ -176,7 +176,11 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": f"berth-{BERTH_INSTANCE}"},
+        # socket_timeout None: channels_redis waits for messages with a 5 s blocking
+        # pop, and redis-py 8's default 5 s read timeout would otherwise end every
+        # quiet WebSocket (a log with no output for 5 s) with a 1011 (channels_redis#422).
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                   "prefix": f"berth-{BERTH_INSTANCE}"},
     }
 }
 

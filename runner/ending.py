@@ -91,12 +91,21 @@ def _outputs(run: Run) -> dict[str, Any]:
         chunks = None if root else sandbox.get_workspace_archive(run.container_name)
         with open_store(run.workspace) as store:
             out = outputs.read_outputs(store, run, masker, host_root=root, chunks=chunks)
-            sha = _commit(store, run, out) if run.commit_changes and out.tree else ""
     except Exception as e:
         log.exception("run %s: reading /workspace failed", run.public_id)
         changes = outputs.empty_changes()
         changes["error"] = f"The run's files could not be read back ({type(e).__name__})."
         return {"changes": changes}
+    sha = ""
+    if run.commit_changes and out.tree:
+        try:
+            with open_store(run.workspace) as store:
+                sha = _commit(store, run, out)
+        except Exception as e:
+            # The changes and artifacts are still reported: only the commit is missing.
+            log.exception("run %s: committing its changes failed", run.public_id)
+            out.changes["commit_error"] = ("The changes could not be committed "
+                                           f"({type(e).__name__}); run again to retry.")
     return {"changes": out.changes, "artifacts": out.artifacts,
             "artifacts_refused": out.refused, "changes_commit": sha}
 

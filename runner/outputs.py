@@ -203,8 +203,10 @@ class _Reader:
                     data = source.read()
             if data is not None:
                 self._record(path, MODE_EXEC if member.mode & 0o100 else MODE_FILE, data)
-            elif path in self.old:
-                self._put(path, self.old[path])  # too big to diff: shown as unchanged
+            else:
+                self._skip(path, f"larger than {settings.WORKSPACE_MAX_FILE_BYTES >> 20} MB")
+                if path in self.old:
+                    self._put(path, self.old[path])  # too big to diff: shown as unchanged
             return
         if wanted:
             kind = ("a symlink" if member.issym() else "a hard link" if member.islnk()
@@ -230,19 +232,24 @@ class _Reader:
 
     def _keep_artifact(self, path: str, member: tarfile.TarInfo, source: Any) -> bytes | None:
         """Copy one artifact file into DATA_DIR; return its bytes when they are small
-        enough to also diff (else None)."""
+        enough to also diff (else None). A refused one is still read for the diff."""
+        small = member.size <= settings.WORKSPACE_MAX_FILE_BYTES
+        why = None
         if len(self.artifacts) >= settings.RUN_ARTIFACTS_MAX_FILES:
-            self._refuse(path, f"over the cap of {settings.RUN_ARTIFACTS_MAX_FILES} files")
-            return None
-        if self.artifact_bytes + member.size > settings.RUN_ARTIFACTS_MAX_BYTES:
-            self._refuse(path, f"{member.size} bytes would pass the cap of "
-                         f"{settings.RUN_ARTIFACTS_MAX_BYTES >> 20} MB of artifacts per run "
-                         "(RUN_ARTIFACTS_MAX_MB)")
-            return None
+            why = f"over the cap of {settings.RUN_ARTIFACTS_MAX_FILES} files"
+        elif self.artifact_bytes + member.size > settings.RUN_ARTIFACTS_MAX_BYTES:
+            why = (f"{member.size} bytes would pass the cap of "
+                   f"{settings.RUN_ARTIFACTS_MAX_BYTES >> 20} MB of artifacts per run "
+                   "(RUN_ARTIFACTS_MAX_MB)")
+        elif self.masker.text(path) != path:
+            # Listed masked, it could never be downloaded by its name: refuse it plainly.
+            why = "its path contains a granted secret's value"
+        if why:
+            self._refuse(path, why)
+            return source.read() if small else None
         target = self.dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
         digest, kept = hashlib.sha256(), bytearray()
-        small = member.size <= settings.WORKSPACE_MAX_FILE_BYTES
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as out:
             while block := source.read(1 << 16):
@@ -251,7 +258,7 @@ class _Reader:
                 if small:
                     kept += block
         self.artifact_bytes += member.size
-        self.artifacts.append({"path": self.masker.text(path), "size": member.size,
+        self.artifacts.append({"path": path, "size": member.size,
                                "sha256": digest.hexdigest()})
         return bytes(kept) if small else None
 

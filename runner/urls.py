@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runner import cache_views, secrets_views, views
+from runner import cache_views, run_views, secrets_views, views
 
 W = "t/<slug:team>/w/<slug:slug>/"
 
@@ -8,6 +8,9 @@ urlpatterns = [
     path(W + "runs/", views.runs_page, name="workspace-runs"),
     path(W + "runs/<str:run_id>/", views.run_page, name="workspace-run"),
     path(W + "runs/<str:run_id>/cancel/", views.cancel, name="workspace-run-cancel"),
+    path(W + "runs/<str:run_id>/rerun/", run_views.rerun, name="workspace-run-rerun"),
+    path(W + "runs/<str:run_id>/artifacts/<path:path>", run_views.artifact,
+         name="workspace-run-artifact"),
     path(W + "caches/", cache_views.caches_page, name="workspace-caches"),
     path(W + "caches/<str:cache_id>/drop/", cache_views.drop, name="workspace-cache-drop"),
     path(W + "secrets/", secrets_views.secrets_page, name="workspace-secrets"),

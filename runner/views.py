@@ -1,14 +1,13 @@
 """The run pages: a workspace's runs (start one, see recent ones), one run with its live
 log, cancel; and the run dock of the workspace page (its POST answers a fragment).
+The doors onto a run's outputs (artifact download, re-run) are in `run_views.py`.
 
 Thin doors: access through `workspace_page` and `access_run`, changes through
 `runner.actions`, so a page obeys the API's rules and writes the same Activity rows.
 """
 
-from datetime import datetime
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -23,7 +22,10 @@ from accounts.models import Membership
 from config.errors import BerthError, Conflict, NotFound
 from runner import actions, logstore
 from runner.access import access_run
+from runner.durations import took
+from runner.forms import RunForm
 from runner.models import Run, RunState
+from runner.run_sections import sections
 from workspaces.models import Workspace
 from workspaces.store import open_store
 from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
@@ -39,29 +41,6 @@ WAITING = {
     RunState.PREPARING: "Creating the sandbox and copying the commit's files in.",
     RunState.RUNNING: "The command is running; its output streams below.",
 }
-
-
-class RunForm(forms.Form):
-    command = forms.CharField(max_length=100_000, strip=True)
-    ref = forms.CharField(max_length=200, required=False, strip=True)
-    runtime = forms.ChoiceField(required=False, choices=[
-        ("", "As workspace.toml says"), ("runc", "runc"), ("gvisor", "gVisor (runsc)")])
-    timeout_s = forms.IntegerField(required=False, min_value=1)
-
-
-
-def took(start: datetime | None, end: datetime | None) -> str:
-    """A duration a person reads at a glance: 0.42 s, 12.3 s, 4 min 05 s, 1 h 02 min."""
-    if start is None or end is None:
-        return ""
-    s = max((end - start).total_seconds(), 0.0)
-    if s < 10:
-        return f"{s:.2f} s"
-    if s < 60:
-        return f"{s:.1f} s"
-    if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
 
 
 def timings(run: Run) -> list[dict[str, Any]]:
@@ -124,7 +103,10 @@ def requested_by(run: Run) -> str:
     return f"{who} (token {run.token.name})" if run.token else who
 
 
-def run_context(run: Run, workspace: Workspace) -> dict[str, Any]:
+def run_context(run: Run, workspace: Workspace, rerun_error: str = "",
+                rerun_missing: list[str] | None = None) -> dict[str, Any]:
+    """What the run page (and the dock) shows; a refused re-run comes back with its
+    message and the env names still missing."""
     urls = run_urls(workspace, run)
     log_start = max(0, logstore.count(run.public_id) - VIEW_LINES)
     return {"run": run, "run_urls": urls, "waiting": WAITING.get(RunState(run.state), ""),
@@ -132,13 +114,17 @@ def run_context(run: Run, workspace: Workspace) -> dict[str, Any]:
             "timings": timings(run), "limits": limit_rows(run.limits),
             "isolation": isolation_rows(run.isolation), "who": requested_by(run),
             "total": took(run.queued_at, run.finished_at or timezone.now()),
-            "ws_path": f"/ws/runs/{run.public_id}/logs"}
+            "ws_path": f"/ws/runs/{run.public_id}/logs", **sections(run, workspace),
+            "rerun_error": rerun_error, "rerun_missing": rerun_missing or [],
+            "caches_url": reverse("workspace-caches", args=[workspace.team.slug,
+                                                            workspace.slug])}
 
 
 def run_urls(workspace: Workspace, run: Run) -> dict[str, str]:
     args = [workspace.team.slug, workspace.slug, run.public_id]
     return {"page": reverse("workspace-run", args=args),
-            "cancel": reverse("workspace-run-cancel", args=args)}
+            "cancel": reverse("workspace-run-cancel", args=args),
+            "rerun": reverse("workspace-run-rerun", args=args)}
 
 
 def page_context(request: HttpRequest, membership: Membership, workspace: Workspace
@@ -159,13 +145,14 @@ def runs_page(request: HttpRequest, membership: Membership, workspace: Workspace
               ) -> HttpResponse:
     """GET: the form and recent runs. POST: start a run, then its page; from the
     workspace page's dock (htmx), the dock's fragment instead."""
-    form = RunForm(request.POST or None, initial={"ref": workspace.default_branch})
+    form = RunForm(workspace, request.POST or None, initial={"ref": workspace.default_branch})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             run = actions.start_run(workspace, Actor(membership.user), data["command"],
                                     data["ref"] or None, data["timeout_s"], None,
-                                    data["runtime"] or None)
+                                    data["runtime"] or None, data["secrets"],
+                                    data["commit_changes"])
         except BerthError as e:
             # A ref that does not resolve comes from the store, named by `ref`, not `field`.
             field = e.details.get("field") or ("ref" if "ref" in e.details else "")
@@ -186,7 +173,9 @@ def runs_page(request: HttpRequest, membership: Membership, workspace: Workspace
                 "requested_by", "token")[:RECENT_RUNS]]
     # Not `branches`: the header would show its branch switcher, which has no use here.
     ctx = {**page_context(request, membership, workspace), "form": form, "runs": runs,
-           "ref_choices": ref_choices}
+           "ref_choices": ref_choices,
+           "secrets_url": reverse("workspace-secrets", args=[workspace.team.slug,
+                                                             workspace.slug])}
     return vary(render(request, "runner/runs.html", ctx, status=422 if form.errors else 200))
 
 

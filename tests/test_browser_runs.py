@@ -135,10 +135,15 @@ def test_the_log_follows_unless_scrolled_up_and_resumes_after_a_dropped_connecti
         page.evaluate("window.openedSockets.at(-1).close()")
         page.wait_for_selector("#run-status[data-state=succeeded]", timeout=RUN_TIMEOUT_MS)
         # Each line once: the new socket asked only for what came after line 200.
-        assert log.locator(".line").all_inner_texts() == [f"line {i}" for i in range(1, 401)]
+        # Past the template's "[setup] …" system lines, the command's own, all of them.
+        assert log.locator(".line:not(.system)").all_inner_texts() == [
+            f"line {i}" for i in range(1, 401)]
         urls = page.evaluate("window.openedSockets.map((s) => s.url)")
         assert len(urls) == 2 and urls[0].endswith("?after=0")
-        assert urls[1].endswith("?after=200") and urls[1].startswith("ws://localhost:")
+        # The cursor counts every entry shown, the "[setup] …" system lines included.
+        setup_lines = log.locator(".line.system").count()
+        assert urls[1].endswith(f"?after={200 + setup_lines}")
+        assert urls[1].startswith("ws://localhost:")
         # She stayed where she was reading; the button takes her to the end.
         assert log.evaluate("(el) => el.scrollTop") == 0
         page.click("[data-log-jump]")

@@ -181,6 +181,25 @@ def test_it_replays_then_streams_live_entries_then_ends(cast, run):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_watcher_stays_connected_through_a_quiet_command(cast, run):
+    """A command silent for longer than redis-py's default 5 s read timeout (a setup
+    step, a slow test) must not drop its watchers: the silence is the scenario here,
+    so this test waits it out on purpose."""
+    _, secret = cast.token(cast.carol)
+    write(run, ["before"])
+
+    async def watch() -> None:
+        ws = await connect(run, secret=secret)
+        assert [e["text"] for e in await entries_until(ws, 1)] == ["before"]
+        assert await ws.receive_nothing(timeout=7, interval=0.5)  # still open, no close
+        await asyncio.to_thread(write, run, ["after"], signal=True)
+        assert [e["text"] for e in await entries_until(ws, 2)] == ["after"]
+        await ws.disconnect()
+
+    async_to_sync(watch)()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_member_watching_an_ended_run_gets_it_all_then_the_end(cast, run):
     """No signal will ever come for a run that ended before we joined: the end is
     found by re-reading the run after the replay."""
