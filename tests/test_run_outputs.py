@@ -181,3 +181,17 @@ def test_another_teams_token_cannot_rerun_or_read_artifacts(client, cast, agent)
         r = getattr(client, method)(path, **({"data": {}, "content_type": "application/json"}
                                              if method == "post" else {}), **bearer(charlie))
         assert r.status_code == 404
+
+
+def test_the_node_template_links_node_modules_to_its_cached_deps(agent, cast):
+    workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Api", "api", "node-http")
+    r = agent.client.post("/api/v1/workspaces/api/runs",
+                          {"command": "readlink node_modules && test -d node_modules "
+                                      "&& node --test 2>&1 | grep -c '^# pass 2'"},
+                          content_type="application/json", **agent.headers)
+    assert r.status_code == 202, r.content
+    done = agent.wait(r.json())
+    assert done["state"] == "succeeded", agent.output(done)
+    assert done["setup"]["skipped"] is False
+    assert agent.output(done)[-2:] == ["/deps/node_modules", "1"]  # after npm's own lines
+    assert done["changes"]["stats"]["files"] == 0  # the link is committed, not a change
