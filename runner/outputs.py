@@ -279,10 +279,8 @@ class _Reader:
             else {"files": [], "stats": {"files": 0, "additions": 0, "deletions": 0}}
         limit_paths, limit_bytes = settings.RUN_CHANGES_MAX_PATHS, \
             settings.RUN_CHANGES_MAX_DIFF_BYTES
-        out: dict[str, Any] = {"added": [], "modified": [], "deleted": [], "renamed": [],
-                               "binary": [], "stats": diff["stats"], "diff": "",
-                               "truncated": False, "skipped": self.skipped,
-                               "skipped_count": self.skipped_count}
+        out = {**empty_changes(), "stats": diff["stats"], "skipped": self.skipped,
+               "skipped_count": self.skipped_count}
         text: list[str] = []
         size = 0
         for i, item in enumerate(diff["files"]):
