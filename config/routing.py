@@ -1,15 +1,24 @@
 from typing import Any
 
+from previews.routing import websocket_urlpatterns as preview_websockets
 from runner.routing import websocket_urlpatterns as runner_websockets
 
 # Each app appends its consumers' routes here (logs, activity) as they arrive.
-websocket_urlpatterns: list[Any] = [*runner_websockets]
+websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets]
 
 
 def route_by_host(app: Any) -> Any:
-    """Send requests for preview and release hosts to the preview proxy, the rest to `app`.
+    """Send requests for preview hosts (`<id>.PREVIEW_DOMAIN`) to the preview proxy, the
+    rest to `app`: untrusted preview code never runs on the app's origin, and the
+    app's session never reaches a preview (DESIGN.md, "Previews and releases")."""
+    from previews.proxy import proxy
 
-    Until the previews issue lands there is no proxy: every host goes to `app`, and
-    Django's ALLOWED_HOSTS answers preview hosts with 400.
-    """
-    return app
+    async def router(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            public_id = proxy().preview_of(scope)
+            if public_id is not None:
+                await proxy()(scope, receive, send, public_id)
+                return
+        await app(scope, receive, send)
+
+    return router

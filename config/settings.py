@@ -256,6 +256,22 @@ DEPS_CACHE_MAX_BYTES = envint("DEPS_CACHE_MAX_MB", 20 * 1024) * 1024 * 1024
 SECRETS_KEY_FILE = DATA_DIR / "secrets.key"
 BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 
+# Previews (previews/): how long a preview may take to answer its health check, how
+# long it may sit with no proxied request, and the proxy's caps (request bodies arrive
+# whole from daphne, so their cap is also a memory bound).
+# Where the app is, for links from a preview host back to it; empty: localhost on the
+# port the request came in on (right for the default *.localhost PREVIEW_DOMAIN).
+APP_URL = os.environ.get("APP_URL", "")
+PREVIEW_START_DEADLINE_S = envint("PREVIEW_START_DEADLINE_S", 60)
+PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
+PREVIEW_HEALTH_EVERY_S = float(os.environ.get("PREVIEW_HEALTH_EVERY_S", "5"))
+PREVIEW_MAX_BODY_BYTES = envint("PREVIEW_MAX_BODY_MB", 32) * 1024 * 1024
+PREVIEW_MAX_CONNECTIONS = envint("PREVIEW_MAX_CONNECTIONS", 128)
+PREVIEW_MAX_WS_MESSAGE_BYTES = envint("PREVIEW_MAX_WS_MESSAGE_MB", 4) * 1024 * 1024
+PREVIEW_IDLE_CONNECTION_S = envint("PREVIEW_IDLE_CONNECTION_S", 300)
+PREVIEW_TICKET_S = envint("PREVIEW_TICKET_S", 60)
+PREVIEW_COOKIE_S = envint("PREVIEW_COOKIE_S", 12 * 3600)
+
 CELERY_BEAT_SCHEDULE = {
     "apply-retention": {"task": "runner.tasks.apply_retention", "schedule": 3600.0},
     "evict-dependency-caches": {"task": "runner.tasks.evict_caches", "schedule": 600.0},

@@ -91,6 +91,34 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
         env, list(run.secret_names))
 
 
+def start_service(workspace: Workspace, actor: Actor, commit: str, ref: str, command: str,
+                  purpose: str) -> Run:
+    """A long-lived server for another app (a preview): a run of `purpose` with the
+    same contract as any run — image, limits, runtime policy, setup step and cache from
+    the commit's workspace.toml — but no wall-clock timeout and no outputs. The owner
+    records its own Activity; this records the run's."""
+    config = load_config(workspace, commit)
+    limits, warnings = effective_limits(config.sandbox, {})
+    chosen, why = policy_runtime(workspace, config.sandbox.runtime)
+    return _queue(workspace, actor, Run(
+        workspace=workspace, purpose=purpose, ref=ref, commit=commit, command=command,
+        image=config.sandbox.image, runtime=chosen, limits=limits,
+        network={"mode": "none", "egress": list(config.egress)},
+        setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
+        if config.setup.command else {}, warnings=warnings + why), {}, [])
+
+
+def stop_service(run: Run, reason: str, who: str) -> None:
+    """Ask for a service run's end: queued or preparing ones end at once, running ones
+    are signalled by the agent (SIGTERM, then SIGKILL after the grace period)."""
+    Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
+        stop_reason=reason, stop_requested_by=who)
+    run.refresh_from_db()
+    if run.state in (RunState.QUEUED, RunState.PREPARING):
+        state, message = describe(reason, who=who)
+        run.finish(state, reason, message)
+
+
 def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
     """The runtime a run gets: a team or workspace that requires gVisor always gets it
     (workspace.toml and requests cannot lower it), and the run says why."""
@@ -143,6 +171,7 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
         record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
                f"run:{run.public_id}", workspace.slug, command=run.command[:200],
                commit=run.commit, runtime=run.runtime, secrets=run.secret_names,
+               **({"purpose": run.purpose} if run.is_service else {}),
                **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
         # The values of env vars travel only in the task message, never into the database.
         transaction.on_commit(lambda: prepare_run.delay(run.pk, env))

@@ -4,7 +4,8 @@ It carries every live run container of this instance to its end:
 1. learns of starts and exits from Docker events, and follows each container's
    output into the log store (runner.follow), resuming after its own restart;
 2. every tick, stops runs past their wall-clock timeout, cancelled ones, and ones
-   whose /workspace grew past disk_mb (SIGTERM, then SIGKILL after the grace period);
+   whose /workspace grew past disk_mb (SIGTERM, then SIGKILL after the grace period),
+   and health-checks previews and stops idle ones (previews.watch);
 3. on exit, waits for the log to be complete, writes the one terminal state and
    removes the container and its volume;
 4. at start and every RECONCILE_EVERY_S seconds, reconciles orphans both ways.
@@ -90,8 +91,12 @@ class Agent:
                          name="docker-events").start()
         log.info("runner agent started (instance %s)", settings.BERTH_INSTANCE)
         await self._safely(self.reconcile)
+        from previews.watch import Watcher
+
+        watcher = Watcher()
         tasks = [asyncio.create_task(self._consume(events)),
                  asyncio.create_task(self._every(TICK_S, self.tick, stop)),
+                 asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop)),
                  asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop))]
         await stop.wait()
         for task in tasks:
@@ -201,7 +206,8 @@ class Agent:
             # The wall clock covers setup and command alike, from the first start.
             clock = run.hydrated_at or run.process_started_at
             target = run.setup_container_name if run.phase == "setup" else run.container_name
-            if not run.stop_reason and clock and \
+            # A service (a preview's server) runs until stopped: its owner ends it.
+            if not run.stop_reason and clock and not run.is_service and \
                     now > clock + timedelta(seconds=run.timeout_s):
                 await _db(self._request_stop)(run, "timeout")
             elif not run.stop_reason and check_disk:

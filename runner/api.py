@@ -48,7 +48,7 @@ def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:
 @router.get("/workspaces/{slug}/runs", summary="Recent runs of a workspace")
 def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str, Any]]:
     workspace = workspace_for(request, slug, "run")
-    runs = Run.objects.filter(workspace=workspace).select_related(
+    runs = Run.objects.filter(workspace=workspace, purpose="run").select_related(
         "workspace", "requested_by", "token", "rerun_of")[: max(1, min(limit, 200))]
     return [actions.run_summary(r) for r in runs]
 

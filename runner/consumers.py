@@ -35,10 +35,11 @@ class RunLogConsumer(AsyncJsonWebsocketConsumer):
     pump_task: "asyncio.Task[None] | None" = None
 
     async def connect(self) -> None:
-        self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        self.run_id = self.scope["url_route"]["kwargs"].get("run_id", "")
         try:
             self.cursor = after_of(self.scope["query_string"])
-            await database_sync_to_async(self.authorise)()
+            # The log followed is the run's (for a preview: its current process's).
+            self.run_id = (await database_sync_to_async(self.authorise)()).public_id
         except BerthError as e:
             # Accept first: a close before accepting is an HTTP 403 and the code is lost.
             await self.accept()

@@ -76,7 +76,7 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
     fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
     if log_bytes is not None:
         fields["log_bytes"] = log_bytes
-    if read_outputs and facts is not None:
+    if read_outputs and facts is not None and not run.is_service:
         fields.update(_outputs(run))
     if run.finish(state, reason, message, exit_code, **fields):
         log.info("run %s ended: %s (%s)", run_id, state, reason)

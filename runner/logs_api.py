@@ -7,6 +7,7 @@ from ninja import Field, Router
 
 from runner import logstore
 from runner.access import access_run
+from runner.models import Run
 from workspaces.api import actor_of
 
 router = Router(tags=["runs"])
@@ -20,7 +21,10 @@ def run_logs(request: HttpRequest, run_id: str, after: Cursor = 0,
              limit: int = 1000) -> dict[str, Any]:
     """Entries with seq > `after`; `next` is the cursor for the following page, and
     `complete` says the run has ended and nothing remains after `next`."""
-    run = access_run(actor_of(request), run_id, "run")
+    return log_page(access_run(actor_of(request), run_id, "run"), after, limit)
+
+
+def log_page(run: Run, after: int, limit: int) -> dict[str, Any]:
     # The state before the entries: the agent writes every entry before the run's end,
     # so a run seen terminal here has nothing after what the read below sees.
     ended = not run.is_active

@@ -1,10 +1,15 @@
 from django.conf import settings
 from django.db import models, transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from accounts.ids import new_id
 from accounts.models import ApiToken
 from workspaces.models import Workspace
+
+
+# Sent after the commit that wrote a service run's end (kwargs: run).
+run_finished = Signal()
 
 
 class RunState(models.TextChoices):
@@ -33,6 +38,9 @@ class Run(models.Model):
 
     public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
     workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="runs")
+    # "run" (a command to its end) or "preview" (a preview's server: no wall-clock
+    # timeout, no outputs read back; its Preview follows this run's end).
+    purpose = models.CharField(max_length=10, default="run", db_index=True)
     # inputs
     ref = models.CharField(max_length=200)
     commit = models.CharField(max_length=40)
@@ -123,6 +131,11 @@ class Run(models.Model):
     def timeout_s(self) -> int:
         return int(self.limits.get("timeout_s", 600))
 
+    @property
+    def is_service(self) -> bool:
+        """A long-lived server (a preview's process), not a command run to its end."""
+        return self.purpose != "run"
+
     def advance(self, to: str, from_states: tuple[str, ...], **fields: object) -> bool:
         """Move to state `to` only from one of `from_states`; True if this call did it.
 
@@ -148,6 +161,9 @@ class Run(models.Model):
 
             public_id = self.public_id
             transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id)))
+            # Whoever owns a service run (a preview) moves its own state on from here.
+            if self.is_service:
+                transaction.on_commit(lambda: run_finished.send(Run, run=self))
         return ended
 
 

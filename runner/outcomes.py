@@ -27,6 +27,8 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
                                 "/workspace and was stopped; raise [sandbox].disk_mb or write "
                                 "less."),
         "cancelled_by_user": (RunState.CANCELLED, f"Cancelled by {f.get('who', 'a user')}."),
+        "service_stopped": (RunState.CANCELLED,
+                            f"Stopped with its preview ({f.get('who', 'a user')})."),
         "image_missing": (RunState.ERROR,
                           f"The image {f.get('image')} is not on this Docker host; run `make "
                           "run` (it builds the sandbox image) or pull the image."),

@@ -169,7 +169,7 @@ def runs_page(request: HttpRequest, membership: Membership, workspace: Workspace
         ref_choices = sorted(store.branches())
     runs = [{"run": r, "url": run_urls(workspace, r)["page"], "who": requested_by(r),
              "took": took(r.queued_at, r.finished_at or timezone.now())}
-            for r in Run.objects.filter(workspace=workspace).select_related(
+            for r in Run.objects.filter(workspace=workspace, purpose="run").select_related(
                 "requested_by", "token")[:RECENT_RUNS]]
     # Not `branches`: the header would show its branch switcher, which has no use here.
     ctx = {**page_context(request, membership, workspace), "form": form, "runs": runs,

@@ -62,6 +62,8 @@ def subprocess_env() -> dict[str, str]:
         "ALLOWED_IMAGES": f"{settings.SANDBOX_IMAGE},berth-test-missing:none",
         # Crash tests should not wait the production intervals.
         "RUN_RECONCILE_EVERY_S": "3",
+        # A preview that never listens fails in seconds, not a minute.
+        "PREVIEW_START_DEADLINE_S": "6",
         "RUN_STALE_QUEUED_S": "8",
     }
 
@@ -71,6 +73,7 @@ class Server:
     url: str
     port: int
     log_path: Path
+    pid: int = 0
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -111,7 +114,8 @@ def daphne() -> Iterator[Server]:
             return False
 
     cmd = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
-    with running(cmd, server.log_path, ready, "daphne"):
+    with running(cmd, server.log_path, ready, "daphne") as proc:
+        server.pid = proc.pid
         yield server
 
 

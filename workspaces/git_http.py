@@ -32,6 +32,7 @@ from workspaces.access import access_workspace
 from workspaces.gitstore import GitStore
 from workspaces.models import Workspace
 from workspaces.pushcheck import PushCheck
+from workspaces.signals import branch_moved
 
 log = logging.getLogger(__name__)
 
@@ -196,3 +197,8 @@ def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) 
             for ref in sorted(set(before) | set(after)) if before.get(ref) != after.get(ref)]
     record(workspace.team, actor, "git.pushed", f"workspace:{workspace.slug}", workspace.slug,
            refs=refs)
+    for ref in refs:
+        if ref["new"] and ref["ref"].startswith("refs/heads/"):
+            branch_moved.send(Workspace, workspace=workspace,
+                              branch=ref["ref"].removeprefix("refs/heads/"), sha=ref["new"],
+                              actor=actor)

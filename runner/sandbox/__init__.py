@@ -13,6 +13,7 @@ from runner.sandbox.docker import (
     prepare_and_start,
     remove_run,
     remove_sandbox,
+    sandbox_pid,
     signal_sandbox,
     start_main,
     volume_bytes,
@@ -20,6 +21,5 @@ from runner.sandbox.docker import (
 )
 
 __all__ = ["SandboxError", "engine_runtimes", "finalize_facts", "get_workspace_archive",
-           "image_allowed", "prepare_and_start", "remove_run", "remove_sandbox", "signal_sandbox",
-           "start_main", "volume_bytes",
-           "workspace_host_path"]
+           "image_allowed", "prepare_and_start", "remove_run", "remove_sandbox", "sandbox_pid",
+           "signal_sandbox", "start_main", "volume_bytes", "workspace_host_path"]

@@ -327,3 +327,12 @@ def volume_bytes(name: str) -> int | None:
             continue  # a file removed while we counted
     return total
 
+
+
+def sandbox_pid(name: str) -> int | None:
+    """The host pid of a running container's init (under runsc: of its sandbox), whose
+    network namespace is the sandbox's; None if it is not running."""
+    container = _existing(name)
+    if container is None or not container.attrs["State"].get("Running"):
+        return None
+    return int(container.attrs["State"].get("Pid") or 0) or None

@@ -1,0 +1,23 @@
+from accounts.access import Actor
+from accounts.models import Membership
+from config.errors import NotFound
+from previews.models import Preview
+
+
+def access_preview(actor: Actor, public_id: str, scope: str = "preview") -> Preview:
+    """A preview the actor may see: its workspace's team is the actor's (a token's own
+    team and allowed workspaces); anything else is 404, as for runs."""
+    preview = Preview.objects.select_related("workspace__team", "run", "requested_by",
+                                             "token").filter(public_id=public_id).first()
+    if preview is None:
+        raise NotFound("No such preview.")
+    workspace = preview.workspace
+    if actor.token is not None:
+        visible = (actor.token.team_id == workspace.team_id and
+                   actor.token.allows_workspace(workspace.slug))
+    else:
+        visible = Membership.objects.filter(team=workspace.team_id, user=actor.user).exists()
+    if not visible:
+        raise NotFound("No such preview.")
+    actor.require_scope(scope)
+    return preview

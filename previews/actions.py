@@ -1,0 +1,252 @@
+"""Every state change of previews: each writes Activity and sends work after commit.
+
+A preview's process is a Run of purpose "preview" (runner.actions.start_service):
+starting one is queueing that run; the runner agent carries it, health-checks it
+(previews.watch) and ends it; `on_run_finished` moves the preview on from its run's end.
+"""
+
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.access import Actor
+from accounts.actions import record
+from config.errors import Conflict, Invalid
+from previews.models import LIVE_STATES, Preview, PreviewState, PreviewTicket
+from runner import actions as runner_actions
+from runner import logstore
+from runner.models import Run
+from workspaces.models import Workspace
+from workspaces.store import open_store
+
+SYSTEM = "Berth"
+
+
+def start_preview(workspace: Workspace, actor: Actor, ref: str | None = None,
+                  follow: bool = False, idle_timeout_s: int | None = None) -> Preview:
+    """Start the app of a commit: the ref is resolved now (the preview is pinned to that
+    SHA) and `[preview]` of its workspace.toml says what runs and where it listens."""
+    ref = ref or workspace.default_branch
+    with open_store(workspace) as store:
+        commit = store.resolve(ref)
+        if follow and ref not in store.branches():
+            raise Invalid(f"`follow` needs a branch to follow, and {ref!r} is not one.",
+                          {"field": "follow"})
+    config = runner_actions.load_config(workspace, commit)
+    if not config.preview.command.strip():
+        raise Invalid(f"workspace.toml at {commit[:12]} has no [preview] command; add one "
+                      "(with its port) to say how the app starts.",
+                      {"field": "ref", "commit": commit}, code="no_preview_command")
+    preview = Preview(workspace=workspace, ref=ref, commit=commit, follow=follow,
+                      command=config.preview.command, port=config.preview.port,
+                      health_path=config.preview.health_path,
+                      idle_timeout_s=idle_timeout_s or settings.PREVIEW_IDLE_TIMEOUT_S,
+                      requested_by=actor.user, token=actor.token)
+    with transaction.atomic():
+        preview.save()
+        _new_process(preview, actor)
+        record(workspace.team, actor, "preview.started", f"preview:{preview.public_id}",
+               workspace.slug, commit=commit, ref=ref, follow=follow)
+    return preview
+
+
+def _new_process(preview: Preview, actor: Actor) -> None:
+    run = runner_actions.start_service(preview.workspace, actor, preview.commit, preview.ref,
+                                       preview.command, purpose="preview")
+    Preview.objects.filter(pk=preview.pk).update(
+        run=run, state=PreviewState.STARTING, reason="", message="", exit_code=None,
+        last_health_status=None, last_health_at=None, sandbox_pid=None, sandbox_netns=None,
+        started_at=timezone.now(), ready_at=None, ended_at=None, last_request_at=None)
+    preview.refresh_from_db()
+
+
+def _end_process(preview: Preview, who: str) -> None:
+    if preview.run is not None and preview.run.is_active:
+        runner_actions.stop_service(preview.run, "service_stopped", who)
+
+
+def stop_preview(preview: Preview, actor: Actor | None, reason: str = "stopped_by_user",
+                 **facts: Any) -> Preview:
+    """Stop a live preview: its state says why at once, the agent ends the process."""
+    who = actor.label if actor else SYSTEM
+    with transaction.atomic():
+        if not preview.move(PreviewState.STOPPED, LIVE_STATES, reason=reason,
+                            message=describe(reason, preview, who=who, **facts),
+                            ended_at=timezone.now()):
+            preview.refresh_from_db()
+            if actor is None:
+                return preview
+            raise Conflict(f"The preview is already {preview.state}; restart it instead.",
+                           {"state": preview.state})
+        _end_process(preview, who)
+        record(preview.workspace.team, actor, "preview.stopped",
+               f"preview:{preview.public_id}", preview.workspace.slug, reason=reason)
+    return preview
+
+
+def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -> Preview:
+    """A new process for the preview, from its pinned commit (or `commit`, when a
+    followed branch moved); a live process is stopped first."""
+    with transaction.atomic():
+        preview = Preview.objects.select_for_update().select_related("run").get(pk=preview.pk)
+        _end_process(preview, actor.label)
+        if commit:
+            config = runner_actions.load_config(preview.workspace, commit)
+            Preview.objects.filter(pk=preview.pk).update(
+                commit=commit, command=config.preview.command or preview.command,
+                port=config.preview.port, health_path=config.preview.health_path)
+            preview.refresh_from_db()
+        Preview.objects.filter(pk=preview.pk).update(restarts=preview.restarts + 1)
+        _new_process(preview, actor)
+        record(preview.workspace.team, actor, "preview.restarted",
+               f"preview:{preview.public_id}", preview.workspace.slug, commit=preview.commit)
+    return preview
+
+
+def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
+    """Only a team admin may call this (the door checks): anyone with the URL can then
+    open the preview; Berth's cookies are still stripped before the app sees a request."""
+    with transaction.atomic():
+        Preview.objects.filter(pk=preview.pk).update(public=public)
+        preview.refresh_from_db()
+        record(preview.workspace.team, actor, "preview.made_public" if public
+               else "preview.made_private", f"preview:{preview.public_id}",
+               preview.workspace.slug)
+    return preview
+
+
+def issue_ticket(preview: Preview, actor: Actor) -> str:
+    """A single-use ticket for the preview host (see previews.tickets), valid
+    PREVIEW_TICKET_S seconds."""
+    now = timezone.now()
+    nonce = secrets.token_urlsafe(24)
+    with transaction.atomic():
+        PreviewTicket.objects.filter(expires_at__lt=now - timedelta(hours=1)).delete()
+        PreviewTicket.objects.create(nonce=nonce, preview=preview, user=actor.user,
+                                     token=actor.token,
+                                     expires_at=now + timedelta(seconds=settings.PREVIEW_TICKET_S))
+    return nonce
+
+
+# -- what the runner agent and the run's end move ------------------------------------
+
+
+def mark_ready(preview: Preview, status: int) -> bool:
+    now = timezone.now()
+    # No log line here: while the process runs, the agent's follower is the log's one
+    # writer (runner.logstore). What happened is on the preview; its end is logged.
+    return preview.move(PreviewState.READY, (PreviewState.STARTING,), ready_at=now,
+                        last_health_status=status, last_health_at=now)
+
+
+def fail_start(preview: Preview, reason: str, status: int | None = None) -> None:
+    """The process is alive but never became healthy: not_listening or health_failed."""
+    with transaction.atomic():
+        if preview.move(PreviewState.FAILED, (PreviewState.STARTING,), reason=reason,
+                        message=describe(reason, preview, status=status),
+                        ended_at=timezone.now()):
+            _end_process(preview, SYSTEM)
+
+
+def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
+    """A preview's process ended: starting → failed, ready → crashed (a stopped or
+    failed preview already says why; an old process of a restarted one is no news)."""
+    preview = Preview.objects.select_related("run").filter(run=run).first()
+    if preview is None:
+        return
+    if not preview.is_live:
+        # Stopped or failed on purpose: the process is over, so its log may say why.
+        logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
+        return
+    if run.reason in ("setup_failed", "setup_oom"):
+        reason = "setup_failed"
+    elif run.reason in ("exit_zero", "exit_nonzero", "command_not_found", "oom"):
+        reason = "exited"
+    else:
+        reason = run.reason  # engine_unavailable, image_missing, worker_lost, ...
+    to = PreviewState.CRASHED if preview.state == PreviewState.READY else PreviewState.FAILED
+    if preview.move(to, LIVE_STATES, reason=reason, exit_code=run.exit_code,
+                    message=describe(reason, preview, exit_code=run.exit_code,
+                                     run_message=run.message,
+                                     crashed=to == PreviewState.CRASHED),
+                    ended_at=timezone.now()):
+        logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
+
+
+def on_branch_moved(sender: object, workspace: Workspace, branch: str, sha: str,
+                    actor: Actor, **kwargs: object) -> None:
+    """Previews that follow `branch` restart on its new commit."""
+    for preview in Preview.objects.select_related("run", "workspace__team").filter(
+            workspace=workspace, follow=True, ref=branch).exclude(commit=sha):
+        restart_preview(preview, actor, commit=sha)
+
+
+def describe(reason: str, preview: Preview, **f: Any) -> str:
+    """What a preview's end means, and what to do next."""
+    port, deadline = preview.port, settings.PREVIEW_START_DEADLINE_S
+    idle_min = max(1, round(preview.idle_timeout_s / 60))
+    table = {
+        "setup_failed": "The [setup] command failed, so the app never started; the log says "
+                        "why. Fix [setup] in workspace.toml, then restart.",
+        "exited": (f"The app exited with code {f.get('exit_code')}"
+                   + (" while it was serving" if f.get("crashed") else
+                      f" before it answered on port {port}")
+                   + "; the last lines of its log say why. Fix it, then restart."),
+        "not_listening": f"The process runs, but nothing listened on port {port} within "
+                         f"{deadline} s. Make [preview].command listen on 127.0.0.1:{port} "
+                         "(or 0.0.0.0), or set [preview].port to the port it uses; then "
+                         "restart.",
+        "health_failed": f"GET {preview.health_path} kept answering {f.get('status')} (not "
+                         f"2xx or 3xx) for {deadline} s. Fix the app or [preview].health_path, "
+                         "then restart.",
+        "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
+                "Restart it to use it again.",
+        "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
+        "stopped_for_quota": "Stopped: the team reached its quota. Stop another preview, "
+                             "then restart this one.",
+    }
+    return table.get(reason) or str(f.get("run_message") or reason)
+
+
+def preview_summary(preview: Preview, port: str = "") -> dict[str, Any]:
+    """The preview as the API and pages show it."""
+    def iso(value: Any) -> str | None:
+        return value.isoformat() if value else None
+
+    run = preview.run
+    idle = preview.idle_for() if preview.state == PreviewState.READY else None
+    timings = {"queued_at": iso(run.queued_at) if run else None,
+               "hydrated_at": iso(run.hydrated_at) if run else None,
+               "setup_done_at": iso(run.setup_done_at) if run else None,
+               "process_started_at": iso(run.process_started_at) if run else None,
+               "ready_at": iso(preview.ready_at), "ended_at": iso(preview.ended_at)}
+    usable = (preview.ready_at - run.queued_at).total_seconds() \
+        if run and preview.ready_at else None
+    return {
+        "id": preview.public_id, "workspace": preview.workspace.slug, "ref": preview.ref,
+        "commit": preview.commit, "follow": preview.follow, "command": preview.command,
+        "port": preview.port, "health_path": preview.health_path, "state": preview.state,
+        "reason": preview.reason or None, "message": preview.message or None,
+        "exit_code": preview.exit_code, "public": preview.public,
+        "url": preview.url(port),
+        "health": {"last_status": preview.last_health_status,
+                   "checked_at": iso(preview.last_health_at)},
+        "idle": {"timeout_s": preview.idle_timeout_s,
+                 "last_request_at": iso(preview.last_request_at),
+                 "idle_s": round(idle.total_seconds()) if idle else None},
+        "timings": timings, "time_until_usable_s": usable,
+        "run": run.public_id if run else None,
+        "setup": runner_actions.run_summary(run)["setup"] if run else None,
+        "runtime": run.runtime if run else None,
+        "isolation": run.isolation if run else {},
+        "warnings": run.warnings if run else [],
+        "restarts": preview.restarts,
+        "log_url": f"/api/v1/previews/{preview.public_id}/logs",
+        "requested_by": {"user": preview.requested_by.username if preview.requested_by
+                         else None, "token": preview.token.name if preview.token else None},
+        "created_at": iso(preview.created_at),
+    }

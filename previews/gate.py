@@ -1,0 +1,128 @@
+"""Who may reach a preview through its own host, and what the proxy needs to know of it.
+
+Private by default (DESIGN.md): the app checks access and hands out a single-use
+ticket (previews.actions.issue_ticket); the preview host exchanges it once for a cookie
+of its own, signed, naming the preview and the person (or token) it was issued to.
+Every use of the cookie re-checks that they may still see the preview (cached briefly).
+
+Everything here is synchronous ORM code: the proxy calls it on a worker thread.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+from django.conf import settings
+from django.core import signing
+from django.utils import timezone
+
+from accounts.models import ApiToken, Membership
+from previews.models import Preview, PreviewState, PreviewTicket
+from runner import logstore
+from runner.sandbox.netns import Namespace
+
+COOKIE = "berth_preview"            # SameSite=None; Secure; Partitioned: works in iframes
+COOKIE_LAX = "berth_preview_lax"    # host-only SameSite=Lax: top-level tabs, any scheme
+COOKIE_SALT = "berth.preview.cookie"
+TICKET_PATH = "/__berth/ticket"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A preview as the proxy sees it (cached for about a second)."""
+
+    pk: int
+    public_id: str
+    team_id: int
+    workspace: str
+    state: str
+    reason: str
+    message: str
+    exit_code: int | None
+    public: bool
+    port: int
+    ns: Namespace | None
+    run_id: str | None
+
+    @property
+    def ready(self) -> bool:
+        return self.state == PreviewState.READY and self.ns is not None
+
+
+def target(public_id: str) -> Target | None:
+    p = Preview.objects.select_related("workspace", "run").filter(public_id=public_id).first()
+    if p is None:
+        return None
+    ns = Namespace(p.sandbox_pid, p.sandbox_netns) if p.sandbox_pid and p.sandbox_netns \
+        else None
+    return Target(p.pk, p.public_id, p.workspace.team_id, p.workspace.slug, p.state, p.reason,
+                  p.message, p.exit_code, p.public, p.port, ns,
+                  p.run.public_id if p.run else None)
+
+
+def redeem(nonce: str, public_id: str) -> str | None:
+    """The cookie value for a ticket, once: None if it is unknown, used, expired or
+    issued for another preview."""
+    now = timezone.now()
+    used = PreviewTicket.objects.filter(nonce=nonce, preview__public_id=public_id,
+                                        used_at__isnull=True, expires_at__gt=now
+                                        ).update(used_at=now)
+    if not used:
+        return None
+    ticket = PreviewTicket.objects.get(nonce=nonce)
+    return signing.dumps({"p": public_id, "u": ticket.user_id, "t": ticket.token_id},
+                         salt=COOKIE_SALT)
+
+
+def viewer_allowed(cookie: str, t: Target) -> bool:
+    """Whether a preview cookie lets its holder see preview `t` now."""
+    try:
+        data = signing.loads(cookie, salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S)
+    except signing.BadSignature:
+        return False
+    if not isinstance(data, dict) or data.get("p") != t.public_id:
+        return False
+    if not Membership.objects.filter(team=t.team_id, user=data.get("u")).exists():
+        return False
+    if data.get("t") is None:
+        return True
+    token = ApiToken.objects.filter(pk=data["t"], team=t.team_id).first()
+    return bool(token and token.revoked_at is None and token.expires_at > timezone.now()
+                and token.allows_workspace(t.workspace) and token.has_scope("preview"))
+
+
+def berth_cookie_names() -> set[str]:
+    """Berth's own cookies: never forwarded to an app, never settable by one."""
+    return {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME, COOKIE, COOKIE_LAX}
+
+
+def request_target(scope: dict[str, Any]) -> bytes:
+    """The request's path and query as the client sent them."""
+    path = scope.get("raw_path") or quote(scope["path"]).encode()
+    qs = scope.get("query_string") or b""
+    return bytes(path) + (b"?" + qs if qs else b"")
+
+
+def touch(pk: int) -> None:
+    """Record a proxied request (the idle clock); the proxy calls this at most once a
+    second per preview."""
+    Preview.objects.filter(pk=pk).update(last_request_at=timezone.now())
+
+
+def last_lines(run_id: str | None, n: int = 20) -> list[str]:
+    if not run_id:
+        return []
+    total = logstore.count(run_id)
+    return [e["text"] for e in logstore.read(run_id, max(0, total - n), n)]
+
+
+def cookie_headers(value: str) -> list[tuple[bytes, bytes]]:
+    """Both cookies, host-only (no Domain) and HttpOnly. Chromium keeps and sends a
+    cookie set inside an iframe of another site only when it is partitioned
+    (VERIFIED.md), and Secure is accepted on http://*.localhost; the Lax one covers a
+    top-level tab where a Secure cookie over plain http would be refused."""
+    age = settings.PREVIEW_COOKIE_S
+    common = f"Path=/; Max-Age={age}; HttpOnly"
+    return [(b"set-cookie", f"{COOKIE}={value}; {common}; SameSite=None; Secure; "
+             "Partitioned".encode()),
+            (b"set-cookie", f"{COOKIE_LAX}={value}; {common}; SameSite=Lax".encode())]
+

@@ -1,0 +1,112 @@
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from accounts.ids import new_id
+from accounts.models import ApiToken
+from runner.models import Run
+from workspaces.models import Workspace
+
+
+class PreviewState(models.TextChoices):
+    STARTING = "starting"
+    READY = "ready"
+    FAILED = "failed"      # never became ready
+    STOPPED = "stopped"    # stopped on purpose (a user, idleness, quota)
+    CRASHED = "crashed"    # was ready, then its process ended
+
+
+LIVE_STATES = (PreviewState.STARTING, PreviewState.READY)
+
+
+class Preview(models.Model):
+    """A workspace's app, running from one commit in a long-lived sandbox.
+
+    The sandbox itself is a Run of purpose "preview" (`run`): the same contract,
+    hardening, setup step, dependency cache and log as any run. A restart is a new
+    Run; this row keeps the preview's own state machine and its address.
+    """
+
+    public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="previews")
+    ref = models.CharField(max_length=200)
+    commit = models.CharField(max_length=40)
+    # Restart on each new commit of `ref` (a branch).
+    follow = models.BooleanField(default=False)
+    command = models.TextField()
+    port = models.PositiveIntegerField()
+    health_path = models.CharField(max_length=500, default="/")
+    idle_timeout_s = models.PositiveIntegerField(default=30 * 60)
+    public = models.BooleanField(default=False)
+    run = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
+                                     related_name="+")
+    token = models.ForeignKey(ApiToken, models.SET_NULL, null=True, blank=True, related_name="+")
+    state = models.CharField(max_length=10, choices=PreviewState.choices,
+                             default=PreviewState.STARTING, db_index=True)
+    reason = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    # Health: the last status seen (None: nothing answered on the port yet).
+    last_health_status = models.IntegerField(null=True, blank=True)
+    last_health_at = models.DateTimeField(null=True, blank=True)
+    # Where the proxy connects: the pid of the sandbox's process and the inode of its
+    # network namespace (both checked at each connect; see runner.sandbox.netns).
+    sandbox_pid = models.IntegerField(null=True, blank=True)
+    sandbox_netns = models.BigIntegerField(null=True, blank=True)
+    last_request_at = models.DateTimeField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(default=timezone.now)  # of the current process
+    ready_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["workspace", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"preview {self.public_id} ({self.state})"
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    @property
+    def host(self) -> str:
+        return f"{self.public_id}.{settings.PREVIEW_DOMAIN}"
+
+    def url(self, port: str = "") -> str:
+        """The preview's own address; `port` is Berth's, as the asking request came in
+        on (every host of Berth is served by the same daphne)."""
+        return f"http://{self.host}" + (f":{port}" if port and port != "80" else "") + "/"
+
+    def idle_for(self) -> timedelta | None:
+        since = self.last_request_at or self.ready_at
+        return timezone.now() - since if since else None
+
+    def move(self, to: str, from_states: tuple[str, ...], **fields: object) -> bool:
+        """A conditional UPDATE, as Run.advance: the agent, a task and a user racing can
+        never both write one transition."""
+        updated = Preview.objects.filter(pk=self.pk, state__in=from_states).update(
+            state=to, **fields)
+        if updated:
+            self.refresh_from_db()
+        return bool(updated)
+
+
+class PreviewTicket(models.Model):
+    """A single-use ticket: the app hands it out (after its access check), the preview
+    host exchanges it once for a cookie of its own."""
+
+    nonce = models.CharField(max_length=40, unique=True)
+    preview = models.ForeignKey(Preview, models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    token = models.ForeignKey(ApiToken, models.CASCADE, null=True, blank=True, related_name="+")
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"ticket for {self.preview_id}"

@@ -1,0 +1,395 @@
+"""The preview proxy: an ASGI app for `<preview-id>.<PREVIEW_DOMAIN>` hosts.
+
+`config.routing.route_by_host` sends those hosts here before Django sees them. For
+each request:
+1. `/__berth/ticket?t=…&next=/…` exchanges a single-use ticket for the preview's
+   cookie (previews.gate) and redirects to `next` on the same host;
+2. a private preview needs that cookie (a browser without it is sent to the app's
+   `/previews/<id>/open`, which checks access and comes back with a ticket);
+3. a preview that is not ready gets a typed answer (previews.pages), 503;
+4. everything else is forwarded into the sandbox over a socket created in its network
+   namespace (previews.upstream), with Berth's cookies and any Authorization header
+   removed, X-Forwarded-* set from the real connection, and the answer streamed back
+   untouched except for hop-by-hop headers and Set-Cookie for other domains. Redirects
+   are passed back, never followed.
+"""
+
+import logging
+import re
+import time
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+import h11
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from previews import gate, pages
+from previews.backpressure import Backpressure
+from previews.upstream import Pool, Upstream, UpstreamClosed
+from previews.websocket import proxy_websocket
+from runner.sandbox.netns import NamespaceGone
+
+log = logging.getLogger("berth.previews")
+
+HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+              b"transfer-encoding", b"upgrade", b"proxy-authenticate", b"proxy-authorization"}
+# Never forwarded: Berth's credentials, and forwarding headers a client could forge.
+DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"content-length", b"expect", b"forwarded",
+                             b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
+                             b"x-forwarded-port", b"x-real-ip"}
+TARGET_TTL_S = 1.0
+VIEWER_TTL_S = 30.0
+TOUCH_EVERY_S = 1.0
+
+
+class Proxy:
+    """State shared by every request on this process: caches, pool, connection counts."""
+
+    def __init__(self) -> None:
+        self.host_re = re.compile(r"^([a-z0-9]{1,12})\." + re.escape(settings.PREVIEW_DOMAIN)
+                                  + r"(?::\d{1,5})?$")
+        self.pool = Pool()
+        self.targets: dict[str, tuple[float, gate.Target | None]] = {}
+        self.viewers: dict[tuple[str, str], tuple[float, bool]] = {}
+        self.touched: dict[int, float] = {}
+        self.open: dict[str, int] = {}
+
+    def preview_of(self, scope: dict[str, Any]) -> str | None:
+        host = _header(scope, b"host").lower()
+        m = self.host_re.match(host)
+        return m.group(1) if m else None
+
+    async def target(self, public_id: str, fresh: bool = False) -> gate.Target | None:
+        now = time.monotonic()
+        cached = self.targets.get(public_id)
+        if cached and not fresh and now - cached[0] < TARGET_TTL_S:
+            return cached[1]
+        t = await database_sync_to_async(gate.target)(public_id)
+        if len(self.targets) > 10_000:
+            self.targets.clear()
+        self.targets[public_id] = (now, t)
+        return t
+
+    async def allowed(self, scope: dict[str, Any], t: gate.Target) -> bool:
+        if t.public:
+            return True
+        cookies = _cookies(scope)
+        value = cookies.get(gate.COOKIE) or cookies.get(gate.COOKIE_LAX)
+        if not value:
+            return False
+        now = time.monotonic()
+        cached = self.viewers.get((t.public_id, value))
+        if cached and now - cached[0] < VIEWER_TTL_S:
+            return cached[1]
+        ok = await database_sync_to_async(gate.viewer_allowed)(value, t)
+        if len(self.viewers) > 10_000:
+            self.viewers.clear()
+        self.viewers[(t.public_id, value)] = (now, ok)
+        return ok
+
+    async def touch(self, t: gate.Target) -> None:
+        now = time.monotonic()
+        if now - self.touched.get(t.pk, 0) >= TOUCH_EVERY_S:
+            self.touched[t.pk] = now
+            await database_sync_to_async(gate.touch)(t.pk)
+
+    # -- the ASGI door -----------------------------------------------------------------
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any,
+                       public_id: str) -> None:
+        json_wanted = pages.wants_json(dict(scope["headers"]))
+        if scope["type"] == "http" and scope["path"] == gate.TICKET_PATH:
+            await self.redeem(scope, send, public_id)
+            return
+        t = await self.target(public_id)
+        if t is None:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 4404})
+                return
+            await _reply(send, *pages.answer(404, "not_found", "No such preview.",
+                                             json_wanted=json_wanted, title="No such preview"))
+            return
+        if not await self.allowed(scope, t):
+            await self.refuse(scope, send, t, json_wanted)
+            return
+        if scope["type"] == "websocket":
+            await self.counted(t, send, lambda: proxy_websocket(scope, receive, send, t))
+            return
+        body = await _read_body(receive)
+        if body is None:
+            await _reply(send, *pages.answer(
+                413, "too_large", f"Request bodies to a preview are capped at "
+                f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).",
+                json_wanted=json_wanted, title="Request too large"))
+            return
+        if not t.ready:
+            t = await self.target(public_id, fresh=True) or t
+        if not t.ready:
+            lines = await database_sync_to_async(gate.last_lines)(t.run_id) \
+                if t.state in ("failed", "crashed") else []
+            await _reply(send, *pages.not_ready(t, app_url(scope), lines, json_wanted))
+            return
+        await self.touch(t)
+        await self.counted(t, send, lambda: self.forward(scope, send, t, body, json_wanted))
+
+    async def counted(self, t: gate.Target, send: Any, work: Any) -> None:
+        """At most PREVIEW_MAX_CONNECTIONS requests and WebSockets per preview at once."""
+        if self.open.get(t.public_id, 0) >= settings.PREVIEW_MAX_CONNECTIONS:
+            await _reply(send, *pages.answer(
+                503, "preview_busy", "This preview has too many open connections; try again "
+                "shortly.", json_wanted=True))
+            return
+        self.open[t.public_id] = self.open.get(t.public_id, 0) + 1
+        try:
+            await work()
+        finally:
+            self.open[t.public_id] -= 1
+
+    async def redeem(self, scope: dict[str, Any], send: Any, public_id: str) -> None:
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        nonce = (query.get("t") or [""])[-1]
+        target = (query.get("next") or ["/"])[-1]
+        if not target.startswith("/") or target.startswith("//") or "\\" in target:
+            target = "/"  # only a path on this same host: never an open redirect
+        cookie = await database_sync_to_async(gate.redeem)(nonce, public_id) if nonce else None
+        if cookie is None:
+            await _reply(send, *pages.answer(
+                403, "ticket_invalid", "This link was already used, has expired, or is for "
+                "another preview. Open the preview from Berth again for a new one.",
+                json_wanted=pages.wants_json(dict(scope["headers"])), title="Link expired"))
+            return
+        await send({"type": "http.response.start", "status": 302,
+                    "headers": [(b"location", target.encode()), (b"cache-control", b"no-store"),
+                                (b"referrer-policy", b"no-referrer"),
+                                *gate.cookie_headers(cookie)]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def refuse(self, scope: dict[str, Any], send: Any, t: gate.Target,
+                     json_wanted: bool) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 4401})
+            return
+        open_url = f"{app_url(scope)}/previews/{t.public_id}/open"
+        if not json_wanted and scope["method"] in ("GET", "HEAD"):
+            path = scope.get("raw_path") or scope["path"].encode()
+            qs = scope["query_string"]
+            nxt = path.decode("latin-1") + (("?" + qs.decode("latin-1")) if qs else "")
+            await send({"type": "http.response.start", "status": 302, "headers": [
+                (b"location", f"{open_url}?next={quote(nxt, safe='')}".encode()),
+                (b"cache-control", b"no-store")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await _reply(send, *pages.answer(
+            401, "preview_sign_in_required", "This preview is private to its team. Open it "
+            f"from Berth ({open_url}), or ask POST /api/v1/previews/{t.public_id}/link for a "
+            "link.", json_wanted=json_wanted, title="Sign in to see this preview"))
+
+    # -- forwarding --------------------------------------------------------------------
+
+    async def forward(self, scope: dict[str, Any], send: Any, t: gate.Target, body: bytes,
+                      json_wanted: bool) -> None:
+        assert t.ns is not None
+        request = h11.Request(method=scope["method"], target=gate.request_target(scope),
+                              headers=request_headers(scope, body))
+        started = False
+        for attempt in (1, 2):
+            try:
+                upstream = await self.pool.get(t.ns, t.port)
+            except NamespaceGone:
+                self.targets.pop(t.public_id, None)
+                self.pool.drop(t.ns)
+                await _reply(send, *pages.answer(
+                    503, "preview_stopped", "The preview's sandbox is gone; it is stopping.",
+                    json_wanted=json_wanted, title="This preview is stopping"))
+                return
+            except (OSError, TimeoutError):
+                await _reply(send, *pages.answer(
+                    502, "app_not_listening", f"Nothing accepted a connection on port "
+                    f"{t.port} inside the preview; the app may be restarting or crashed.",
+                    json_wanted=json_wanted, title="The app did not answer"))
+                return
+            try:
+                started = await self.exchange(upstream, request, body, send)
+                self.pool.put(t.ns, t.port, upstream)
+                return
+            except (UpstreamClosed, ConnectionError) as e:
+                upstream.close()
+                if started:
+                    return  # the status is sent: all that is left is to end the body
+                if attempt == 1 and upstream.used:
+                    continue  # a kept-alive connection the app had closed: once more
+                message = f"The app closed the connection without answering ({e})."
+            except TimeoutError:
+                upstream.close()
+                if started:
+                    return
+                await _reply(send, *pages.answer(
+                    504, "app_timeout", f"The app sent nothing for "
+                    f"{settings.PREVIEW_IDLE_CONNECTION_S} s.", json_wanted=json_wanted,
+                    title="The app took too long"))
+                return
+            except BaseException:
+                upstream.close()
+                raise
+            await _reply(send, *pages.answer(502, "app_broke_request", message,
+                                             json_wanted=json_wanted,
+                                             title="The app broke this request"))
+            return
+
+    async def exchange(self, upstream: Upstream, request: h11.Request, body: bytes,
+                       send: Any) -> bool:
+        """One request and its streamed answer; returns whether the status was sent."""
+        timeout = settings.PREVIEW_IDLE_CONNECTION_S
+        await upstream.send(request)
+        if body:
+            await upstream.send(h11.Data(data=body))
+        await upstream.send(h11.EndOfMessage())
+        event = await upstream.next_event(timeout)
+        while isinstance(event, h11.InformationalResponse):  # 100 Continue, 103 hints
+            event = await upstream.next_event(timeout)
+        if not isinstance(event, h11.Response):
+            raise UpstreamClosed(f"unexpected {type(event).__name__}")
+        await send({"type": "http.response.start", "status": event.status_code,
+                    "headers": response_headers(event.headers, upstream_host(request))})
+        flow = Backpressure.of(send)
+        try:
+            while True:
+                event = await upstream.next_event(timeout)
+                if isinstance(event, h11.Data):
+                    await send({"type": "http.response.body", "body": bytes(event.data),
+                                "more_body": True})
+                    await flow.wait()
+                    if flow.gone:
+                        raise UpstreamClosed("the client went away")
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+        except (UpstreamClosed, ConnectionError, TimeoutError):
+            flow.release()
+            await send({"type": "http.response.body", "body": b""})
+            raise
+        flow.release()
+        await send({"type": "http.response.body", "body": b""})
+        return True
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return ""
+
+
+def _cookies(scope: dict[str, Any]) -> dict[str, str]:
+    jar: SimpleCookie = SimpleCookie()
+    for key, value in scope["headers"]:
+        if key == b"cookie":
+            try:
+                jar.load(value.decode("latin-1"))
+            except Exception:  # a malformed cookie header: as if none
+                continue
+    return {k: m.value for k, m in jar.items()}
+
+
+def app_url(scope: dict[str, Any]) -> str:
+    """Where Berth's app is, for links from a preview host: APP_URL, else localhost on
+    the port this request came in on (the default PREVIEW_DOMAIN is a *.localhost)."""
+    if settings.APP_URL:
+        return str(settings.APP_URL).rstrip("/")
+    port = (scope.get("server") or ("", 80))[1]
+    return f"{scope.get('scheme', 'http')}://localhost" + (f":{port}" if port != 80 else "")
+
+
+def upstream_host(request: h11.Request) -> str:
+    for key, value in request.headers:
+        if key == b"host":
+            return str(value.decode("latin-1")).split(":")[0].lower()
+    return ""
+
+
+def request_headers(scope: dict[str, Any], body: bytes) -> list[tuple[bytes, bytes]]:
+    named_hop = {t.strip().lower().encode() for k, v in scope["headers"] if k == b"connection"
+                 for t in v.decode("latin-1").split(",")}
+    berth = gate.berth_cookie_names()
+    headers: list[tuple[bytes, bytes]] = []
+    for key, value in scope["headers"]:
+        if key in DROP_REQUEST or key in named_hop:
+            continue
+        if key == b"cookie":
+            kept = [part for part in value.decode("latin-1").split(";")
+                    if part.split("=", 1)[0].strip() not in berth and part.strip()]
+            if not kept:
+                continue
+            value = ";".join(kept).strip().encode("latin-1")
+        headers.append((key, value))
+    client = (scope.get("client") or ("", 0))[0]
+    headers += [(b"x-forwarded-for", str(client).encode()),
+                (b"x-forwarded-proto", scope.get("scheme", "http").encode()),
+                (b"x-forwarded-host", _header(scope, b"host").encode("latin-1"))]
+    if body or scope["method"] in ("POST", "PUT", "PATCH"):
+        headers.append((b"content-length", str(len(body)).encode()))
+    return headers
+
+
+def response_headers(headers: list[tuple[bytes, bytes]], host: str) -> list[tuple[bytes, bytes]]:
+    """The app's headers minus hop-by-hop ones and cookies it may not set: one with a
+    Domain other than the preview's own host, or named like Berth's."""
+    named_hop = {t.strip().lower().encode() for k, v in headers if k == b"connection"
+                 for t in v.decode("latin-1").split(",")}
+    out = []
+    for key, value in headers:
+        if key in HOP_BY_HOP or key in named_hop:
+            continue
+        if key == b"set-cookie" and not cookie_allowed(value.decode("latin-1"), host):
+            continue
+        out.append((bytes(key), bytes(value)))
+    return out
+
+
+def cookie_allowed(header: str, host: str) -> bool:
+    name, _, rest = header.partition("=")
+    if name.strip() in gate.berth_cookie_names():
+        return False
+    for attribute in rest.split(";")[1:]:
+        key, _, value = attribute.partition("=")
+        if key.strip().lower() == "domain" and value.strip().lstrip(".").lower() != host:
+            return False
+    return True
+
+
+async def _read_body(receive: Any) -> bytes | None:
+    """The whole request body, or None past PREVIEW_MAX_BODY_BYTES."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > settings.PREVIEW_MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _reply(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+                 ) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": headers + [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+PROXY: Proxy | None = None
+
+
+def proxy() -> Proxy:
+    global PROXY
+    if PROXY is None:
+        PROXY = Proxy()
+    return PROXY
+

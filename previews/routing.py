@@ -1,0 +1,7 @@
+from django.urls import re_path
+
+from previews.consumers import PreviewLogConsumer
+
+websocket_urlpatterns = [
+    re_path(r"^ws/previews/(?P<preview_id>[a-z0-9]{1,12})/logs$", PreviewLogConsumer.as_asgi()),
+]

@@ -1,0 +1,128 @@
+"""The runner agent's part of previews: health checks, readiness and idleness.
+
+Every tick it looks at the live previews whose process runs: a starting one is
+probed until GET health_path answers 2xx/3xx (ready) or the start deadline passes
+(not_listening, or health_failed with the last status); a ready one is probed every
+PREVIEW_HEALTH_EVERY_S and stopped once idle past its timeout. Probes connect from
+inside the sandbox's network namespace (previews.upstream.probe). Crashes need no
+polling: the process's exit ends its run, and previews.actions.on_run_finished follows.
+"""
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from previews import actions
+from previews.models import LIVE_STATES, Preview, PreviewState
+from previews.upstream import probe
+from runner import sandbox
+from runner.models import RunState
+from runner.sandbox.netns import Namespace, NamespaceGone
+
+log = logging.getLogger("berth.runner_agent")
+
+
+def _db(fn: Any) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+    return sync_to_async(call, thread_sensitive=True)
+
+
+class Watcher:
+    TICK_S = 0.25
+
+    def __init__(self) -> None:
+        self.busy: set[str] = set()
+        self.next_check: dict[str, float] = {}
+        self.background: set[asyncio.Task[None]] = set()
+
+    async def tick(self) -> None:
+        previews = await _db(lambda: list(Preview.objects.select_related(
+            "run", "workspace__team").filter(state__in=LIVE_STATES,
+                                             run__state=RunState.RUNNING, run__phase="main")))()
+        loop = asyncio.get_running_loop()
+        live = {p.public_id for p in previews}
+        for key in set(self.next_check) - live:
+            del self.next_check[key]
+        for preview in previews:
+            if preview.public_id in self.busy or preview.run is None or \
+                    not preview.run.process_started_at:
+                continue
+            if preview.state == PreviewState.READY:
+                if await _db(self._stop_if_idle)(preview):
+                    continue
+                if loop.time() < self.next_check.get(preview.public_id, 0):
+                    continue
+            self.busy.add(preview.public_id)
+            task = asyncio.create_task(self._check(preview))
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+
+    async def _check(self, preview: Preview) -> None:
+        try:
+            ns = await self._namespace(preview)
+            status = await probe(ns, preview.port, preview.host, preview.health_path) \
+                if ns else None
+            await _db(self._record)(preview, status)
+            self.next_check[preview.public_id] = asyncio.get_running_loop().time() + (
+                settings.PREVIEW_HEALTH_EVERY_S if preview.state == PreviewState.READY else 0)
+        except Exception:
+            log.exception("health check of preview %s failed", preview.public_id)
+        finally:
+            self.busy.discard(preview.public_id)
+
+    async def _namespace(self, preview: Preview) -> Namespace | None:
+        """The sandbox's namespace, found once per process and recorded for the proxy."""
+        if preview.sandbox_pid and preview.sandbox_netns:
+            return Namespace(preview.sandbox_pid, preview.sandbox_netns)
+        assert preview.run is not None
+        pid = await asyncio.to_thread(sandbox.sandbox_pid, preview.run.container_name)
+        if pid is None:
+            return None
+        try:
+            ns = Namespace.of_pid(pid)
+        except NamespaceGone:
+            return None
+        run_id = preview.run_id
+        await _db(lambda: Preview.objects.filter(pk=preview.pk, run_id=run_id).update(
+            sandbox_pid=ns.pid, sandbox_netns=ns.inode))()
+        return ns
+
+    @staticmethod
+    def _record(preview: Preview, status: int | None) -> None:
+        preview.refresh_from_db()
+        if preview.run is None or not preview.is_live:
+            return
+        healthy = status is not None and 200 <= status < 400
+        if preview.state == PreviewState.STARTING:
+            if healthy and actions.mark_ready(preview, status or 0):
+                return
+            started = preview.run.process_started_at or preview.started_at
+            if timezone.now() > started + timedelta(seconds=settings.PREVIEW_START_DEADLINE_S):
+                actions.fail_start(preview, "not_listening" if status is None
+                                   else "health_failed", status)
+                return
+        Preview.objects.filter(pk=preview.pk).update(last_health_status=status,
+                                                     last_health_at=timezone.now())
+
+    @staticmethod
+    def _stop_if_idle(preview: Preview) -> bool:
+        idle = preview.idle_for()
+        if idle is None or idle < timedelta(seconds=preview.idle_timeout_s):
+            return False
+        # The proxy may have just recorded a request: decide on the stored time.
+        preview.refresh_from_db()
+        idle = preview.idle_for()
+        if idle is None or idle < timedelta(seconds=preview.idle_timeout_s):
+            return False
+        actions.stop_preview(preview, None, "idle")
+        return True

@@ -1,0 +1,93 @@
+"""Sockets inside a sandbox's network namespace (VERIFIED.md, "Reaching into a sandbox").
+
+A sandbox has `network_mode="none"`: nothing outside can reach it. Berth's own
+processes reach a preview's port by creating a socket *inside* its namespace: a
+socket belongs to the namespace it was created in for its whole life, so only the
+creation needs `setns`, and that happens on a short-lived thread of its own (setns
+changes the calling thread only; a pooled thread left inside a sandbox would open
+database or Redis sockets there). Connecting, reading and writing then happen
+anywhere, for example on the asyncio loop.
+"""
+
+import asyncio
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+
+class NamespaceGone(Exception):
+    """The sandbox's process (and so its namespace) is not the one recorded any more."""
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A sandbox's network namespace: the pid of a process in it, and the namespace's
+    inode, checked at every use so a reused pid can never lead into another namespace
+    (least of all the host's own, where Berth's database and Redis listen)."""
+
+    pid: int
+    inode: int
+
+    @classmethod
+    def of_pid(cls, pid: int) -> "Namespace":
+        try:
+            inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except OSError as e:
+            raise NamespaceGone(f"process {pid} is gone") from e
+        if inode == os.stat("/proc/self/ns/net").st_ino:
+            raise NamespaceGone(f"process {pid} is in Berth's own namespace")
+        return cls(pid, inode)
+
+
+def socket_in(ns: Namespace) -> socket.socket:
+    """A new non-blocking TCP socket created inside namespace `ns`."""
+    result: dict[str, object] = {}
+
+    def body() -> None:
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        try:
+            target = os.open(f"/proc/{ns.pid}/ns/net", os.O_RDONLY)
+        except OSError:
+            os.close(own)
+            result["error"] = NamespaceGone(f"process {ns.pid} is gone")
+            return
+        try:
+            if os.fstat(target).st_ino != ns.inode:
+                raise NamespaceGone(f"process {ns.pid} is in another namespace now")
+            os.setns(target, os.CLONE_NEWNET)
+            try:
+                result["sock"] = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            finally:
+                # If switching back failed, this thread ends here anyway: nothing else
+                # ever runs on it.
+                os.setns(own, os.CLONE_NEWNET)
+        except BaseException as e:  # handed to the caller's thread
+            result["error"] = e
+        finally:
+            os.close(target)
+            os.close(own)
+
+    thread = threading.Thread(target=body, name=f"netns-{ns.pid}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    sock = result["sock"]
+    assert isinstance(sock, socket.socket)
+    sock.setblocking(False)
+    return sock
+
+
+async def connect(ns: Namespace, port: int, timeout: float = 5.0) -> socket.socket:
+    """A socket connected to 127.0.0.1:`port` inside the sandbox (loopback only: no
+    other address exists there)."""
+    sock = socket_in(ns)
+    try:
+        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(
+            sock, ("127.0.0.1", port)), timeout)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
