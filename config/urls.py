@@ -14,6 +14,7 @@ urlpatterns = [
     # Before accounts: the team dashboard at /t/<team>/ is the workspaces list.
     path("", include("workspaces.urls")),
     path("", include("runner.urls")),
+    path("", include("previews.urls")),
     path("", include("accounts.urls")),
 ]
 

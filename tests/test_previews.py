@@ -3,6 +3,8 @@ Docker engine."""
 
 import hashlib
 import os
+import socket
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -84,3 +86,169 @@ def _reset_peak_rss(pid: int) -> int:
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")
     return _peak_rss(pid)
+
+
+def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server):
+    import asyncio
+
+    from websockets.asyncio.client import connect
+
+    browser = opened(berth_server, agent, ready)
+    cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
+
+    async def talk() -> list[str]:
+        # The preview's name does not resolve outside a browser here: connect to
+        # daphne, and let the URI give the Host header.
+        sock = socket.create_connection(("127.0.0.1", berth_server.port))
+        async with connect(f"ws://{ready['id']}.preview.localhost:{berth_server.port}/ws",
+                           sock=sock, proxy=None, additional_headers={"Cookie": cookie}) as ws:
+            got = []
+            for word in ("hello", "hot reload"):
+                await ws.send(word)
+                got.append(await asyncio.wait_for(ws.recv(), 10))
+            return got
+
+    assert asyncio.run(talk()) == ["echo:hello", "echo:hot reload"]
+
+
+def test_berth_credentials_never_reach_the_app_and_forwarding_headers_are_set(
+        agent, ready, berth_server):
+    browser = opened(berth_server, agent, ready)
+    r = browser.get(ready["url"] + "headers", headers={
+        "Authorization": "Bearer berth_secret", "X-Forwarded-For": "6.6.6.6",
+        "Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
+        + "; sessionid=app-session; csrftoken=tok; mine=kept"})
+    assert r.status_code == 200, r.text
+    seen = r.json()
+    assert "authorization" not in seen
+    assert seen["cookie"] == "mine=kept"
+    assert seen["x-forwarded-for"] == "127.0.0.1"
+    assert seen["x-forwarded-host"] == urlsplit(ready["url"]).netloc
+    assert seen["x-forwarded-proto"] == "http"
+
+
+def test_upstream_cookies_for_other_domains_are_dropped_and_redirects_returned(
+        agent, ready, berth_server):
+    browser = opened(berth_server, agent, ready)
+    r = browser.get(ready["url"] + "cookies")
+    cookies = r.raw.headers.getlist("Set-Cookie")
+    assert cookies == ["own=2; Path=/"], cookies
+    r = browser.get(ready["url"] + "redirect")
+    assert r.status_code == 302 and r.headers["Location"] == "http://169.254.169.254/latest/"
+
+
+def test_a_preview_is_private_to_its_team(agent, ready, berth_server, cast, signed_in):
+    url = ready["url"]
+    anonymous = Browser(berth_server)
+    r = anonymous.get(url, headers={"Accept": "text/html"})
+    assert r.status_code == 302 and f"/previews/{ready['id']}/open" in r.headers["Location"]
+    r = anonymous.get(url, headers={"Accept": "application/json"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "preview_sign_in_required"
+
+    # A ticket works once, and only on its own preview's host.
+    link = agent.link(ready)
+    other = agent.wait(agent.start(), {"ready"} | ENDED)
+    elsewhere = Browser(berth_server)
+    wrong_host = link.replace(ready["id"], other["id"])
+    assert elsewhere.get(wrong_host).status_code == 403
+    first = Browser(berth_server)
+    assert first.open(link).headers["Location"] == "/"
+    assert first.get(url).status_code == 200
+    assert Browser(berth_server).get(link).status_code == 403  # used
+    # Its cookie is for that preview only.
+    assert first.get(other["url"], headers={"Accept": "application/json"}).status_code == 401
+    agent.post(other, "stop")
+
+    # charlie (team B) cannot open it from the app: 404, no ticket.
+    r = signed_in(cast.charlie).get(f"/previews/{ready['id']}/open")
+    assert r.status_code == 404
+    # carol can, and the redirect carries a ticket for the preview host.
+    r = signed_in(cast.carol).get(f"/previews/{ready['id']}/open")
+    assert r.status_code == 302 and r["Location"].startswith(url.rstrip("/") + "/__berth/ticket")
+
+    # An unknown preview id is a 404 on the preview domain.
+    r = anonymous.get(f"http://zzzzzzzzzzzz.preview.localhost:{berth_server.port}/",
+                      headers={"Accept": "application/json"})
+    assert r.status_code == 404
+
+
+def test_only_the_declared_port_is_reachable(agent, probe, cast, berth_server):
+    write(probe, cast.carol, {"workspace.toml": probe_toml("python3 probe_app.py second-port")})
+    preview = agent.wait(agent.start(), {"ready"} | ENDED)
+    assert preview["state"] == "ready"
+    browser = opened(berth_server, agent, preview)
+    # Every URL of the preview goes to port 8000; a port in the Host header is Berth's.
+    for host in (f"{preview['id']}.preview.localhost:9999",
+                 f"{preview['id']}.preview.localhost:{berth_server.port}"):
+        r = browser.get(f"http://{host}/headers")
+        assert r.status_code == 200
+        assert r.json()["host"] == host  # answered by the app on 8000 (same handler)
+    assert "9999" not in str(agent.get(preview)["port"])
+    agent.post(preview, "stop")
+
+
+@pytest.mark.parametrize("command, reason", [
+    ("python3 probe_app.py exit", "exited"),
+    ("python3 probe_app.py silent", "not_listening"),
+])
+def test_a_preview_that_never_comes_up_fails_with_a_reason(agent, probe, cast, berth_server,
+                                                           command, reason):
+    write(probe, cast.carol, {"workspace.toml": probe_toml(command)})
+    preview = agent.wait(agent.start(), ENDED)
+    assert (preview["state"], preview["reason"]) == ("failed", reason), preview
+    assert preview["message"]
+    browser = opened(berth_server, agent, preview)
+    page = browser.get(preview["url"])
+    assert page.status_code == 503
+    if reason == "exited":
+        assert preview["exit_code"] == 3
+        assert "giving up at once" in page.text  # the last log lines, on the typed page
+    r = browser.get(preview["url"], headers={"Accept": "application/json"})
+    assert r.json()["error"]["code"] == "preview_failed"
+
+
+def test_health_returning_500_fails_with_the_status(agent, probe, cast):
+    write(probe, cast.carol, {"workspace.toml": probe_toml(health_path="/health500")})
+    preview = agent.wait(agent.start(), ENDED)
+    assert (preview["state"], preview["reason"]) == ("failed", "health_failed"), preview
+    assert preview["health"]["last_status"] == 500 and "500" in preview["message"]
+
+
+def test_a_killed_process_is_a_crash_and_a_restart_brings_it_back(agent, ready,
+                                                                  berth_server):
+    from runner.engine import engine
+    from runner.models import Run
+
+    run = Run.objects.get(public_id=ready["run"])
+    engine().containers.get(run.container_name).kill("SIGKILL")
+    crashed = agent.wait(ready, ENDED)
+    assert crashed["state"] == "crashed" and crashed["reason"] == "exited"
+    browser = opened(berth_server, agent, crashed)
+    assert "crashed" in browser.get(crashed["url"]).text
+    r = agent.post(crashed, "restart")
+    assert r.status_code == 202 and r.json()["state"] == "starting"
+    again = agent.wait(crashed, {"ready"} | ENDED)
+    assert again["state"] == "ready" and again["restarts"] == 1 and again["run"] != ready["run"]
+    assert browser.get(again["url"]).status_code == 200
+
+
+def test_an_idle_preview_stops_and_says_so(agent, berth_server):
+    preview = agent.wait(agent.start(idle_timeout_s=2), {"ready"} | ENDED)
+    assert preview["state"] == "ready"
+    stopped = agent.wait(preview, ENDED, timeout=30)
+    assert (stopped["state"], stopped["reason"]) == ("stopped", "idle")
+    browser = opened(berth_server, agent, stopped)
+    page = browser.get(stopped["url"])
+    assert page.status_code == 503 and "stopped (idle)" in page.text and "Restart" in page.text
+
+
+def test_stop_by_the_user_ends_the_sandbox(agent, ready):
+    from runner.models import Run
+
+    r = agent.post(ready, "stop")
+    assert r.status_code == 202 and r.json()["reason"] == "stopped_by_user"
+    run = Run.objects.get(public_id=ready["run"])
+    from tests.servers import wait_for
+    wait_for(lambda: not Run.objects.get(pk=run.pk).is_active, timeout=30,
+             what="the preview's run to end")
+    assert agent.post(ready, "stop").status_code == 409

@@ -1,0 +1,100 @@
+"""The app's doors onto previews: open one (access check, then a ticket for the
+preview host), its page (state, frame, log, stop/restart), start one from a workspace.
+
+Thin doors: access through `access_preview` / `workspace_page`, changes through
+`previews.actions`, so a page obeys the API's rules and writes the same Activity.
+"""
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.clickjacking import xframe_options_sameorigin
+from django.views.decorators.http import require_POST
+
+from accounts.access import Actor, require_team_admin
+from accounts.models import Membership
+from config.errors import BerthError, NotFound
+from previews import actions
+from previews.access import access_preview
+from previews.links import ticket_url
+from previews.models import Preview
+from runner import logstore
+from workspaces.models import Workspace
+from workspaces.views import clone_url, urls_of, workspace_page
+
+
+def _preview(request: HttpRequest, preview_id: str) -> Preview:
+    try:
+        return access_preview(Actor(request.user), preview_id)
+    except NotFound as e:
+        raise Http404(e.message) from e
+
+
+@login_required
+@xframe_options_sameorigin  # the workspace page frames this redirect to the preview host
+def open_preview(request: HttpRequest, preview_id: str) -> HttpResponse:
+    """Check access, then send the browser to the preview host with a single-use
+    ticket; the host swaps it for its own cookie and goes on to `next`."""
+    preview = _preview(request, preview_id)
+    url, _ = ticket_url(preview, Actor(request.user), request.get_port(),
+                        request.GET.get("next", "/"))
+    response = redirect(url)
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"  # the ticket stays out of Referer
+    return response
+
+
+@login_required
+def preview_page(request: HttpRequest, preview_id: str) -> HttpResponse:
+    preview = _preview(request, preview_id)
+    template = "previews/_status.html" if request.headers.get("HX-Request") \
+        else "previews/preview.html"
+    return render(request, template, context(request, preview))
+
+
+def context(request: HttpRequest, preview: Preview) -> dict[str, Any]:
+    workspace = preview.workspace
+    membership = Membership.objects.filter(team=workspace.team, user=request.user).first()
+    run = preview.run
+    return {"preview": preview, "workspace": workspace, "membership": membership,
+            "urls": urls_of(workspace), "tab": "previews",
+            "clone_url": clone_url(request, workspace),
+            "summary": actions.preview_summary(preview, request.get_port()),
+            "ws_path": f"/ws/previews/{preview.public_id}/logs",
+            "log_start": max(0, logstore.count(run.public_id) - 20_000) if run else 0}
+
+
+@login_required
+@require_POST
+def act(request: HttpRequest, preview_id: str, action: str) -> HttpResponse:
+    preview = _preview(request, preview_id)
+    actor = Actor(request.user)
+    try:
+        if action == "stop":
+            actions.stop_preview(preview, actor)
+        elif action == "restart":
+            actions.restart_preview(preview, actor)
+        elif action == "public":
+            require_team_admin(actor, preview.workspace.team)
+            actions.set_public(preview, actor, request.POST.get("public") == "1")
+        else:
+            raise Http404("No such action.")
+    except BerthError as e:
+        messages.error(request, e.message)
+    return redirect("preview", preview_id=preview.public_id)
+
+
+@workspace_page
+@require_POST
+def start(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
+    try:
+        preview = actions.start_preview(workspace, Actor(membership.user),
+                                        request.POST.get("ref") or None,
+                                        request.POST.get("follow") == "1")
+    except BerthError as e:
+        messages.error(request, e.message)
+        return redirect("workspace", membership.team.slug, workspace.slug)
+    return redirect("preview", preview_id=preview.public_id)
