@@ -18,10 +18,20 @@ ENDED = {"failed", "stopped", "crashed"}
 
 
 @pytest.fixture
-def probe(cast):
+def runtime(request) -> str:
+    """runc unless a test asks for both runtimes (`@both_runtimes`)."""
+    return getattr(request, "param", "runc")
+
+
+both_runtimes = pytest.mark.parametrize("runtime", ["runc", "gvisor"], indirect=True)
+
+
+@pytest.fixture
+def probe(cast, runtime):
     workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Probe",
                                                    "probe")
-    write(workspace, cast.carol, {"probe_app.py": PROBE_APP, "workspace.toml": probe_toml()})
+    write(workspace, cast.carol, {"probe_app.py": PROBE_APP,
+                                  "workspace.toml": probe_toml(runtime=runtime)})
     return workspace
 
 
@@ -45,11 +55,13 @@ def opened(berth_server, agent, preview) -> Browser:
     return browser
 
 
-def test_a_preview_comes_up_and_the_proxy_serves_its_pages(agent, ready, berth_server):
-    assert ready["url"] == f"http://{ready['id']}.preview.localhost:{berth_server.port}/" or \
-        ready["url"].startswith(f"http://{ready['id']}.preview.localhost")
+@both_runtimes
+def test_a_preview_comes_up_and_the_proxy_serves_its_pages(agent, ready, berth_server, runtime):
+    assert ready["url"] == f"http://{ready['id']}.preview.localhost/"  # the client's port (80)
     assert ready["timings"]["ready_at"] and ready["time_until_usable_s"] > 0
     assert ready["health"]["last_status"] == 200
+    assert ready["runtime"] == runtime and ready["isolation"]["network"] == "none"
+    assert ready["isolation"]["runtime"] == {"runc": "runc", "gvisor": "runsc"}[runtime]
     browser = opened(berth_server, agent, ready)
     page = browser.get(ready["url"])
     assert page.status_code == 200 and "probe app" in page.text
@@ -58,7 +70,8 @@ def test_a_preview_comes_up_and_the_proxy_serves_its_pages(agent, ready, berth_s
     assert any("probe app listening" in e["text"] for e in log["entries"])
 
 
-def test_bodies_round_trip_and_large_answers_stream(agent, ready, berth_server):
+@both_runtimes
+def test_bodies_round_trip_and_large_answers_stream(agent, ready, berth_server, runtime):
     browser = opened(berth_server, agent, ready)
     body = os.urandom(5 * 1024 * 1024)
     r = browser.request("POST", ready["url"] + "echo", data=body)
@@ -88,7 +101,8 @@ def _reset_peak_rss(pid: int) -> int:
     return _peak_rss(pid)
 
 
-def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server):
+@both_runtimes
+def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server, runtime):
     import asyncio
 
     from websockets.asyncio.client import connect
@@ -252,3 +266,74 @@ def test_stop_by_the_user_ends_the_sandbox(agent, ready):
     wait_for(lambda: not Run.objects.get(pk=run.pk).is_active, timeout=30,
              what="the preview's run to end")
     assert agent.post(ready, "stop").status_code == 409
+
+
+@pytest.mark.parametrize("template, text", [("python-http", "Hello, world!"),
+                                            ("node-http", "Hello, world!")])
+def test_the_templates_preview_through_the_proxy(client, cast, run_stack, berth_server,
+                                                 template, text):
+    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), template,
+                                                   template, template)
+    _, secret = cast.token(cast.carol, ["preview"])
+    agent = PreviewAgent(client, secret, template)
+    preview = agent.wait(agent.start(), {"ready"} | ENDED, timeout=180)
+    assert preview["state"] == "ready", preview
+    assert preview["setup"] is not None  # both templates install dependencies first
+    browser = opened(berth_server, agent, preview)
+    page = browser.get(preview["url"])
+    assert page.status_code == 200 and text in page.text
+    assert browser.get(preview["url"] + "api/hello").json() == {"message": text}
+    agent.post(preview, "stop")
+    assert workspace.previews.count() == 1
+
+
+def test_a_following_preview_restarts_on_a_new_commit(agent, probe, cast, berth_server):
+    preview = agent.wait(agent.start(follow=True), {"ready"} | ENDED)
+    assert preview["state"] == "ready" and preview["follow"]
+    sha = write(probe, cast.carol, {"probe_app.py": PROBE_APP.replace("probe app", "probe v2")})
+    moved = agent.wait(preview, {"starting", "ready"})
+    assert moved["commit"] == sha
+    again = agent.wait(preview, {"ready"} | ENDED)
+    assert again["state"] == "ready" and again["restarts"] == 1
+    browser = opened(berth_server, agent, again)
+    assert "probe v2" in browser.get(again["url"]).text
+    agent.post(again, "stop")
+    r = agent.client.post("/api/v1/workspaces/probe/previews", {"ref": sha[:12], "follow": True},
+                          content_type="application/json", **agent.headers)
+    assert r.status_code == 422 and "branch" in r.json()["error"]["message"]
+
+
+def test_an_admin_makes_a_preview_public_and_cookies_are_still_stripped(
+        agent, ready, berth_server, cast, client):
+    r = agent.post(ready, "public", {"public": True})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "admin_required"
+    _, secret = cast.token(cast.alice, ["workspace:write", "preview"])
+    admin = PreviewAgent(client, secret, "probe")
+    r = admin.post(ready, "public", {"public": True})
+    assert r.status_code == 200 and r.json()["public"] is True
+    from accounts.models import Activity
+    assert Activity.objects.filter(verb="preview.made_public").exists()
+    stranger = Browser(berth_server)
+    seen = stranger.get(ready["url"] + "headers",
+                        headers={"Cookie": "sessionid=s; berth_preview=x; a=b"}).json()
+    assert seen["cookie"] == "a=b"
+
+
+def test_bad_requests_get_clear_errors(agent, probe, cast, client):
+    r = agent.client.post("/api/v1/workspaces/probe/previews", {"ref": "nope"},
+                          content_type="application/json", **agent.headers)
+    assert r.status_code == 404
+    write(probe, cast.carol, {"workspace.toml": "[sandbox]\nmemory_mb = 256\n"})
+    r = agent.client.post("/api/v1/workspaces/probe/previews", {},
+                          content_type="application/json", **agent.headers)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "no_preview_command"
+    r = agent.client.post("/api/v1/workspaces/probe/previews", {"privileged": True},
+                          content_type="application/json", **agent.headers)
+    assert r.status_code == 422
+    _, secret = cast.token(cast.carol, ["run"])
+    r = client.post("/api/v1/workspaces/probe/previews", {}, content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "missing_scope"
+    _, other = cast.token(cast.charlie, ["preview"])
+    r = client.get("/api/v1/previews/zzzzzzzzzzzz", HTTP_AUTHORIZATION=f"Bearer {other}")
+    assert r.status_code == 404

@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -40,3 +41,8 @@ class Workspace(models.Model):
     @property
     def requires_gvisor(self) -> bool:
         return self.require_gvisor or self.team.require_gvisor
+
+    def live_previews(self) -> list[Any]:
+        """Previews starting or ready (the previews app's rows, by their related name:
+        workspaces never imports it)."""
+        return list(self.previews.filter(state__in=("starting", "ready"))[:5])  # type: ignore[attr-defined]
