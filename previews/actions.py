@@ -200,9 +200,11 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
                          f"{deadline} s. Make [preview].command listen on 127.0.0.1:{port} "
                          "(or 0.0.0.0), or set [preview].port to the port it uses; then "
                          "restart.",
-        "health_failed": f"GET {preview.health_path} kept answering {f.get('status')} (not "
-                         f"2xx or 3xx) for {deadline} s. Fix the app or [preview].health_path, "
-                         "then restart.",
+        "health_failed": f"GET {preview.health_path} kept answering "
+                         + (f"{f['status']} (not 2xx or 3xx)" if f.get("status")
+                            else "with no valid HTTP response")
+                         + f" for {deadline} s. Fix the app or [preview].health_path, then "
+                         "restart.",
         "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
                 "Restart it to use it again.",
         "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",

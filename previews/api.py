@@ -39,7 +39,7 @@ def _port(request: HttpRequest) -> str:
              summary="Start a preview of a commit (the [preview] of its workspace.toml)")
 def start_preview(request: HttpRequest, slug: str, body: PreviewIn | None = None) -> Status:
     workspace = workspace_for(request, slug, "preview")
-    body = body or PreviewIn()
+    body = body or PreviewIn(ref=None, follow=False, idle_timeout_s=None)
     preview = actions.start_preview(workspace, actor_of(request), body.ref, body.follow,
                                     body.idle_timeout_s)
     return Status(202, actions.preview_summary(preview, _port(request)))

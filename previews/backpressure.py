@@ -36,13 +36,13 @@ class Backpressure:
         return cls(request)
 
     # IPushProducer, called by Twisted on the event loop's thread
-    def pauseProducing(self) -> None:  # noqa: N802 (Twisted's interface)
+    def pauseProducing(self) -> None:
         self.flowing.clear()
 
-    def resumeProducing(self) -> None:  # noqa: N802
+    def resumeProducing(self) -> None:
         self.flowing.set()
 
-    def stopProducing(self) -> None:  # noqa: N802 (the client went away)
+    def stopProducing(self) -> None:
         self.gone = True
         self.flowing.set()
 

@@ -11,6 +11,7 @@ Everything here is synchronous ORM code: the proxy calls it on a worker thread.
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
+
 from django.conf import settings
 from django.core import signing
 from django.utils import timezone

@@ -5,6 +5,7 @@ answer says what happened and what to do; none is cached.
 """
 
 import json
+from collections.abc import Mapping
 from html import escape
 
 from previews.gate import Target
@@ -28,7 +29,7 @@ def wants_json(headers: dict[bytes, bytes]) -> bool:
 
 
 def answer(status: int, code: str, message: str, *, json_wanted: bool, title: str = "",
-           detail: dict[str, object] | None = None, lines: list[str] | None = None,
+           detail: Mapping[str, object] | None = None, lines: list[str] | None = None,
            action: tuple[str, str] | None = None, refresh: bool = False
            ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """(status, headers, body) of a typed answer."""
@@ -36,7 +37,7 @@ def answer(status: int, code: str, message: str, *, json_wanted: bool, title: st
     if json_wanted:
         body = json.dumps({"error": {"code": code, "message": message,
                                      "details": detail or {}}}).encode()
-        return status, headers + [(b"content-type", b"application/json")], body
+        return status, [*headers, (b"content-type", b"application/json")], body
     parts = [f"<!doctype html><meta charset=utf-8><title>{escape(title or code)}</title>",
              f"<style>{_STYLE}</style>"]
     if refresh:
@@ -52,7 +53,7 @@ def answer(status: int, code: str, message: str, *, json_wanted: bool, title: st
     if action:
         parts.append(f'<p><a class="button" href="{escape(action[1])}">{escape(action[0])}'
                      "</a></p>")
-    return status, headers + [(b"content-type", b"text/html; charset=utf-8")], \
+    return status, [*headers, (b"content-type", b"text/html; charset=utf-8")], \
         "".join(parts).encode()
 
 

@@ -14,10 +14,12 @@ each request:
    are passed back, never followed.
 """
 
+import contextlib
 import logging
 import re
 import time
-from http.cookies import SimpleCookie
+from collections.abc import Sequence
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -288,10 +290,8 @@ def _cookies(scope: dict[str, Any]) -> dict[str, str]:
     jar: SimpleCookie = SimpleCookie()
     for key, value in scope["headers"]:
         if key == b"cookie":
-            try:
+            with contextlib.suppress(CookieError):  # malformed: as if there were none
                 jar.load(value.decode("latin-1"))
-            except Exception:  # a malformed cookie header: as if none
-                continue
     return {k: m.value for k, m in jar.items()}
 
 
@@ -335,7 +335,8 @@ def request_headers(scope: dict[str, Any], body: bytes) -> list[tuple[bytes, byt
     return headers
 
 
-def response_headers(headers: list[tuple[bytes, bytes]], host: str) -> list[tuple[bytes, bytes]]:
+def response_headers(headers: Sequence[tuple[bytes, bytes]], host: str
+                     ) -> list[tuple[bytes, bytes]]:
     """The app's headers minus hop-by-hop ones and cookies it may not set: one with a
     Domain other than the preview's own host, or named like Berth's."""
     named_hop = {t.strip().lower().encode() for k, v in headers if k == b"connection"
@@ -380,7 +381,7 @@ async def _read_body(receive: Any) -> bytes | None:
 async def _reply(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
                  ) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": headers + [(b"content-length", str(len(body)).encode())]})
+                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_sameorigin
@@ -26,9 +27,14 @@ from workspaces.models import Workspace
 from workspaces.views import clone_url, urls_of, workspace_page
 
 
+def _actor(request: HttpRequest) -> Actor:
+    assert isinstance(request.user, User)  # every view here is behind login_required
+    return Actor(request.user)
+
+
 def _preview(request: HttpRequest, preview_id: str) -> Preview:
     try:
-        return access_preview(Actor(request.user), preview_id)
+        return access_preview(_actor(request), preview_id)
     except NotFound as e:
         raise Http404(e.message) from e
 
@@ -39,7 +45,7 @@ def open_preview(request: HttpRequest, preview_id: str) -> HttpResponse:
     """Check access, then send the browser to the preview host with a single-use
     ticket; the host swaps it for its own cookie and goes on to `next`."""
     preview = _preview(request, preview_id)
-    url, _ = ticket_url(preview, Actor(request.user), request.get_port(),
+    url, _ = ticket_url(preview, _actor(request), request.get_port(),
                         request.GET.get("next", "/"))
     response = redirect(url)
     response["Cache-Control"] = "no-store"
@@ -50,14 +56,19 @@ def open_preview(request: HttpRequest, preview_id: str) -> HttpResponse:
 @login_required
 def preview_page(request: HttpRequest, preview_id: str) -> HttpResponse:
     preview = _preview(request, preview_id)
-    template = "previews/_status.html" if request.headers.get("HX-Request") \
-        else "previews/preview.html"
+    if request.GET.get("pane"):
+        template = "previews/_pane.html"  # the workspace page's pane, loaded on opening
+    elif request.headers.get("HX-Request"):
+        template = "previews/_status.html"  # the status refreshing itself
+    else:
+        template = "previews/preview.html"
     return render(request, template, context(request, preview))
 
 
 def context(request: HttpRequest, preview: Preview) -> dict[str, Any]:
     workspace = preview.workspace
-    membership = Membership.objects.filter(team=workspace.team, user=request.user).first()
+    membership = Membership.objects.filter(team=workspace.team, user=_actor(request).user
+                                           ).first()
     run = preview.run
     return {"preview": preview, "workspace": workspace, "membership": membership,
             "urls": urls_of(workspace), "tab": "previews",
@@ -71,7 +82,7 @@ def context(request: HttpRequest, preview: Preview) -> dict[str, Any]:
 @require_POST
 def act(request: HttpRequest, preview_id: str, action: str) -> HttpResponse:
     preview = _preview(request, preview_id)
-    actor = Actor(request.user)
+    actor = _actor(request)
     try:
         if action == "stop":
             actions.stop_preview(preview, actor)

@@ -38,7 +38,8 @@ def _db(fn: Any) -> Any:
 
 
 class Watcher:
-    TICK_S = 0.25
+    TICK_S = 0.1
+    STARTING_PROBE_S = 0.05  # how often a starting preview is probed: time until usable
 
     def __init__(self) -> None:
         self.busy: set[str] = set()
@@ -46,16 +47,18 @@ class Watcher:
         self.background: set[asyncio.Task[None]] = set()
 
     async def tick(self) -> None:
+        # From the moment the source is in (the process may be starting this instant):
+        # probes before it listens just find nothing yet.
         previews = await _db(lambda: list(Preview.objects.select_related(
-            "run", "workspace__team").filter(state__in=LIVE_STATES,
-                                             run__state=RunState.RUNNING, run__phase="main")))()
+            "run", "workspace__team").filter(
+                state__in=LIVE_STATES, run__state__in=(RunState.PREPARING, RunState.RUNNING),
+                run__phase="main", run__hydrated_at__isnull=False)))()
         loop = asyncio.get_running_loop()
         live = {p.public_id for p in previews}
         for key in set(self.next_check) - live:
             del self.next_check[key]
         for preview in previews:
-            if preview.public_id in self.busy or preview.run is None or \
-                    not preview.run.process_started_at:
+            if preview.public_id in self.busy or preview.run is None:
                 continue
             if preview.state == PreviewState.READY:
                 if await _db(self._stop_if_idle)(preview):
@@ -68,13 +71,19 @@ class Watcher:
             task.add_done_callback(self.background.discard)
 
     async def _check(self, preview: Preview) -> None:
+        """One probe of a ready preview; a starting one is probed every
+        STARTING_PROBE_S until it is ready or its deadline passes."""
         try:
-            ns = await self._namespace(preview)
-            status = await probe(ns, preview.port, preview.host, preview.health_path) \
-                if ns else None
-            await _db(self._record)(preview, status)
-            self.next_check[preview.public_id] = asyncio.get_running_loop().time() + (
-                settings.PREVIEW_HEALTH_EVERY_S if preview.state == PreviewState.READY else 0)
+            while True:
+                ns = await self._namespace(preview)
+                status = await probe(ns, preview.port, preview.host, preview.health_path) \
+                    if ns else None
+                starting = await _db(self._record)(preview, status)
+                if not starting:
+                    break
+                await asyncio.sleep(self.STARTING_PROBE_S)
+            self.next_check[preview.public_id] = asyncio.get_running_loop().time() + \
+                settings.PREVIEW_HEALTH_EVERY_S
         except Exception:
             log.exception("health check of preview %s failed", preview.public_id)
         finally:
@@ -92,27 +101,32 @@ class Watcher:
             ns = Namespace.of_pid(pid)
         except NamespaceGone:
             return None
-        run_id = preview.run_id
+        run_id = preview.run.pk
         await _db(lambda: Preview.objects.filter(pk=preview.pk, run_id=run_id).update(
             sandbox_pid=ns.pid, sandbox_netns=ns.inode))()
         return ns
 
     @staticmethod
-    def _record(preview: Preview, status: int | None) -> None:
+    def _record(preview: Preview, status: int | None) -> bool:
+        """Write what a probe saw; True while the preview is still starting."""
         preview.refresh_from_db()
         if preview.run is None or not preview.is_live:
-            return
+            return False
         healthy = status is not None and 200 <= status < 400
         if preview.state == PreviewState.STARTING:
             if healthy and actions.mark_ready(preview, status or 0):
-                return
-            started = preview.run.process_started_at or preview.started_at
-            if timezone.now() > started + timedelta(seconds=settings.PREVIEW_START_DEADLINE_S):
+                return False
+            started = preview.run.process_started_at
+            if started and timezone.now() > started + timedelta(
+                    seconds=settings.PREVIEW_START_DEADLINE_S):
                 actions.fail_start(preview, "not_listening" if status is None
                                    else "health_failed", status)
-                return
+                return False
+            if not preview.run.is_active:
+                return False  # it ended: on_run_finished says how
         Preview.objects.filter(pk=preview.pk).update(last_health_status=status,
                                                      last_health_at=timezone.now())
+        return preview.state == PreviewState.STARTING
 
     @staticmethod
     def _stop_if_idle(preview: Preview) -> bool:

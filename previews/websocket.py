@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.typing import Origin
 
 from previews import gate
 from runner.sandbox import netns
@@ -57,7 +58,7 @@ async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any,
         upstream = await connect(
             f"ws://{host}{gate.request_target(scope).decode('latin-1')}", sock=sock, proxy=None,
             additional_headers=extra, subprotocols=scope.get("subprotocols") or None,
-            origin=origin.decode("latin-1") if origin else None,  # type: ignore[arg-type]
+            origin=Origin(origin.decode("latin-1")) if origin else None,
             user_agent_header=headers.get(b"user-agent", b"").decode("latin-1") or None,
             max_size=settings.PREVIEW_MAX_WS_MESSAGE_BYTES, compression=None,
             ping_interval=None, open_timeout=10)

@@ -7,7 +7,6 @@ from accounts.ids import new_id
 from accounts.models import ApiToken
 from workspaces.models import Workspace
 
-
 # Sent after the commit that wrote a service run's end (kwargs: run).
 run_finished = Signal()
 
@@ -163,8 +162,18 @@ class Run(models.Model):
             transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id)))
             # Whoever owns a service run (a preview) moves its own state on from here.
             if self.is_service:
-                transaction.on_commit(lambda: run_finished.send(Run, run=self))
+                transaction.on_commit(lambda: _announce_end(self))
         return ended
+
+
+def _announce_end(run: Run) -> None:
+    """The owner's failure to follow is logged, never allowed to undo or block the end."""
+    import logging
+
+    for receiver, result in run_finished.send_robust(Run, run=run):
+        if isinstance(result, Exception):
+            logging.getLogger(__name__).error("%s failed after run %s ended: %r", receiver,
+                                              run.public_id, result)
 
 
 class DepCache(models.Model):

@@ -56,7 +56,16 @@ def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(berth_server, run
         assert "sessionid" not in headers.get("cookie", "")
         assert "berth_preview" not in headers.get("cookie", "")
 
+        # The workspace page's pane: the same frame, state and log, opened in place.
+        page.goto(f"{berth_server.url}/t/team-a/w/probe/")
+        page.click(".preview-pane summary")
+        page.frame_locator(".preview-pane iframe").locator(
+            "h1", has_text="probe app").wait_for(timeout=30_000)
+        assert page.inner_text(".preview-pane [data-preview-state]") == "ready"
+        page.locator(".preview-pane .log-lines", has_text="probe app listening").wait_for()
+
         # Stop from the preview page: the tab now gets the typed page.
+        page.goto(f"{berth_server.url}/previews/{preview.public_id}/")
         page.click("#preview-status button.danger")
         page.wait_for_selector("#preview-status[data-state=stopped]", timeout=30_000)
         # (the proxy may have the preview's state cached for up to a second)

@@ -4,6 +4,7 @@ Docker engine."""
 import hashlib
 import os
 import socket
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -42,7 +43,7 @@ def agent(client, cast, probe, run_stack, berth_server) -> PreviewAgent:
 
 
 @pytest.fixture
-def ready(agent) -> dict:
+def ready(agent) -> Iterator[dict]:
     preview = agent.wait(agent.start(), {"ready"} | ENDED)
     assert preview["state"] == "ready", preview
     yield preview
@@ -88,9 +89,10 @@ def test_bodies_round_trip_and_large_answers_stream(agent, ready, berth_server, 
 
 
 def _peak_rss(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     raise AssertionError("no VmHWM")
 
 
@@ -110,7 +112,7 @@ def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server, run
     browser = opened(berth_server, agent, ready)
     cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
 
-    async def talk() -> list[str]:
+    async def talk() -> list[str | bytes]:
         # The preview's name does not resolve outside a browser here: connect to
         # daphne, and let the URI give the Host header.
         sock = socket.create_connection(("127.0.0.1", berth_server.port))

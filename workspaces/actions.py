@@ -21,9 +21,9 @@ from workspaces import config as workspace_config
 from workspaces import starters
 from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import GitStore, check_branch_name
-from workspaces.signals import branch_moved
 from workspaces.models import Workspace
 from workspaces.paths import clean_path
+from workspaces.signals import branch_moved
 from workspaces.store import author_of, open_store
 
 

@@ -45,4 +45,4 @@ class Workspace(models.Model):
     def live_previews(self) -> list[Any]:
         """Previews starting or ready (the previews app's rows, by their related name:
         workspaces never imports it)."""
-        return list(self.previews.filter(state__in=("starting", "ready"))[:5])  # type: ignore[attr-defined]
+        return list(self.previews.filter(state__in=("starting", "ready"))[:5])
