@@ -14,7 +14,9 @@ each request:
    are passed back, never followed.
 """
 
+import asyncio
 import contextlib
+import functools
 import logging
 import re
 import time
@@ -44,6 +46,7 @@ DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"content-length", b"expect", b"f
 TARGET_TTL_S = 1.0
 VIEWER_TTL_S = 30.0
 TOUCH_EVERY_S = 1.0
+SMALL_BODY = 256 * 1024
 
 
 class Proxy:
@@ -54,6 +57,7 @@ class Proxy:
                                   + r"(?::\d{1,5})?$")
         self.pool = Pool()
         self.targets: dict[str, tuple[float, gate.Target | None]] = {}
+        self.lookups: dict[str, asyncio.Future[gate.Target | None]] = {}
         self.viewers: dict[tuple[str, str], tuple[float, bool]] = {}
         self.touched: dict[int, float] = {}
         self.open: dict[str, int] = {}
@@ -64,11 +68,18 @@ class Proxy:
         return m.group(1) if m else None
 
     async def target(self, public_id: str, fresh: bool = False) -> gate.Target | None:
+        """The preview as of at most TARGET_TTL_S ago. One lookup at a time per preview:
+        requests arriving meanwhile wait for it instead of each asking the database."""
         now = time.monotonic()
         cached = self.targets.get(public_id)
         if cached and not fresh and now - cached[0] < TARGET_TTL_S:
             return cached[1]
-        t = await database_sync_to_async(gate.target)(public_id)
+        pending = self.lookups.get(public_id)
+        if pending is None:
+            pending = asyncio.ensure_future(database_sync_to_async(gate.target)(public_id))
+            self.lookups[public_id] = pending
+            pending.add_done_callback(lambda _: self.lookups.pop(public_id, None))
+        t = await asyncio.shield(pending)
         if len(self.targets) > 10_000:
             self.targets.clear()
         self.targets[public_id] = (now, t)
@@ -255,7 +266,11 @@ class Proxy:
             raise UpstreamClosed(f"unexpected {type(event).__name__}")
         await send({"type": "http.response.start", "status": event.status_code,
                     "headers": response_headers(event.headers, upstream_host(request))})
-        flow = Backpressure.of(send)
+        # Flow control only where a body may outgrow a socket buffer: most answers are
+        # small and declare it, and registering a producer costs each request.
+        length = dict(event.headers).get(b"content-length", b"")
+        flow = Backpressure() if length.isdigit() and int(length) <= SMALL_BODY \
+            else Backpressure.of(send)
         try:
             while True:
                 event = await upstream.next_event(timeout)
@@ -287,11 +302,16 @@ def _header(scope: dict[str, Any], name: bytes) -> str:
 
 
 def _cookies(scope: dict[str, Any]) -> dict[str, str]:
+    header = b"; ".join(v for k, v in scope["headers"] if k == b"cookie")
+    return _parse_cookies(header) if header else {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cookies(header: bytes) -> dict[str, str]:
+    """Parsed once per distinct header: a browser sends the same one on every request."""
     jar: SimpleCookie = SimpleCookie()
-    for key, value in scope["headers"]:
-        if key == b"cookie":
-            with contextlib.suppress(CookieError):  # malformed: as if there were none
-                jar.load(value.decode("latin-1"))
+    with contextlib.suppress(CookieError):  # malformed: as if there were none
+        jar.load(header.decode("latin-1"))
     return {k: m.value for k, m in jar.items()}
 
 
