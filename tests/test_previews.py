@@ -339,3 +339,70 @@ def test_bad_requests_get_clear_errors(agent, probe, cast, client):
     _, other = cast.token(cast.charlie, ["preview"])
     r = client.get("/api/v1/previews/zzzzzzzzzzzz", HTTP_AUTHORIZATION=f"Bearer {other}")
     assert r.status_code == 404
+
+
+def test_a_body_past_the_cap_is_refused_before_the_app_sees_it(agent, ready, berth_server):
+    browser = opened(berth_server, agent, ready)
+    r = browser.request("POST", ready["url"] + "echo", data=b"x" * (9 << 20),
+                        headers={"Accept": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    assert "8 MB" in r.json()["error"]["message"]
+
+
+def test_the_preview_log_streams_over_the_websocket(agent, ready, berth_server, cast):
+    import asyncio
+    import json
+
+    from websockets.asyncio.client import connect
+    from websockets.typing import Origin
+
+    async def first_entries() -> list[dict]:
+        async with connect(f"ws://127.0.0.1:{berth_server.port}/ws/previews/{ready['id']}"
+                           "/logs?after=0", proxy=None, origin=Origin("http://localhost"),
+                           additional_headers={"Authorization": agent.headers[
+                               "HTTP_AUTHORIZATION"]}) as ws:
+            message = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert message["type"] == "entries"
+            return message["entries"]
+
+    entries = asyncio.run(first_entries())
+    assert any("probe app listening" in e["text"] for e in entries)
+    # charlie's token: closed with 4404, as for a run of another team.
+    _, other = cast.token(cast.charlie, ["preview"])
+
+    async def refused() -> int | None:
+        async with connect(f"ws://127.0.0.1:{berth_server.port}/ws/previews/{ready['id']}"
+                           "/logs", proxy=None, origin=Origin("http://localhost"),
+                           additional_headers={"Authorization": f"Bearer {other}"}) as ws:
+            with pytest.raises(Exception):
+                await asyncio.wait_for(ws.recv(), 10)
+            return ws.close_code
+
+    assert asyncio.run(refused()) == 4404
+
+
+def test_a_ready_preview_survives_a_restart_of_the_runner_agent(agent, ready, run_stack,
+                                                                berth_server):
+    run_stack.agent.kill()
+    run_stack.agent.start()
+    browser = opened(berth_server, agent, ready)
+    assert browser.get(ready["url"]).status_code == 200
+    assert agent.get(ready)["state"] == "ready"
+    # ...and the new agent still carries it: a stop ends its sandbox.
+    assert agent.post(ready, "stop").status_code == 202
+    from runner.models import Run
+    from tests.servers import wait_for
+    wait_for(lambda: not Run.objects.get(public_id=ready["run"]).is_active, timeout=30,
+             what="the preview's run to end")
+
+
+def test_another_team_never_sees_a_preview(agent, ready, cast, client):
+    _, other = cast.token(cast.charlie, ["preview", "workspace:read"])
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {other}"}
+    for path in (f"/api/v1/previews/{ready['id']}", f"/api/v1/previews/{ready['id']}/logs"):
+        assert client.get(path, **headers).status_code == 404
+    for action in ("stop", "restart", "link"):
+        r = client.post(f"/api/v1/previews/{ready['id']}/{action}", {},
+                        content_type="application/json", **headers)
+        assert r.status_code == 404, action
+    assert client.get("/api/v1/workspaces/probe/previews", **headers).status_code == 404
