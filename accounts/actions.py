@@ -128,6 +128,24 @@ def set_team_gvisor_policy(team: Team, actor: Actor, required: bool) -> Team:
     return team
 
 
+def set_egress_ceiling(team: Team, actor: Actor, entries: list[str]) -> Team:
+    """The most any workspace of the team may reach (admins decide). Runs already
+    started keep the policy they started with; new ones are narrowed to this."""
+    from runner.egress.policy import BadEntry, check_entries
+
+    try:
+        cleaned = list(dict.fromkeys(check_entries([e for e in entries if e.strip()])))
+    except BadEntry as e:
+        raise Invalid(str(e), {"field": "egress_ceiling"}, code="bad_egress_entry") from None
+    with transaction.atomic():
+        before = list(team.egress_ceiling)
+        team.egress_ceiling = cleaned
+        team.save(update_fields=["egress_ceiling"])
+        record(team, actor, "team.egress_ceiling_changed", f"team:{team.slug}",
+               before=before, after=cleaned)
+    return team
+
+
 def create_invitation(team: Team, role: str, by: Actor, note: str = "") -> tuple[Invitation, str]:
     _check_role(role)
     with transaction.atomic():

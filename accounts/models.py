@@ -17,6 +17,9 @@ class Team(models.Model):
     # Policy set by a team admin: every run of the team uses gVisor, whatever
     # workspace.toml or a request asks for.
     require_gvisor = models.BooleanField(default=False)
+    # The most any workspace of the team may reach (runner.egress.policy entries); a
+    # workspace's [network] egress only narrows it. Empty: no egress at all.
+    egress_ceiling = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

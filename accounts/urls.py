@@ -15,6 +15,7 @@ urlpatterns = [
     path("t/<slug:team>/members/<str:username>/remove/", views.member_remove,
          name="member-remove"),
     path("t/<slug:team>/policies/gvisor/", views.gvisor_policy, name="team-gvisor-policy"),
+    path("t/<slug:team>/policies/egress/", views.egress_policy, name="team-egress-policy"),
     path("t/<slug:team>/invitations/", views.invitation_create, name="invitation-create"),
     path("t/<slug:team>/invitations/<str:public_id>/revoke/", views.invitation_revoke,
          name="invitation-revoke"),

@@ -22,7 +22,7 @@ from accounts.forms import (
     TokenForm,
 )
 from accounts.models import ApiToken, Invitation, Membership, Role, SignInThrottle
-from config.errors import BerthError, Forbidden, NotFound
+from config.errors import BerthError, Forbidden, Invalid, NotFound
 from runner.secrets import check_name
 
 
@@ -168,6 +168,21 @@ def gvisor_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
     else:
         messages.success(request, "The team no longer requires gVisor; workspaces that "
                                   "require it themselves still do.")
+    return redirect("members", team=membership.team.slug)
+
+
+@require_POST
+@team_page(Role.ADMIN)
+def egress_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
+    entries = request.POST.get("egress_ceiling", "").replace(",", "\n").splitlines()
+    try:
+        team = actions.set_egress_ceiling(membership.team, Actor(membership.user), entries)
+    except Invalid as e:
+        messages.error(request, f"Egress ceiling not saved: {e.message}")
+    else:
+        messages.success(request, "Egress ceiling saved: " + (
+            ", ".join(team.egress_ceiling) or "no workspace of this team may reach anything")
+            + ". Runs started from now on use it.")
     return redirect("members", team=membership.team.slug)
 
 

@@ -276,3 +276,19 @@ CELERY_BEAT_SCHEDULE = {
     "apply-retention": {"task": "runner.tasks.apply_retention", "schedule": 3600.0},
     "evict-dependency-caches": {"task": "runner.tasks.evict_caches", "schedule": 600.0},
 }
+
+# Egress (runner/egress/): the allowlist proxy each sandbox with a policy gets at
+# 127.0.0.1:3128 inside its own namespace. EGRESS_HOSTS maps names to addresses before
+# DNS is asked ("files.test=127.0.0.1,meta.test=169.254.169.254"); addresses that are
+# loopback, private, link-local, multicast or reserved are refused unless listed in
+# EGRESS_ALLOWED_ADDRESSES (addresses or networks). Caps are per run.
+EGRESS_HOSTS = dict(item.split("=", 1) for item in envlist("EGRESS_HOSTS") if "=" in item)
+EGRESS_ALLOWED_ADDRESSES = envlist("EGRESS_ALLOWED_ADDRESSES")
+EGRESS_MAX_BYTES = envint("EGRESS_MAX_MB", 2048) * 1024 * 1024
+EGRESS_MAX_CONNECTIONS = envint("EGRESS_MAX_CONNECTIONS", 32)
+EGRESS_CONNECT_TIMEOUT_S = float(os.environ.get("EGRESS_CONNECT_TIMEOUT_S", "10"))
+EGRESS_IDLE_TIMEOUT_S = envint("EGRESS_IDLE_TIMEOUT_S", 300)
+# How long a sandbox's command waits for its proxy before giving up (the wrapper).
+EGRESS_WAIT_S = envint("EGRESS_WAIT_S", 5)
+# Connection records kept per run; past it only the run's totals grow.
+EGRESS_MAX_EVENTS = envint("EGRESS_MAX_EVENTS", 1000)

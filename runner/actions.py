@@ -9,6 +9,7 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from config.errors import Conflict, Forbidden, Invalid, NotFound
+from runner.egress import policy as egress_policy
 from runner.limits import effective_limits
 from runner.models import ACTIVE_STATES, Run, RunState, Secret
 from runner.outcomes import describe
@@ -19,7 +20,8 @@ from workspaces.models import Workspace
 from workspaces.store import open_store
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-RESERVED_ENV = {"PATH", "HOME", "USER", "HOSTNAME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"}
+RESERVED_ENV = {"PATH", "HOME", "USER", "HOSTNAME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                "http_proxy", "https_proxy", "no_proxy", "BERTH_EGRESS_WAIT_S"}
 
 
 def load_config(workspace: Workspace, commit: str) -> workspace_config.WorkspaceConfig:
@@ -57,14 +59,16 @@ def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None 
     config = load_config(workspace, commit)
     limits, warnings = effective_limits(config.sandbox, {"timeout_s": timeout_s})
     chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
+    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
     return _queue(workspace, actor, Run(
         workspace=workspace, ref=ref or workspace.default_branch, commit=commit,
         command=command, image=config.sandbox.image, runtime=chosen, limits=limits,
-        network={"mode": "none", "egress": list(config.egress)},
+        network=network,
         setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
         if config.setup.command else {},
         artifact_paths=clean_artifact_paths(config.artifacts),
-        commit_changes=commit_changes, warnings=warnings + why), env or {}, secrets or [])
+        commit_changes=commit_changes, warnings=warnings + why + ignored), env or {},
+        secrets or [])
 
 
 def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
@@ -82,12 +86,18 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
                       {"field": "env", "missing": missing, "unexpected": extra},
                       code="env_values_required")
     chosen, why = policy_runtime(run.workspace, run.runtime)
+    # The same entries are asked for, but today's ceiling bounds them: a replay never
+    # reaches what the team has since taken away.
+    network, ignored = egress_policy.for_run(
+        list(run.network.get("requested", run.network.get("egress", []))),
+        run.workspace.team.egress_ceiling)
     return _queue(run.workspace, actor, Run(
         workspace=run.workspace, ref=run.ref, commit=run.commit, command=run.command,
         image=run.image, image_id=run.image_id, runtime=chosen, limits=run.limits,
-        network=run.network, artifact_paths=run.artifact_paths,
+        network=network, artifact_paths=run.artifact_paths,
         setup={k: run.setup[k] for k in ("command", "cache_key") if k in run.setup},
-        commit_changes=run.commit_changes, rerun_of=run, warnings=run.warnings + why),
+        commit_changes=run.commit_changes, rerun_of=run,
+        warnings=[w for w in run.warnings if not w.startswith("[network]")] + why + ignored),
         env, list(run.secret_names))
 
 
@@ -100,12 +110,12 @@ def start_service(workspace: Workspace, actor: Actor, commit: str, ref: str, com
     config = load_config(workspace, commit)
     limits, warnings = effective_limits(config.sandbox, {})
     chosen, why = policy_runtime(workspace, config.sandbox.runtime)
+    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
     return _queue(workspace, actor, Run(
         workspace=workspace, purpose=purpose, ref=ref, commit=commit, command=command,
-        image=config.sandbox.image, runtime=chosen, limits=limits,
-        network={"mode": "none", "egress": list(config.egress)},
+        image=config.sandbox.image, runtime=chosen, limits=limits, network=network,
         setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
-        if config.setup.command else {}, warnings=warnings + why), {}, [])
+        if config.setup.command else {}, warnings=warnings + why + ignored), {}, [])
 
 
 def stop_service(run: Run, reason: str, who: str) -> None:
@@ -215,6 +225,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "log": {"entries": run.log_entries, "bytes": run.log_bytes,
                 "expired": run.outputs_expired_at is not None},
         "log_url": f"/api/v1/runs/{run.public_id}/logs",
+        "egress": egress_summary(run),
         "secrets": run.secret_names,
         "setup": _setup_summary(run),
         "artifacts": [{**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}
@@ -228,6 +239,21 @@ def run_summary(run: Run) -> dict[str, Any]:
         "outputs_expired_at": iso(run.outputs_expired_at),
         "now": timezone.now().isoformat(),
     }
+
+
+def egress_summary(run: Run, events: int = 0) -> dict[str, Any] | None:
+    """What went out: totals over every connection tried, and (when asked) the first
+    `events` recorded ones. None for a run with no egress policy."""
+    if run.network.get("mode") != "proxy":
+        return None
+    summary: dict[str, Any] = {
+        "offered_at": run.egress_offered_at.isoformat() if run.egress_offered_at else None,
+        "connections": run.egress_connections, "denied": run.egress_denied,
+        "bytes_up": run.egress_bytes_up, "bytes_down": run.egress_bytes_down,
+        "events_url": f"/api/v1/runs/{run.public_id}/egress"}
+    if events:
+        summary["events"] = [e.as_dict() for e in run.egress_events.all()[:events]]
+    return summary
 
 
 def _setup_summary(run: Run) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from runner import caches, ending, sandbox
+from runner.egress.service import Egress
 from runner.engine import engine
 from runner.follow import Follower
 from runner.models import ACTIVE_STATES, DepCache, Run, RunState
@@ -75,6 +76,7 @@ class Agent:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.last_disk_check = 0.0
         self.background: set[asyncio.Task[None]] = set()
+        self.egress = Egress(_db)
 
     def _spawn(self, coro: Any) -> None:
         """A fire-and-forget task, kept referenced until done (asyncio holds weak refs)."""
@@ -102,6 +104,7 @@ class Agent:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.egress.close()
 
     async def _every(self, seconds: float, job: Any, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -146,8 +149,13 @@ class Agent:
                 if status == "reconcile":
                     await self.reconcile()
                 elif status == "start" and owner and name:
+                    # First: the sandbox's command waits for its egress proxy.
+                    self._spawn(self._safely(
+                        lambda o=owner, n=name, p=phase: self.egress.offer(o, n, p)))
                     self.follow(owner, name)
                 elif status == "die" and owner and name:
+                    self._spawn(self._safely(
+                        lambda o=owner, n=name: self.egress.withdraw(o, n)))
                     self.follow(owner, name)  # drain what the engine kept, if not yet
                     self._spawn(self._safely(
                         lambda o=owner, n=name, p=phase: self.finalize(o, n, p)))
@@ -252,6 +260,10 @@ class Agent:
                         await asyncio.to_thread(sandbox.remove_sandbox, container.name)
                 elif container.status == "running":
                     self.follow(owner, container.name)
+                    # After an agent restart: the old listener died with the old agent.
+                    phase = container.labels.get("berth.phase", "main")
+                    self._spawn(self._safely(lambda o=owner, n=container.name, p=phase:
+                                             self.egress.offer(o, n, p)))
                 elif container.status in ("exited", "dead"):
                     self.follow(owner, container.name)
                     phase = container.labels.get("berth.phase", "main")

@@ -13,6 +13,7 @@ from runner.models import Run
 from workspaces.api import actor_of, workspace_for
 
 router = Router(tags=["runs"])
+EVENTS_SHOWN = 100  # in a run's own answer; /egress has all that were kept
 
 
 class RunIn(Schema):
@@ -55,7 +56,15 @@ def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str
 
 @router.get("/runs/{run_id}", summary="One run: inputs, state, outcome, timings")
 def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    return actions.run_summary(access_run(actor_of(request), run_id))
+    run = access_run(actor_of(request), run_id)
+    return {**actions.run_summary(run), "egress": actions.egress_summary(run, EVENTS_SHOWN)}
+
+
+@router.get("/runs/{run_id}/egress", summary="Every connection the run's sandbox tried")
+def egress_events(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    run = access_run(actor_of(request), run_id)
+    return {"policy": run.network, "summary": actions.egress_summary(run),
+            "events": [e.as_dict() for e in run.egress_events.all()]}
 
 
 @router.post("/runs/{run_id}/cancel", response={202: dict[str, Any]}, summary="Cancel a run")

@@ -15,7 +15,7 @@ from accounts.access import Actor
 from accounts.actions import record
 from runner import caches, logstore, outputs, sandbox, secrets
 from runner.models import Run
-from runner.outcomes import EXIT_NOT_FOUND, describe
+from runner.outcomes import EXIT_EGRESS_WAIT, EXIT_NOT_FOUND, describe
 from workspaces.gitstore import Author
 from workspaces.store import open_store
 
@@ -34,6 +34,9 @@ def _exit_reason(run: Run, facts: dict[str, Any] | None) -> str:
         return "exit_zero"
     if exit_code == EXIT_NOT_FOUND:
         return "command_not_found"
+    if exit_code == EXIT_EGRESS_WAIT and run.network.get("mode") == "proxy" and \
+            run.egress_offered_at is None:
+        return "egress_unavailable"
     return "exit_nonzero"
 
 

@@ -85,6 +85,13 @@ class Run(models.Model):
     changes = models.JSONField(null=True, blank=True)  # see runner.outputs
     changes_commit = models.CharField(max_length=40, blank=True)
     outputs_expired_at = models.DateTimeField(null=True, blank=True)
+    # Egress through the run's proxy (runner.egress): when it was offered, and totals
+    # over every connection tried (EgressEvent keeps the first EGRESS_MAX_EVENTS).
+    egress_offered_at = models.DateTimeField(null=True, blank=True)
+    egress_connections = models.PositiveIntegerField(default=0)
+    egress_denied = models.PositiveIntegerField(default=0)
+    egress_bytes_up = models.PositiveBigIntegerField(default=0)
+    egress_bytes_down = models.PositiveBigIntegerField(default=0)
     log_entries = models.PositiveIntegerField(default=0)
     log_bytes = models.PositiveBigIntegerField(default=0)
     # timings
@@ -174,6 +181,57 @@ def _announce_end(run: Run) -> None:
         if isinstance(result, Exception):
             logging.getLogger(__name__).error("%s failed after run %s ended: %r", receiver,
                                               run.public_id, result)
+
+
+class EgressEvent(models.Model):
+    """One connection a sandbox asked its egress proxy for: refused (and why), or
+    made, with its bytes each way and why it ended early, if it did."""
+
+    run = models.ForeignKey(Run, models.CASCADE, related_name="egress_events")
+    phase = models.CharField(max_length=8, blank=True)  # "setup" or "main"
+    method = models.CharField(max_length=16)  # CONNECT, or the plain HTTP request's
+    host = models.CharField(max_length=255)
+    port = models.PositiveIntegerField()
+    address = models.CharField(max_length=45, blank=True)
+    allowed = models.BooleanField()
+    # not_allowed, address_not_allowed, resolve_failed, connect_failed, connection_cap,
+    # byte_cap (refused or cut), idle_timeout, bad_upstream; empty for a normal end
+    reason = models.CharField(max_length=24, blank=True)
+    bytes_up = models.PositiveBigIntegerField(default=0)
+    bytes_down = models.PositiveBigIntegerField(default=0)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{'allowed' if self.allowed else 'denied'} {self.host}:{self.port}"
+
+    @property
+    def kind(self) -> str:
+        """What the API and pages call it: `egress_denied` for a refusal."""
+        return "egress_allowed" if self.allowed else "egress_denied"
+
+    @classmethod
+    def record(cls, run_pk: int, phase: str, *, allowed: bool, bytes_up: int,
+               bytes_down: int, **fields: object) -> None:
+        """Count it on the run; keep the row while the run has fewer than the cap."""
+        Run.objects.filter(pk=run_pk).update(
+            egress_connections=models.F("egress_connections") + int(allowed),
+            egress_denied=models.F("egress_denied") + int(not allowed),
+            egress_bytes_up=models.F("egress_bytes_up") + bytes_up,
+            egress_bytes_down=models.F("egress_bytes_down") + bytes_down)
+        if cls.objects.filter(run_id=run_pk).count() < settings.EGRESS_MAX_EVENTS:
+            cls.objects.create(run_id=run_pk, phase=phase, allowed=allowed, bytes_up=bytes_up,
+                               bytes_down=bytes_down, **fields)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "phase": self.phase, "method": self.method,
+                "host": self.host, "port": self.port, "address": self.address,
+                "reason": self.reason, "bytes_up": self.bytes_up,
+                "bytes_down": self.bytes_down, "started_at": self.started_at,
+                "ended_at": self.ended_at}
 
 
 class DepCache(models.Model):

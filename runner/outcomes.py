@@ -3,6 +3,7 @@
 from runner.models import RunState
 
 EXIT_NOT_FOUND = 127
+EXIT_EGRESS_WAIT = 125  # the image's egress wrapper gave up waiting for the proxy
 
 
 def describe(reason: str, **facts: object) -> tuple[str, str]:
@@ -56,6 +57,15 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
         "setup_oom": (RunState.OOM_KILLED,
                       f"The [setup] command used more than {f.get('memory_mb')} MB of "
                       "memory and was killed; raise [sandbox].memory_mb."),
+        "egress_unsupported_image": (RunState.ERROR,
+                                     f"The image {f.get('image')} has no Berth egress "
+                                     "wrapper (label berth.egress-wait), so it cannot use "
+                                     "[network] egress; use the sandbox image "
+                                     "(SANDBOX_IMAGE) or remove [network] egress."),
+        "egress_unavailable": (RunState.ERROR,
+                               "The egress proxy was not offered in time, so the command did "
+                               "not start; check that the runner agent runs (`manage.py "
+                               "runner_agent`) and run again."),
         "worker_lost": (RunState.LOST,
                         "The sandbox disappeared while the run was active (the engine "
                         "restarted or the container was removed); run it again."),

@@ -16,9 +16,33 @@ HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
 def sections(run: Run, workspace: Workspace) -> dict[str, Any]:
-    return {"setup": setup_section(run), "changes": changes_section(run),
+    return {"setup": setup_section(run), "network": network_section(run),
+            "changes": changes_section(run),
             "artifacts": artifacts_section(run, workspace),
             "comparison": comparison_section(run, workspace)}
+
+
+EGRESS_REASONS = {
+    "not_allowed": "refused: not on the allowlist",
+    "address_not_allowed": "refused: its address may not be reached",
+    "resolve_failed": "failed: the name does not resolve",
+    "connect_failed": "failed: could not connect",
+    "connection_cap": "refused: too many connections at once",
+    "byte_cap": "cut: the run's egress allowance is used up",
+    "idle_timeout": "closed: idle too long",
+    "bad_upstream": "failed: no valid HTTP answer",
+}
+EVENTS_SHOWN = 100
+
+
+def network_section(run: Run) -> dict[str, Any]:
+    """The egress policy that applied and the connections tried, first ones first."""
+    events = [{"event": e, "outcome": EGRESS_REASONS.get(e.reason, e.reason) if e.reason
+               else "allowed"} for e in run.egress_events.all()[:EVENTS_SHOWN]] \
+        if run.network.get("mode") == "proxy" else []
+    return {"mode": run.network.get("mode", "none"), "egress": run.network.get("egress", []),
+            "ignored": run.network.get("ignored", []), "events": events,
+            "more": max(0, run.egress_connections + run.egress_denied - len(events))}
 
 
 def setup_section(run: Run) -> dict[str, Any] | None:

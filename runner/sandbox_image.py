@@ -25,11 +25,35 @@ REPOSITORY = "berth-sandbox"
 SUITE = "bookworm"
 DEFAULT_IMAGE = f"{REPOSITORY}:{SUITE}"
 VARIANT = "minbase"
-INCLUDE = ("python3", "python3-venv", "python3-pip", "git", "ca-certificates")
+INCLUDE = ("python3", "python3-venv", "python3-pip", "git", "ca-certificates", "curl")
 # npm's dependencies in bookworm name virtual packages (node-color-support, node-has,
 # ...) that debootstrap's resolver cannot satisfy: with npm in --include it fails with
 # "Failure while configuring base packages". apt resolves them, in the chroot.
 APT_INSTALL = ("nodejs", "npm")
+
+# The egress wrapper (runner/egress): a sandbox with an egress policy runs its command
+# through it, so nothing the command does can race the proxy the runner agent opens
+# inside the sandbox's namespace once the container has started. It execs the command,
+# so output and exit still come from the container's main process.
+EGRESS_WAIT = "/usr/local/bin/berth-egress-wait"
+EGRESS_WAIT_SCRIPT = """\
+#!/usr/bin/python3 -IS
+import os, socket, sys, time
+limit = float(os.environ.get("BERTH_EGRESS_WAIT_S") or 5)
+deadline = time.monotonic() + limit
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", 3128), timeout=1).close()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.stderr.write("[berth] the egress proxy at 127.0.0.1:3128 did not come up "
+                             "within %g s, so the command was not started; run it again "
+                             "(if this repeats, the runner agent is down).\\n" % limit)
+            sys.exit(125)
+        time.sleep(0.005)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
 
 # Runs in the chroot as root. Mount points are owned by the sandbox uid because a new
 # named volume takes its owner from the image's mount point (VERIFIED.md).
@@ -42,6 +66,9 @@ groupadd --gid 1000 sandbox
 useradd --uid 1000 --gid 1000 --home-dir /home/sandbox --create-home --shell /bin/sh sandbox
 mkdir -p /workspace /deps /app
 chown 1000:1000 /workspace /deps /app
+cat > {EGRESS_WAIT} <<'WRAPPER'
+{EGRESS_WAIT_SCRIPT}WRAPPER
+chmod 0755 {EGRESS_WAIT}
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/*
 # The host's name and resolver must not leak into the image; Docker provides both.
@@ -54,6 +81,7 @@ CHANGES = (
     "ENV LANG=C.UTF-8",
     "WORKDIR /workspace",
     "USER 1000:1000",
+    f"LABEL berth.egress-wait={EGRESS_WAIT}",
 )
 
 # Debian suites debootstrap can fetch from a Debian mirror; an Ubuntu host's sources

@@ -67,6 +67,13 @@ def subprocess_env() -> dict[str, str]:
         # Above the 5 MB a test round-trips, below what another one sends.
         "PREVIEW_MAX_BODY_MB": "8",
         "RUN_STALE_QUEUED_S": "8",
+        # Egress tests reach host-local servers under reserved .test names (no proxy
+        # bypass list matches them); meta.test stands for the cloud metadata address.
+        "EGRESS_HOSTS": "files.test=127.0.0.1,index.test=127.0.0.1,"
+                        "meta.test=169.254.169.254",
+        "EGRESS_ALLOWED_ADDRESSES": "127.0.0.1",
+        "EGRESS_MAX_MB": "8",  # above what the installs fetch, below what a test sends
+        "EGRESS_MAX_CONNECTIONS": "6",
     }
 
 

@@ -16,8 +16,10 @@ from django.utils import timezone
 from docker.types import LogConfig, Mount, Ulimit
 
 from runner import logstore
+from runner.egress.policy import PROXY_PORT
 from runner.engine import engine
 from runner.models import Run
+from runner.sandbox_image import EGRESS_WAIT
 from workspaces.archive import tree_tarball
 from workspaces.store import open_store
 
@@ -99,15 +101,40 @@ def _check_image(run: Run) -> str:
     """The image id the run uses: a replay's recorded id exactly, else the name's."""
     if not image_allowed(run.image):
         raise SandboxError("image_not_allowed", image=run.image)
-    if run.rerun_of_id and run.image_id:
-        try:
-            return str(engine().images.get(run.image_id).id)
-        except docker.errors.ImageNotFound:
-            raise SandboxError("image_gone", image=run.image, image_id=run.image_id) from None
     try:
-        return str(engine().images.get(run.image).id)
+        if run.rerun_of_id and run.image_id:
+            image = engine().images.get(run.image_id)
+        else:
+            image = engine().images.get(run.image)
     except docker.errors.ImageNotFound:
+        if run.rerun_of_id and run.image_id:
+            raise SandboxError("image_gone", image=run.image, image_id=run.image_id) from None
         raise SandboxError("image_missing", image=run.image) from None
+    if egress_on(run) and (image.labels or {}).get("berth.egress-wait") != EGRESS_WAIT:
+        raise SandboxError("egress_unsupported_image", image=run.image)
+    return str(image.id)
+
+
+def egress_on(run: Run) -> bool:
+    return run.network.get("mode") == "proxy"
+
+
+def _command(run: Run, command: str) -> list[str]:
+    """`sh -c command`, behind the image's egress wrapper when the run has a proxy: the
+    command starts only once the proxy listens in its namespace (runner.egress)."""
+    return ([EGRESS_WAIT] if egress_on(run) else []) + ["sh", "-c", command]
+
+
+def _proxy_env(run: Run) -> dict[str, str]:
+    """What pip, npm, curl and git read to use a proxy (both spellings: tools differ)."""
+    if not egress_on(run):
+        return {}
+    url = f"http://127.0.0.1:{PROXY_PORT}"
+    env = {"BERTH_EGRESS_WAIT_S": str(settings.EGRESS_WAIT_S)}
+    for name, value in (("http_proxy", url), ("https_proxy", url),
+                        ("no_proxy", "localhost,127.0.0.1")):
+        env[name] = env[name.upper()] = value
+    return env
 
 
 def _existing(name: str) -> Any:
@@ -149,12 +176,12 @@ def prepare_and_start(run: Run, env: dict[str, str],
         # No env and no secrets: what setup leaves is shared by later runs of the key,
         # so it must follow from the key alone, not from who asked.
         first = engine().containers.create(
-            run.image, ["sh", "-c", setup["command"]], name=run.setup_container_name,
-            labels=_labels(run, phase="setup"),
+            run.image, _command(run, setup["command"]), name=run.setup_container_name,
+            labels=_labels(run, phase="setup"), environment=_proxy_env(run),
             **_host_config(run, runtime, Mount("/deps", setup["volume"], type="volume")))
     main = engine().containers.create(
-        run.image, ["sh", "-c", run.command], name=run.container_name,
-        labels=_labels(run, phase="main"), environment=env,
+        run.image, _command(run, run.command), name=run.container_name,
+        labels=_labels(run, phase="main"), environment={**env, **_proxy_env(run)},
         **_host_config(run, runtime, deps))
     first = first or main
     if setup.get("hit"):

@@ -1,0 +1,345 @@
+"""One sandbox's egress proxy: HTTP CONNECT tunnels and plain HTTP, nothing else.
+
+The runner agent creates the listening socket inside the sandbox's network namespace
+(runner.sandbox.netns) and serves it on its own loop: the sandbox keeps no interface
+but loopback, and the only way out is a request this code decided on. h11 parses
+both sides (no hand-written HTTP). Every connection tried becomes one `Attempt`
+handed to `record`: refused ones at once, the others when they end, with their bytes.
+TLS inside a tunnel is passed through untouched.
+"""
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from urllib.parse import urlsplit
+
+import h11
+from django.conf import settings
+
+from runner.egress import policy
+from runner.sandbox.netns import Namespace, socket_in
+
+log = logging.getLogger("berth.egress")
+
+CHUNK = 256 * 1024
+# Hop-by-hop headers, per connection: never passed on (RFC 9110 7.6.1). Framing headers
+# (Content-Length, Transfer-Encoding) are passed on: h11 frames each side from them.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te",
+                        b"proxy-authorization", b"proxy-authenticate", b"trailer",
+                        b"upgrade"})
+
+
+@dataclass
+class Budget:
+    """What one run may still use, shared by its sandboxes (setup, then the command)."""
+
+    max_bytes: int
+    max_connections: int
+    used_bytes: int = 0
+    active: int = 0
+
+
+@dataclass
+class Attempt:
+    """One connection the sandbox asked for, and what became of it."""
+
+    method: str
+    host: str
+    port: int
+    address: str = ""
+    allowed: bool = False
+    reason: str = ""  # why it was refused or cut short; empty for a normal end
+    bytes_up: int = 0
+    bytes_down: int = 0
+    started: float = field(default_factory=time.time)
+    ended: float | None = None
+
+
+class Refused(Exception):
+    def __init__(self, reason: str, status: int, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.status, self.message = reason, status, message
+
+
+class Capped(Exception):
+    """A cap was reached in the middle of a connection: it ends there."""
+
+
+class Proxy:
+    def __init__(self, entries: list[str], budget: Budget,
+                 record: Callable[[Attempt], None]) -> None:
+        self.entries = entries
+        self.budget = budget
+        self.record = record
+        self.idle = float(settings.EGRESS_IDLE_TIMEOUT_S)
+        self.server: asyncio.Server | None = None
+        self.sessions: set[asyncio.Task[None]] = set()
+
+    async def listen(self, ns: Namespace) -> None:
+        sock = socket_in(ns)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # Bound in the socket's own namespace: its loopback, not the host's.
+            sock.bind(("127.0.0.1", policy.PROXY_PORT))
+            sock.listen(128)
+            self.server = await asyncio.start_server(self._serve, sock=sock, limit=CHUNK)
+        except BaseException:
+            sock.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop listening and end every open connection (each is recorded)."""
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.sessions):
+            task.cancel()
+        await asyncio.gather(*self.sessions, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.sessions.add(task)
+        try:
+            await self._session(reader, writer)
+        except (ConnectionError, TimeoutError, h11.ProtocolError):
+            pass  # the sandbox's side went away or spoke nonsense: nothing to record
+        finally:
+            self.sessions.discard(task)
+            writer.close()
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        while True:
+            event = await self._next(conn, reader)
+            if not isinstance(event, h11.Request):
+                return  # closed (the wrapper's readiness probe, or a client done)
+            attempt, path = _target(event)
+            if attempt is None:
+                await self._answer(conn, writer, 400, "Berth's egress proxy takes CONNECT "
+                                   "host:port or an absolute http:// URL.")
+                return
+            try:
+                if event.method == b"CONNECT":
+                    await self._tunnel(conn, event, reader, writer, attempt)
+                    return
+                await self._forward(conn, event, path, reader, writer, attempt)
+            except Refused as refused:
+                attempt.reason = refused.reason
+                await self._answer(conn, writer, refused.status, refused.message,
+                                   refused.reason)
+                return
+            finally:
+                attempt.ended = time.time()
+                self.record(attempt)
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+
+    async def _next(self, conn: h11.Connection, reader: asyncio.StreamReader) -> object:
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), self.idle))
+
+    async def _answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int,
+                      message: str, reason: str = "bad_request") -> None:
+        if conn.our_state is not h11.SEND_RESPONSE:
+            return  # a response was under way: the connection just ends
+        body = f"Berth egress proxy: {message}\n".encode()
+        writer.write(conn.send(h11.Response(status_code=status, reason=HTTPStatus(
+            status).phrase.encode(), headers=[
+            ("content-type", "text/plain; charset=utf-8"), ("content-length", str(len(body))),
+            ("x-berth-egress", reason), ("connection", "close")])))
+        writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    # -- deciding and connecting -------------------------------------------------------
+
+    async def _open(self, attempt: Attempt) -> tuple[asyncio.StreamReader,
+                                                      asyncio.StreamWriter]:
+        """Check the name, the caps and the address, then connect to that address."""
+        host, port = attempt.host, attempt.port
+        if not policy.allows(self.entries, host, port):
+            raise Refused("not_allowed", 403, f"{host}:{port} is not on this sandbox's egress "
+                          f"allowlist; to allow it, {policy.how_to_allow(host, port)}.")
+        if self.budget.used_bytes >= self.budget.max_bytes:
+            raise Refused("byte_cap", 403, f"this run has used its egress allowance of "
+                          f"{self.budget.max_bytes // 2**20} MB (EGRESS_MAX_MB).")
+        if self.budget.active >= self.budget.max_connections:
+            raise Refused("connection_cap", 429, f"this run already has "
+                          f"{self.budget.active} connections open, its limit "
+                          "(EGRESS_MAX_CONNECTIONS); close some first.")
+        fixed = policy.static_address(host)
+        candidates = [fixed] if fixed else await _resolve(host, port)
+        allowed = [a for a in candidates if policy.address_allowed(a)]
+        if not candidates:
+            raise Refused("resolve_failed", 502, f"{host} does not resolve.")
+        if not allowed:
+            attempt.address = str(candidates[0])
+            raise Refused("address_not_allowed", 403, f"{host} resolves to {candidates[0]}, "
+                          "which sandboxes may not reach (loopback, private, link-local, "
+                          "multicast or reserved space); an operator can allow that address "
+                          "with EGRESS_ALLOWED_ADDRESSES.")
+        attempt.address = str(allowed[0])
+        try:
+            opened = await asyncio.wait_for(asyncio.open_connection(
+                attempt.address, port, limit=CHUNK), settings.EGRESS_CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as e:
+            raise Refused("connect_failed", 502, f"could not connect to {host}:{port} "
+                          f"({attempt.address}): {e or 'timed out'}.") from None
+        attempt.allowed = True
+        return opened
+
+    def _count(self, attempt: Attempt, n: int, up: bool) -> None:
+        if up:
+            attempt.bytes_up += n
+        else:
+            attempt.bytes_down += n
+        self.budget.used_bytes += n
+        if self.budget.used_bytes > self.budget.max_bytes:
+            raise Capped("byte_cap")
+
+    # -- the two ways out ----------------------------------------------------------------
+
+    async def _tunnel(self, conn: h11.Connection, event: h11.Request,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      attempt: Attempt) -> None:
+        await self._next(conn, reader)  # the CONNECT's (empty) end of message
+        up_reader, up_writer = await self._open(attempt)
+        self.budget.active += 1
+        try:
+            writer.write(conn.send(h11.Response(status_code=200, headers=[],
+                                                reason=b"Connection Established")))
+            early, _ = conn.trailing_data
+            if early:
+                self._count(attempt, len(early), up=True)
+                up_writer.write(early)
+            await self._splice(attempt, (reader, up_writer, True), (up_reader, writer, False))
+        except Capped as capped:
+            attempt.reason = str(capped)
+        except TimeoutError:
+            attempt.reason = "idle_timeout"
+        except ConnectionError:
+            pass
+        finally:
+            self.budget.active -= 1
+            up_writer.close()
+
+    async def _splice(self, attempt: Attempt, *directions: tuple[
+            asyncio.StreamReader, asyncio.StreamWriter, bool]) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
+            while data := await asyncio.wait_for(src.read(CHUNK), self.idle):
+                self._count(attempt, len(data), up)
+                dst.write(data)
+                await dst.drain()
+            with contextlib.suppress(OSError, RuntimeError):
+                dst.write_eof()  # half-close: the other direction may still be talking
+
+        tasks = [asyncio.create_task(pipe(*d)) for d in directions]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                task.cancel()
+        for task in done:
+            if (error := task.exception()) is not None:
+                raise error
+
+    async def _forward(self, conn: h11.Connection, event: h11.Request, path: bytes,
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       attempt: Attempt) -> None:
+        up_reader, up_writer = await self._open(attempt)
+        self.budget.active += 1
+        upstream = h11.Connection(h11.CLIENT)
+
+        def up(data: bytes) -> None:
+            self._count(attempt, len(data), up=True)
+            up_writer.write(data)
+
+        try:
+            # Names keep the client's spelling (raw_items): some servers care.
+            headers = [(k, v) for k, v in event.headers.raw_items()
+                       if k.lower() not in HOP_BY_HOP]
+            up(upstream.send(h11.Request(method=event.method, target=path,
+                                         headers=[*headers, (b"connection", b"close")])))
+            while not isinstance(body := await self._next(conn, reader), h11.EndOfMessage):
+                if isinstance(body, h11.Data):
+                    up(upstream.send(body))
+                    await up_writer.drain()
+            up(upstream.send(h11.EndOfMessage()))
+            while True:
+                answer = await self._next_counted(upstream, up_reader, attempt)
+                if isinstance(answer, h11.InformationalResponse):
+                    continue  # 100 Continue and the like concern this hop only
+                break
+            if not isinstance(answer, h11.Response) or answer.status_code == 101:
+                raise Refused("bad_upstream", 502, f"{attempt.host}:{attempt.port} did not "
+                              "answer with an HTTP response.")
+            writer.write(conn.send(h11.Response(
+                status_code=answer.status_code, reason=answer.reason,
+                headers=[(k, v) for k, v in answer.headers.raw_items()
+                         if k.lower() not in HOP_BY_HOP])))
+            while isinstance(part := await self._next_counted(upstream, up_reader, attempt),
+                             h11.Data):
+                writer.write(conn.send(part))
+                await writer.drain()
+            writer.write(conn.send(h11.EndOfMessage()))
+        except Capped as capped:
+            attempt.reason = str(capped)
+            writer.close()
+        except TimeoutError:
+            attempt.reason = "idle_timeout"
+            writer.close()
+        except h11.ProtocolError:
+            if conn.our_state is h11.SEND_RESPONSE:
+                raise Refused("bad_upstream", 502, f"{attempt.host}:{attempt.port} broke "
+                              "the HTTP exchange.") from None
+            writer.close()
+        finally:
+            self.budget.active -= 1
+            up_writer.close()
+
+    async def _next_counted(self, conn: h11.Connection, reader: asyncio.StreamReader,
+                            attempt: Attempt) -> object:
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = await asyncio.wait_for(reader.read(CHUNK), self.idle)
+            self._count(attempt, len(data), up=False)
+            conn.receive_data(data)
+
+
+def _target(event: h11.Request) -> tuple[Attempt | None, bytes]:
+    """The destination a request names, and the origin-form path to send there."""
+    method = event.method.decode("ascii", "replace")
+    try:
+        target = event.target.decode("ascii")
+        if event.method == b"CONNECT":
+            host, _, port = target.rpartition(":")
+            return Attempt(method, host.strip("[]").lower(), int(port)), b""
+        url = urlsplit(target)
+        if url.scheme != "http" or not url.hostname:
+            return None, b""
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        return Attempt(method, url.hostname.lower(), url.port or 80), path.encode("ascii")
+    except (UnicodeDecodeError, ValueError):
+        return None, b""
+
+
+async def _resolve(host: str, port: int) -> list[policy.Address]:
+    import ipaddress
+
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port,
+                                                              type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    return [ipaddress.ip_address(info[4][0]) for info in infos]
