@@ -245,6 +245,8 @@ def preview_summary(preview: Preview, port: str = "") -> dict[str, Any]:
         "setup": runner_actions.run_summary(run)["setup"] if run else None,
         "runtime": run.runtime if run else None,
         "isolation": run.isolation if run else {},
+        "network": run.network if run else {},
+        "egress": runner_actions.egress_summary(run) if run else None,
         "warnings": run.warnings if run else [],
         "restarts": preview.restarts,
         "log_url": f"/api/v1/previews/{preview.public_id}/logs",

@@ -16,6 +16,7 @@ import pytest
 
 from accounts.access import Actor
 from runner.models import EgressEvent
+from tests.registries import Registry
 from tests.test_runs import Agent, set_toml
 from workspaces import actions as workspace_actions
 
@@ -230,3 +231,46 @@ def test_the_connection_cap_refuses_one_more_and_the_run_goes_on(agent, cast, sh
     assert lines[6] == "6 HTTP/1.1 429 Too Many Requests" and lines[-1] == "went-on"
     recorded = events(done, 7)
     assert sorted(e.reason for e in recorded) == [""] * 6 + ["connection_cap"]
+
+
+@pytest.fixture
+def registry() -> Iterator[Registry]:
+    """A PEP 503 index and an npm registry on 127.0.0.1, reached as index.test:<port>."""
+    with Registry() as served:
+        yield served
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_pip_installs_from_an_allowlisted_index_through_the_proxy(agent, cast, shop, registry,
+                                                                  runtime):
+    port = registry.port
+    policy(shop, cast, [f"index.test:{port}"], runtime)
+    done, out = run(agent, (
+        f"python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check "
+        f"--target /workspace/pkgs --index-url http://index.test:{port}/simple/ "
+        f"--trusted-host index.test berthdemo 2>&1 && "
+        "PYTHONPATH=/workspace/pkgs python3 -c 'import berthdemo; print(berthdemo.GREETING)'"))
+    assert done["state"] == "succeeded", (done, out)
+    assert "hello from berthdemo" in out
+    assert "/simple/berthdemo/" in registry.requests
+    assert f"/files/{registry.wheel_name}" in registry.requests
+    recorded = events(done, 2)
+    assert recorded and all(e.allowed and e.host == "index.test" for e in recorded)
+    assert sum(e.bytes_down for e in recorded) > len(registry.wheel)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_npm_installs_from_an_allowlisted_registry_through_the_proxy(agent, cast, shop,
+                                                                     registry, runtime):
+    port = registry.port
+    policy(shop, cast, [f"index.test:{port}"], runtime)
+    done, out = run(agent, (
+        "cd /workspace && mkdir app && cd app && echo '{\"name\": \"app\"}' > package.json && "
+        f"npm install --registry http://index.test:{port}/ --cache /tmp/npm-cache "
+        "--no-audit --no-fund --no-update-notifier --loglevel=error berth-demo 2>&1 && "
+        "node -e 'console.log(require(\"berth-demo\"))'"))
+    assert done["state"] == "succeeded", (done, out)
+    assert "hello from berth-demo" in out
+    assert "/berth-demo" in registry.requests
+    assert f"/berth-demo/-/{registry.tarball_name}" in registry.requests
+    assert all(e.allowed for e in events(done, 2))
