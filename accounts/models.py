@@ -20,6 +20,12 @@ class Team(models.Model):
     # The most any workspace of the team may reach (runner.egress.policy entries); a
     # workspace's [network] egress only narrows it. Empty: no egress at all.
     egress_ceiling = models.JSONField(default=list, blank=True)
+    # Quotas set by an operator for this team (manage.py set_team_quota); empty: the
+    # QUOTA_* defaults of the settings (runner.quotas).
+    max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
+    max_queued_runs = models.PositiveIntegerField(null=True, blank=True)
+    max_concurrent_previews = models.PositiveIntegerField(null=True, blank=True)
+    cpu_seconds_per_day = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

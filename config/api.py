@@ -10,7 +10,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from accounts.api import router as accounts_router
 from accounts.auth import TokenAuth
-from config.errors import BerthError, error_response
+from config.errors import BerthError, QuotaExceeded, error_response
 from config.middleware import too_large
 from previews.api import router as previews_router
 from runner.api import router as runs_router
@@ -34,7 +34,10 @@ api = NinjaAPI(
 
 @api.exception_handler(BerthError)
 def berth_error(request: HttpRequest, exc: BerthError) -> HttpResponse:
-    return error_response(exc.status, exc.code, exc.message, exc.details)
+    response = error_response(exc.status, exc.code, exc.message, exc.details)
+    if isinstance(exc, QuotaExceeded):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(ValidationError)

@@ -53,6 +53,19 @@ class Invalid(BerthError):
     code = "invalid"
 
 
+class QuotaExceeded(BerthError):
+    """A team limit said no; `retry_after` (seconds) becomes the Retry-After header."""
+
+    status = 429
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, details: dict[str, Any] | None = None, *,
+                 retry_after: int, code: str | None = None) -> None:
+        super().__init__(message, {**(details or {}), "retry_after_s": retry_after},
+                         code=code)
+        self.retry_after = retry_after
+
+
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 

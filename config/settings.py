@@ -277,6 +277,23 @@ CELERY_BEAT_SCHEDULE = {
     "evict-dependency-caches": {"task": "runner.tasks.evict_caches", "schedule": 600.0},
 }
 
+# Quotas and admission (runner/quotas.py). Runs wait in `queued` until admitted: at most
+# RUNNER_SLOTS at once on this host, and per team at most QUOTA_MAX_CONCURRENT_RUNS;
+# past QUOTA_MAX_QUEUED_RUNS waiting, or the team's CPU-seconds for the (UTC) day, new
+# runs are refused. Previews count against QUOTA_MAX_CONCURRENT_PREVIEWS; a team at its
+# limit gets its longest-idle preview stopped, unless each served a request within
+# QUOTA_PREVIEW_BUSY_S. An operator overrides the team limits per team
+# (manage.py set_team_quota). CPU_SECONDS_PER_DAY = 0 means no daily budget.
+RUNNER_SLOTS = envint("RUNNER_SLOTS", max(4, 2 * (os.cpu_count() or 1)))
+QUOTA_MAX_CONCURRENT_RUNS = envint("QUOTA_MAX_CONCURRENT_RUNS", 4)
+QUOTA_MAX_QUEUED_RUNS = envint("QUOTA_MAX_QUEUED_RUNS", 100)
+QUOTA_MAX_CONCURRENT_PREVIEWS = envint("QUOTA_MAX_CONCURRENT_PREVIEWS", 4)
+QUOTA_CPU_SECONDS_PER_DAY = envint("QUOTA_CPU_SECONDS_PER_DAY", 8 * 3600)
+QUOTA_PREVIEW_BUSY_S = envint("QUOTA_PREVIEW_BUSY_S", 60)
+QUOTA_RETRY_AFTER_S = envint("QUOTA_RETRY_AFTER_S", 10)
+# How often the runner agent reads each running container's CPU time.
+RUN_CPU_SAMPLE_S = float(os.environ.get("RUN_CPU_SAMPLE_S", "1"))
+
 # Egress (runner/egress/): the allowlist proxy each sandbox with a policy gets at
 # 127.0.0.1:3128 inside its own namespace. EGRESS_HOSTS maps names to addresses before
 # DNS is asked ("files.test=127.0.0.1,meta.test=169.254.169.254"); addresses that are

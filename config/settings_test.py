@@ -31,3 +31,6 @@ from config.settings import BERTH_INSTANCE  # noqa: E402
 # Queues of their own: two test runs sharing one Redis never take each other's tasks.
 CELERY_TASK_DEFAULT_QUEUE = f"celery-{BERTH_INSTANCE}"
 CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": f"runner-{BERTH_INSTANCE}"}}
+
+# Admission: room for the fairness tests' two teams, whatever this machine's cores.
+RUNNER_SLOTS = 6

@@ -6,7 +6,7 @@ starting one is queueing that run; the runner agent carries it, health-checks it
 """
 
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -15,11 +15,13 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from config.errors import Conflict, Invalid
+from accounts.models import Team
+from config.errors import Conflict, Invalid, QuotaExceeded
 from previews.models import LIVE_STATES, Preview, PreviewState, PreviewTicket
 from runner import actions as runner_actions
 from runner import logstore
 from runner.models import Run
+from runner.quotas import Limits
 from workspaces.models import Workspace
 from workspaces.store import open_store
 
@@ -48,10 +50,44 @@ def start_preview(workspace: Workspace, actor: Actor, ref: str | None = None,
                       requested_by=actor.user, token=actor.token)
     with transaction.atomic():
         preview.save()
+        make_room(preview)
         _new_process(preview, actor)
         record(workspace.team, actor, "preview.started", f"preview:{preview.public_id}",
                workspace.slug, commit=commit, ref=ref, follow=follow)
     return preview
+
+
+def make_room(starting: Preview) -> None:
+    """Previews count against the team's limit until stopped. At the limit, the team's
+    longest-idle live preview (no proxied request for the longest time) is stopped with
+    `stopped_for_quota` — unless every one served a request (or started) within
+    QUOTA_PREVIEW_BUSY_S: then the new one is refused, since each is in use."""
+    team = starting.workspace.team
+    # Locks the team's row: two previews starting at once see each other.
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+    limit = Limits.of(team).concurrent_previews
+    live = list(Preview.objects.filter(workspace__team=team, state__in=LIVE_STATES)
+                .exclude(pk=starting.pk).select_related("workspace", "run"))
+    over = len(live) - limit + 1
+    if over <= 0:
+        return
+    busy_since = timezone.now() - timedelta(seconds=settings.QUOTA_PREVIEW_BUSY_S)
+
+    def last_used(p: Preview) -> datetime:
+        return p.last_request_at or p.ready_at or p.started_at
+
+    idle = sorted((p for p in live if last_used(p) < busy_since), key=last_used)
+    if len(idle) < over:
+        raise QuotaExceeded(
+            f"Team {team.slug} has {len(live)} live previews, its limit of {limit}, and each "
+            f"served a request in the last {settings.QUOTA_PREVIEW_BUSY_S} s; stop one you "
+            "no longer need, then start this one.",
+            {"limit": "concurrent_previews", "max": limit,
+             "live": [p.public_id for p in live]},
+            retry_after=settings.QUOTA_PREVIEW_BUSY_S)
+    for victim in idle[:over]:
+        stop_preview(victim, None, reason="stopped_for_quota", limit=limit,
+                     for_preview=starting.public_id)
 
 
 def _new_process(preview: Preview, actor: Actor) -> None:
@@ -101,6 +137,8 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
                 port=config.preview.port, health_path=config.preview.health_path)
             preview.refresh_from_db()
         Preview.objects.filter(pk=preview.pk).update(restarts=preview.restarts + 1)
+        if not preview.is_live:
+            make_room(preview)
         _new_process(preview, actor)
         record(preview.workspace.team, actor, "preview.restarted",
                f"preview:{preview.public_id}", preview.workspace.slug, commit=preview.commit)
@@ -208,8 +246,12 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
         "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
                 "Restart it to use it again.",
         "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
-        "stopped_for_quota": "Stopped: the team reached its quota. Stop another preview, "
-                             "then restart this one.",
+        "stopped_for_quota": "Stopped to make room: the team reached its limit of "
+                             f"{f.get('limit', 'its')} live previews and this one had gone "
+                             "longest without a request"
+                             + (f" when preview {f['for_preview']} started" if
+                                f.get("for_preview") else "")
+                             + ". Restart it when you need it (another idle one makes room).",
     }
     return table.get(reason) or str(f.get("run_message") or reason)
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from config.errors import Conflict, Forbidden, Invalid, NotFound
+from runner import secrets
 from runner.egress import policy as egress_policy
 from runner.limits import effective_limits
 from runner.models import ACTIVE_STATES, Run, RunState, Secret
@@ -167,6 +168,7 @@ def _check_grants(workspace: Workspace, actor: Actor, names: list[str],
 
 def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
            secret_names: list[str]) -> Run:
+    from runner import quotas
     from runner.tasks import prepare_run
 
     for name in env:
@@ -175,7 +177,14 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
                           f"{', '.join(sorted(RESERVED_ENV))}).", {"field": "env"})
     run.secret_names = _check_grants(workspace, actor, secret_names, env)
     run.env_names = sorted(env)
+    # Sealed, not plain: the values wait with the run for admission and are cleared at
+    # its end; the names are the record.
+    run.env_sealed = secrets.seal(env) if env else ""
     run.requested_by, run.token = actor.user, actor.token
+    if not run.is_service:
+        quotas.check_submission(workspace.team)
+    else:
+        run.admitted_at = timezone.now()  # a preview's quota is its own (previews.actions)
     with transaction.atomic():
         run.save()
         record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
@@ -183,8 +192,10 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
                commit=run.commit, runtime=run.runtime, secrets=run.secret_names,
                **({"purpose": run.purpose} if run.is_service else {}),
                **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
-        # The values of env vars travel only in the task message, never into the database.
-        transaction.on_commit(lambda: prepare_run.delay(run.pk, env))
+        if run.is_service:
+            transaction.on_commit(lambda: prepare_run.delay(run.pk))
+        else:
+            transaction.on_commit(quotas.admit)
     return run
 
 
@@ -207,6 +218,8 @@ def cancel_run(run: Run, actor: Actor) -> Run:
 
 def run_summary(run: Run) -> dict[str, Any]:
     """The run as the API and pages show it (DESIGN.md's shape)."""
+    from runner import quotas
+
     def iso(value: Any) -> str | None:
         return value.isoformat() if value else None
 
@@ -219,9 +232,11 @@ def run_summary(run: Run) -> dict[str, Any]:
         "env": run.env_names, "isolation": run.isolation, "warnings": run.warnings,
         "requested_by": {"user": run.requested_by.username if run.requested_by else None,
                          "token": run.token.name if run.token else None},
+        "queue": quotas.queue_position(run),
+        "cpu_seconds": round(run.cpu_seconds, 2),
         "timings": {k: iso(getattr(run, k)) for k in (
-            "queued_at", "started_at", "hydrated_at", "setup_done_at", "process_started_at",
-            "ready_at", "finished_at")},
+            "queued_at", "admitted_at", "started_at", "hydrated_at", "setup_done_at",
+            "process_started_at", "ready_at", "finished_at")},
         "log": {"entries": run.log_entries, "bytes": run.log_bytes,
                 "expired": run.outputs_expired_at is not None},
         "log_url": f"/api/v1/runs/{run.public_id}/logs",

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import docker
 from asgiref.sync import sync_to_async
@@ -42,6 +42,19 @@ RUNNING_GRACE = timedelta(seconds=15)  # a just-started run may not be listed ye
 
 def _label_filters(kind: str = "run") -> list[str]:
     return [f"berth.instance={settings.BERTH_INSTANCE}", f"berth.kind={kind}"]
+
+
+class Listed(NamedTuple):
+    name: str
+    labels: dict[str, str]
+    status: str  # created, running, exited, dead, ...
+
+
+def _listed() -> list[Listed]:
+    """This instance's run containers, from the engine's list alone: the SDK's list
+    inspects each one after, and fails when a container goes between the two."""
+    return [Listed(c["Names"][0].lstrip("/"), c.get("Labels") or {}, c.get("State", ""))
+            for c in engine().api.containers(all=True, filters={"label": _label_filters()})]
 
 
 def _db(fn: Any) -> Any:
@@ -99,7 +112,9 @@ class Agent:
         tasks = [asyncio.create_task(self._consume(events)),
                  asyncio.create_task(self._every(TICK_S, self.tick, stop)),
                  asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop)),
-                 asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop))]
+                 asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop)),
+                 asyncio.create_task(self._every(settings.RUN_CPU_SAMPLE_S, self.sample_cpu,
+                                                 stop))]
         await stop.wait()
         for task in tasks:
             task.cancel()
@@ -230,6 +245,23 @@ class Agent:
                     now > run.stop_signalled_at + timedelta(seconds=settings.RUN_STOP_GRACE_S):
                 await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGKILL")
 
+    async def sample_cpu(self) -> None:
+        """The team's CPU budget counts what each container used (runner.quotas); its
+        own job, so a slow engine answer never holds up timeouts and stops."""
+        running = await _db(lambda: list(Run.objects.filter(state=RunState.RUNNING)))()
+        await asyncio.gather(*(self._sample_cpu(run) for run in running),
+                             return_exceptions=True)
+
+    async def _sample_cpu(self, run: Run) -> None:
+        phase = run.phase or "main"
+        target = run.setup_container_name if phase == "setup" else run.container_name
+        used = await asyncio.to_thread(sandbox.cpu_seconds, target)
+        if used is None or used <= run.cpu_by_phase.get(phase, 0):
+            return
+        by_phase = {**run.cpu_by_phase, phase: round(used, 3)}
+        await _db(lambda: Run.objects.filter(pk=run.pk).update(
+            cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3)))()
+
     @staticmethod
     def _disk_used(run: Run) -> int:
         """/workspace, plus /deps while the setup step may write it."""
@@ -245,9 +277,8 @@ class Agent:
     async def reconcile(self) -> None:
         """Both kinds of orphans: an active run without a container is lost; a
         container whose run is finished or unknown is removed."""
-        containers = await asyncio.to_thread(
-            lambda: engine().containers.list(all=True, filters={"label": _label_filters()}))
-        by_owner: dict[str, list[Any]] = {}
+        containers = await asyncio.to_thread(_listed)
+        by_owner: dict[str, list[Listed]] = {}
         for c in containers:
             by_owner.setdefault(c.labels.get("berth.owner", ""), []).append(c)
         runs = await _db(lambda: {r.public_id: r for r in Run.objects.filter(
@@ -273,6 +304,7 @@ class Agent:
         await self._reconcile_stray_volumes()
 
     def _lost_runs(self, with_container: set[str]) -> None:
+        from runner import quotas
         from runner.tasks import prepare_run
 
         now = timezone.now()
@@ -282,21 +314,18 @@ class Agent:
                     now - run.process_started_at > RUNNING_GRACE:
                 state, message = describe("worker_lost")
                 run.finish(state, "worker_lost", message)
-            elif run.state in (RunState.QUEUED, RunState.PREPARING) and \
-                    now - (run.started_at or run.queued_at) > STALE_PREPARING:
-                if run.env_names:  # their values were only in the lost task message
-                    state, message = describe("worker_lost")
-                    run.finish(state, "worker_lost", message)
-                else:
-                    prepare_run.delay(run.pk)  # idempotent: the container name is unique
+            elif run.state in (RunState.QUEUED, RunState.PREPARING) and run.admitted_at and \
+                    now - (run.started_at or run.admitted_at) > STALE_PREPARING:
+                # Its env values wait sealed on the run, so a lost message costs nothing.
+                prepare_run.delay(run.pk)  # idempotent: the container name is unique
+        # A safety net: an end whose admission step never ran (its process died).
+        quotas.admit()
 
     async def _reconcile_stray_volumes(self) -> None:
         volumes = await asyncio.to_thread(
             lambda: engine().volumes.list(filters={"label": _label_filters()}))
         names = {v.name for v in volumes}
-        containers = await asyncio.to_thread(
-            lambda: {c.name for c in engine().containers.list(
-                all=True, filters={"label": _label_filters()})})
+        containers = {c.name for c in await asyncio.to_thread(_listed)}
         for name in names - containers:
             owner = name.rsplit("-", 1)[-1]
             active = await _db(lambda o=owner: Run.objects.filter(

@@ -6,7 +6,7 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Router, Schema, Status
 from pydantic import ConfigDict
 
-from runner import actions
+from runner import actions, quotas
 from runner.access import access_run
 from runner.artifacts import open_artifact
 from runner.models import Run
@@ -52,6 +52,13 @@ def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str
     runs = Run.objects.filter(workspace=workspace, purpose="run").select_related(
         "workspace", "requested_by", "token", "rerun_of")[: max(1, min(limit, 200))]
     return [actions.run_summary(r) for r in runs]
+
+
+@router.get("/usage", summary="The token's team: live usage against each quota")
+def usage(request: HttpRequest) -> dict[str, Any]:
+    token = actor_of(request).token
+    assert token is not None
+    return quotas.usage(token.team)
 
 
 @router.get("/runs/{run_id}", summary="One run: inputs, state, outcome, timings")

@@ -92,10 +92,20 @@ class Run(models.Model):
     egress_denied = models.PositiveIntegerField(default=0)
     egress_bytes_up = models.PositiveBigIntegerField(default=0)
     egress_bytes_down = models.PositiveBigIntegerField(default=0)
+    # Env values wait here, encrypted like secrets_sealed, from the request until the
+    # run ends (cleared then): a run may wait in the queue for admission, long after any
+    # task message could have carried them.
+    env_sealed = models.TextField(blank=True)
+    # CPU time the runner agent last read from the container's cgroup while it ran, per
+    # container ("setup", "main"; the cgroup is gone after exit); cpu_seconds sums them.
+    cpu_seconds = models.FloatField(default=0)
+    cpu_by_phase = models.JSONField(default=dict, blank=True)
     log_entries = models.PositiveIntegerField(default=0)
     log_bytes = models.PositiveBigIntegerField(default=0)
     # timings
     queued_at = models.DateTimeField(default=timezone.now)
+    # When runner.quotas let it go on to a worker (runs wait in `queued` until then).
+    admitted_at = models.DateTimeField(null=True, blank=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     hydrated_at = models.DateTimeField(null=True, blank=True)
     setup_done_at = models.DateTimeField(null=True, blank=True)
@@ -159,7 +169,8 @@ class Run(models.Model):
         """Write the one terminal state of this run (no-op if it already has one)."""
         assert state in TERMINAL_STATES
         ended = self.advance(state, ACTIVE_STATES, reason=reason, message=message,
-                             exit_code=exit_code, finished_at=timezone.now(), **fields)
+                             exit_code=exit_code, finished_at=timezone.now(), env_sealed="",
+                             **fields)
         if ended:
             # Whoever wrote the end (agent, task, cancel, reconcile), log watchers hear
             # of it: they re-read the run and send `end`.
@@ -170,6 +181,11 @@ class Run(models.Model):
             # Whoever owns a service run (a preview) moves its own state on from here.
             if self.is_service:
                 transaction.on_commit(lambda: _announce_end(self))
+            else:
+                # A slot is free: the next run that waits for one may go.
+                from runner import quotas
+
+                transaction.on_commit(quotas.admit)
         return ended
 
 
@@ -275,3 +291,14 @@ class Secret(models.Model):
 
     def __str__(self) -> str:
         return f"secret {self.name} of {self.workspace}"
+
+
+class AdmissionLock(models.Model):
+    """One row, locked by every admission (runner.quotas.admit), so two processes
+    freeing slots at once never admit past a limit (SQLite's IMMEDIATE transactions
+    serialise them anyway; PostgreSQL needs the row lock)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+
+    def __str__(self) -> str:
+        return "admission lock"

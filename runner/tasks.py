@@ -19,21 +19,22 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True, ignore_result=True)
-def prepare_run(run_id: int, env: dict[str, str] | None = None) -> None:
+def prepare_run(run_id: int) -> None:
     run = Run.objects.select_related("workspace__team").filter(pk=run_id).first()
-    if run is None or run.state not in (RunState.QUEUED, RunState.PREPARING):
-        return  # gone, cancelled or already carried further by an earlier delivery
+    if run is None or run.state not in (RunState.QUEUED, RunState.PREPARING) or \
+            run.admitted_at is None:
+        return  # gone, cancelled, carried further by an earlier delivery, or not admitted
     if run.state == RunState.QUEUED:
         run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now())
         if run.state != RunState.PREPARING:
             return
     try:
-        # Secret values come from the database (encrypted there), env values only from
-        # this message: neither is ever written to the run row.
+        # Secret values come from the database and env values from the run, both
+        # encrypted there; the env values are cleared when the run ends.
         granted = secrets.values_for(run.workspace_id, run.secret_names)
         if granted:
             Run.objects.filter(pk=run.pk).update(secrets_sealed=secrets.seal(granted))
-        env = {**(env or {}), **granted}
+        env = {**(secrets.unseal(run.env_sealed) if run.env_sealed else {}), **granted}
         sandbox.prepare_and_start(run, env,
                                   still_wanted=lambda: Run.objects.filter(
                                       pk=run.pk, state=RunState.PREPARING).exists())

@@ -1,10 +1,11 @@
 from django.urls import path
 
-from runner import cache_views, run_views, secrets_views, views
+from runner import cache_views, run_views, secrets_views, usage_views, views
 
 W = "t/<slug:team>/w/<slug:slug>/"
 
 urlpatterns = [
+    path("t/<slug:team>/usage/", usage_views.usage_page, name="usage"),
     path(W + "runs/", views.runs_page, name="workspace-runs"),
     path(W + "runs/<str:run_id>/", views.run_page, name="workspace-run"),
     path(W + "runs/<str:run_id>/cancel/", views.cancel, name="workspace-run-cancel"),

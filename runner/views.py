@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from accounts.access import Actor
 from accounts.models import Membership
 from config.errors import BerthError, Conflict, NotFound
-from runner import actions, logstore
+from runner import actions, logstore, quotas
 from runner.access import access_run
 from runner.durations import took
 from runner.forms import RunForm
@@ -45,7 +45,8 @@ WAITING = {
 
 def timings(run: Run) -> list[dict[str, Any]]:
     """The steps the run went through, each with how long it took since the one before."""
-    steps = [("Queued", run.queued_at), ("Picked up by a worker", run.started_at),
+    steps = [("Queued", run.queued_at), ("Admitted", run.admitted_at),
+             ("Picked up by a worker", run.started_at),
              ("Source copied in", run.hydrated_at), ("Setup done", run.setup_done_at),
              ("Process started", run.process_started_at), ("Ready", run.ready_at),
              ("Finished", run.finished_at)]
@@ -109,7 +110,9 @@ def run_context(run: Run, workspace: Workspace, rerun_error: str = "",
     message and the env names still missing."""
     urls = run_urls(workspace, run)
     log_start = max(0, logstore.count(run.public_id) - VIEW_LINES)
-    return {"run": run, "run_urls": urls, "waiting": WAITING.get(RunState(run.state), ""),
+    queue = quotas.queue_position(run)
+    return {"run": run, "run_urls": urls,
+            "waiting": queue["message"] if queue else WAITING.get(RunState(run.state), ""),
             "log_start": log_start,
             "timings": timings(run), "limits": limit_rows(run.limits),
             "isolation": isolation_rows(run.isolation), "who": requested_by(run),

@@ -78,7 +78,7 @@ def test_a_failing_setup_fails_the_run_before_the_command_and_caches_nothing(age
     owned = {"label": f"berth.owner={done['id']}"}
     # Neither container, nor /workspace, nor the unfinished /deps survive the run.
     assert wait_for(lambda: not engine().volumes.list(filters=owned) and
-                    not engine().containers.list(all=True, filters=owned))
+                    not engine().api.containers(all=True, filters=owned))
 
 
 def test_changed_files_are_reported_with_a_diff_and_gitignored_files_left_out(agent):

@@ -130,6 +130,9 @@ def test_the_run_page_shows_what_ran_how_it_ended_and_what_applied(carol, cast, 
 def test_an_active_run_says_what_it_waits_for_and_offers_cancel(carol, cast, shop):
     run = make_run(shop, cast.carol)
     html = carol.get(f"{RUNS}{run.public_id}/").content.decode()
+    assert "Waiting for admission; a slot is free, so any moment." in html
+    Run.objects.filter(pk=run.pk).update(admitted_at=timezone.now())
+    html = carol.get(f"{RUNS}{run.public_id}/").content.decode()
     assert '<span class="badge state-queued">queued</span>' in html
     assert "Waiting for a worker to pick the run up." in html
     assert "Shown once the sandbox is created." in html

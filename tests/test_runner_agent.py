@@ -24,10 +24,10 @@ def test_it_removes_this_instances_orphans_but_not_another_instances(transaction
     )
     try:
         call_command("runner_agent", once=True)
-        names = {c.name for c in engine().containers.list(all=True)}
+        names = {c["Names"][0].lstrip("/") for c in engine().api.containers(all=True)}
         assert mine.name not in names
         assert theirs.name in names
     finally:
         theirs.remove(force=True)
-        if mine.name in {c.name for c in engine().containers.list(all=True)}:
+        if mine.name in {c["Names"][0].lstrip("/") for c in engine().api.containers(all=True)}:
             mine.remove(force=True)

@@ -81,7 +81,7 @@ def no_container_left(run: dict, timeout: float = 20) -> bool:
     name = f"run-{run['id']}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not engine().containers.list(all=True, filters={"name": name}) and \
+        if not engine().api.containers(all=True, filters={"name": name}) and \
                 not engine().volumes.list(filters={"name": name}):
             return True
         time.sleep(0.1)

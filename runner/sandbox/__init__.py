@@ -6,6 +6,7 @@ calls only what this package exports.
 
 from runner.sandbox.docker import (
     SandboxError,
+    cpu_seconds,
     engine_runtimes,
     finalize_facts,
     get_workspace_archive,
@@ -20,6 +21,7 @@ from runner.sandbox.docker import (
     workspace_host_path,
 )
 
-__all__ = ["SandboxError", "engine_runtimes", "finalize_facts", "get_workspace_archive",
-           "image_allowed", "prepare_and_start", "remove_run", "remove_sandbox", "sandbox_pid",
-           "signal_sandbox", "start_main", "volume_bytes", "workspace_host_path"]
+__all__ = ["SandboxError", "cpu_seconds", "engine_runtimes", "finalize_facts",
+           "get_workspace_archive", "image_allowed", "prepare_and_start", "remove_run",
+           "remove_sandbox", "sandbox_pid", "signal_sandbox", "start_main", "volume_bytes",
+           "workspace_host_path"]

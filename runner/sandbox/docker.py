@@ -363,3 +363,15 @@ def sandbox_pid(name: str) -> int | None:
     if container is None or not container.attrs["State"].get("Running"):
         return None
     return int(container.attrs["State"].get("Pid") or 0) or None
+
+
+def cpu_seconds(name: str) -> float | None:
+    """CPU time the running container has used so far, from the engine's cgroup
+    accounting (one-shot: no second sample to wait for); None when it is not running.
+    The cgroup goes with the container, so this is read while it runs."""
+    try:
+        stats = engine().api.stats(name, stream=False, one_shot=True)
+    except docker.errors.NotFound:
+        return None
+    total = ((stats or {}).get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
+    return total / 1e9 if total else None

@@ -1,0 +1,190 @@
+"""Per-team quotas and fair admission: no team can use up another team's share.
+
+Admission is a database step, not queue order. A run is recorded `queued` with no
+`admitted_at`; `admit` decides which waiting runs go on to a worker:
+1. under one lock (AdmissionLock), count the admitted, still active runs per team and
+   in all (the host's RUNNER_SLOTS);
+2. while a slot is free, among the teams below their own concurrency limit that have a
+   run waiting, take the team whose oldest waiting run has waited longest, and admit
+   that run (within a team: first come, first served);
+3. after commit, send each admitted run's prepare task.
+It is called when a run is asked for, when any run ends, and by the agent's reconcile
+(a safety net if a process died between an end and its admission).
+
+Refusals happen at the door, before anything is recorded: past the team's queue limit
+(429 `quota_exceeded`, Retry-After) or its CPU-seconds for the UTC day
+(`cpu_budget_exhausted`, with the time it resets). Previews count against their own
+limit (previews.actions.make_room).
+"""
+
+import datetime
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from accounts.models import Team
+from config.errors import QuotaExceeded
+from runner.models import ACTIVE_STATES, AdmissionLock, Run, RunState
+
+
+@dataclass(frozen=True)
+class Limits:
+    concurrent_runs: int
+    queued_runs: int
+    concurrent_previews: int
+    cpu_seconds_per_day: int  # 0: no daily budget
+
+    @classmethod
+    def of(cls, team: Team) -> "Limits":
+        """The operator's per-team override where there is one, else the default."""
+        def pick(override: int | None, default: int) -> int:
+            return default if override is None else override
+
+        return cls(pick(team.max_concurrent_runs, settings.QUOTA_MAX_CONCURRENT_RUNS),
+                   pick(team.max_queued_runs, settings.QUOTA_MAX_QUEUED_RUNS),
+                   pick(team.max_concurrent_previews, settings.QUOTA_MAX_CONCURRENT_PREVIEWS),
+                   pick(team.cpu_seconds_per_day, settings.QUOTA_CPU_SECONDS_PER_DAY))
+
+
+def day_start(now: datetime.datetime | None = None) -> datetime.datetime:
+    now = now or timezone.now()
+    return now.astimezone(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def cpu_seconds_today(team: Team) -> float:
+    """CPU time of the team's runs (previews' processes too) that ran today: those still
+    active and those that ended since midnight UTC."""
+    total = Run.objects.filter(workspace__team=team).filter(
+        Q(state__in=ACTIVE_STATES) | Q(finished_at__gte=day_start())).aggregate(
+        s=Sum("cpu_seconds"))["s"]
+    return float(total or 0)
+
+
+def _waiting(team: Team) -> Any:
+    return Run.objects.filter(workspace__team=team, purpose="run", state=RunState.QUEUED,
+                              admitted_at=None)
+
+
+def _running(team: Team) -> Any:
+    return Run.objects.filter(workspace__team=team, purpose="run", state__in=ACTIVE_STATES,
+                              admitted_at__isnull=False)
+
+
+def check_submission(team: Team) -> None:
+    """Refuse a new run the team cannot have now, saying when to try again."""
+    limits = Limits.of(team)
+    waiting = _waiting(team).count()
+    if waiting >= limits.queued_runs:
+        raise QuotaExceeded(
+            f"Team {team.slug} already has {waiting} runs waiting, its limit; wait for some "
+            "to start (or cancel some), then try again.",
+            {"limit": "queued_runs", "max": limits.queued_runs, "waiting": waiting},
+            retry_after=settings.QUOTA_RETRY_AFTER_S)
+    if limits.cpu_seconds_per_day:
+        used = cpu_seconds_today(team)
+        if used >= limits.cpu_seconds_per_day:
+            resets = day_start() + datetime.timedelta(days=1)
+            raise QuotaExceeded(
+                f"Team {team.slug} has used its {limits.cpu_seconds_per_day} CPU-seconds for "
+                f"today ({used:.0f} s); new runs can start after {resets:%Y-%m-%d %H:%M} "
+                "UTC, or an operator can raise the team's budget.",
+                {"limit": "cpu_seconds_per_day", "max": limits.cpu_seconds_per_day,
+                 "used": round(used, 1), "resets_at": resets.isoformat()},
+                retry_after=max(1, math.ceil((resets - timezone.now()).total_seconds())),
+                code="cpu_budget_exhausted")
+
+
+def admit() -> list[int]:
+    """Admit what may go now (see the module's docstring); returns the admitted ids."""
+    from runner.tasks import prepare_run
+
+    admitted: list[int] = []
+    with transaction.atomic():
+        AdmissionLock.objects.select_for_update().get_or_create(id=1)
+        active = dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
+                                         admitted_at__isnull=False)
+                      .values_list("workspace__team").annotate(n=Count("id")))
+        free = settings.RUNNER_SLOTS - sum(active.values())
+        if free <= 0:
+            return admitted
+        waiting = list(Run.objects.filter(purpose="run", state=RunState.QUEUED,
+                                          admitted_at=None)
+                       .order_by("queued_at", "id")
+                       .values_list("id", "workspace__team"))
+        if not waiting:
+            return admitted
+        limits = {t.pk: Limits.of(t).concurrent_runs for t in
+                  Team.objects.filter(pk__in={team for _, team in waiting})}
+        queues: dict[int, list[int]] = {}
+        for run_id, team in waiting:  # oldest first, so each team's queue is too
+            queues.setdefault(team, []).append(run_id)
+        order = {run_id: i for i, (run_id, _) in enumerate(waiting)}
+        now = timezone.now()
+        while free > 0:
+            ready = [t for t, q in queues.items() if q and active.get(t, 0) < limits[t]]
+            if not ready:
+                break
+            team = min(ready, key=lambda t: order[queues[t][0]])  # waited longest
+            run_id = queues[team].pop(0)
+            if Run.objects.filter(pk=run_id, state=RunState.QUEUED,
+                                  admitted_at=None).update(admitted_at=now):
+                admitted.append(run_id)
+                active[team] = active.get(team, 0) + 1
+                free -= 1
+        for run_id in admitted:
+            transaction.on_commit(partial(prepare_run.delay, run_id))
+    return admitted
+
+
+def queue_position(run: Run) -> dict[str, Any] | None:
+    """For a run still waiting for admission: its place in its team's queue and why it
+    waits. None once it is admitted (or ended)."""
+    if run.state != RunState.QUEUED or run.admitted_at is not None or run.is_service:
+        return None
+    team = run.workspace.team
+    ahead = _waiting(team).filter(Q(queued_at__lt=run.queued_at) |
+                                  Q(queued_at=run.queued_at, id__lt=run.id)).count()
+    limit = Limits.of(team).concurrent_runs
+    running = _running(team).count()
+    busy = Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
+                              admitted_at__isnull=False).count()
+    behind = f"{ahead} of the team's runs wait ahead of this one."
+    if running >= limit:
+        why, message = "team_limit", (
+            f"Waiting: team {team.slug} has {running} runs going, its limit of {limit}; "
+            + behind)
+    elif busy >= settings.RUNNER_SLOTS:
+        why, message = "host_busy", (
+            f"Waiting: all {settings.RUNNER_SLOTS} run slots of this host are taken; "
+            + behind)
+    else:
+        why, message = "admission", "Waiting for admission; a slot is free, so any moment."
+    return {"position": ahead + 1, "waiting_for": why, "message": message}
+
+
+def usage(team: Team) -> dict[str, Any]:
+    """Live usage against each limit, as the usage page and `GET /api/v1/usage` show."""
+    from previews.models import LIVE_STATES, Preview
+
+    limits = Limits.of(team)
+    resets = day_start() + datetime.timedelta(days=1)
+    return {
+        "team": team.slug,
+        "runs": {"running": _running(team).count(), "max_concurrent": limits.concurrent_runs,
+                 "queued": _waiting(team).count(), "max_queued": limits.queued_runs},
+        "previews": {"live": Preview.objects.filter(workspace__team=team,
+                                                    state__in=LIVE_STATES).count(),
+                     "max_concurrent": limits.concurrent_previews},
+        "cpu": {"seconds_today": round(cpu_seconds_today(team), 1),
+                "max_per_day": limits.cpu_seconds_per_day or None,
+                "resets_at": resets.isoformat()},
+        "host": {"slots": settings.RUNNER_SLOTS,
+                 "busy": Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
+                                            admitted_at__isnull=False).count()},
+    }
