@@ -74,8 +74,8 @@ def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None 
 
 def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
     """A new run from exactly the recorded inputs: commit, image id, command, limits,
-    runtime, setup, artifacts, env and secret names. Env values were never stored, so
-    the caller gives them again; secrets are granted again by name."""
+    runtime, setup, artifacts, env and secret names. Env values are not kept past a
+    run's end, so the caller gives them again; secrets are granted again by name."""
     env = env or {}
     missing = sorted(set(run.env_names) - set(env))
     extra = sorted(set(env) - set(run.env_names))
@@ -83,7 +83,7 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
         raise Invalid("A replay takes the same env names as the run it repeats: give values "
                       f"for {', '.join(missing) or 'none'}"
                       + (f" and not {', '.join(extra)}" if extra else "")
-                      + " (Berth never stores env values).",
+                      + " (Berth keeps no env values once a run ends).",
                       {"field": "env", "missing": missing, "unexpected": extra},
                       code="env_values_required")
     chosen, why = policy_runtime(run.workspace, run.runtime)

@@ -126,7 +126,7 @@ def _inputs(this: Run, other: Run) -> list[Row]:
         _limits_row(this, other),
         _row("Env names", ", ".join(this.env_names) or "none",
              ", ".join(other.env_names) or "none", "input",
-             "values are never stored" if this.env_names or other.env_names else ""),
+             "values are not kept" if this.env_names or other.env_names else ""),
         _row("Secrets", ", ".join(this.secret_names) or "none",
              ", ".join(other.secret_names) or "none", "input"),
     ]

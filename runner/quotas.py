@@ -5,8 +5,10 @@ Admission is a database step, not queue order. A run is recorded `queued` with n
 1. under one lock (AdmissionLock), count the admitted, still active runs per team and
    in all (the host's RUNNER_SLOTS);
 2. while a slot is free, among the teams below their own concurrency limit that have a
-   run waiting, take the team whose oldest waiting run has waited longest, and admit
-   that run (within a team: first come, first served);
+   run waiting, take the team that has waited longest for a slot — the one whose last
+   admission is oldest (never: first; a tie goes to the older waiting run) — and admit
+   its oldest waiting run (within a team: first come, first served). A flood from one
+   team therefore gets every other slot at most while another team waits;
 3. after commit, send each admitted run's prepare task.
 It is called when a run is asked for, when any run ends, and by the agent's reconcile
 (a safety net if a process died between an end and its admission).
@@ -25,12 +27,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from accounts.models import Team
 from config.errors import QuotaExceeded
 from runner.models import ACTIVE_STATES, AdmissionLock, Run, RunState
+
+NEVER = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 
 
 @dataclass(frozen=True)
@@ -125,18 +129,25 @@ def admit() -> list[int]:
         for run_id, team in waiting:  # oldest first, so each team's queue is too
             queues.setdefault(team, []).append(run_id)
         order = {run_id: i for i, (run_id, _) in enumerate(waiting)}
+        last = dict(Run.objects.filter(purpose="run", workspace__team__in=list(queues))
+                    .values_list("workspace__team").annotate(at=Max("admitted_at")))
+        served = {team: at or NEVER for team, at in last.items()}
         now = timezone.now()
         while free > 0:
             ready = [t for t, q in queues.items() if q and active.get(t, 0) < limits[t]]
             if not ready:
                 break
-            team = min(ready, key=lambda t: order[queues[t][0]])  # waited longest
+            team = min(ready, key=lambda t: (served.get(t, NEVER), order[queues[t][0]]))
             run_id = queues[team].pop(0)
+            # A microsecond apart: the order of one round's admissions stays readable
+            # from admitted_at, which ranks the teams in the next round.
+            at = now + datetime.timedelta(microseconds=len(admitted))
             if Run.objects.filter(pk=run_id, state=RunState.QUEUED,
-                                  admitted_at=None).update(admitted_at=now):
+                                  admitted_at=None).update(admitted_at=at):
                 admitted.append(run_id)
                 active[team] = active.get(team, 0) + 1
                 free -= 1
+                served[team] = at  # to the back of the line
         for run_id in admitted:
             transaction.on_commit(partial(prepare_run.delay, run_id))
     return admitted

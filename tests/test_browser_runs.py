@@ -160,7 +160,8 @@ def test_cancel_of_a_queued_run_ends_its_page_without_a_reload(berth_server, cas
     with chromium_page() as page:
         sign_in_as_carol(page, berth_server, f"/t/team-a/w/shop/runs/{run.public_id}/")
         page.wait_for_selector(".log-status[data-kind=live]")
-        assert "Waiting for a worker" in page.inner_text(".run-message")
+        # Never admitted (no admission step runs in this test): it says what it waits for.
+        assert "Waiting for admission" in page.inner_text(".run-message")
         page.evaluate("window.notReloaded = true")
         page.click("text=Cancel run")
         page.wait_for_selector("#run-status[data-state=cancelled]")
