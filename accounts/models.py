@@ -26,6 +26,8 @@ class Team(models.Model):
     max_queued_runs = models.PositiveIntegerField(null=True, blank=True)
     max_concurrent_previews = models.PositiveIntegerField(null=True, blank=True)
     cpu_seconds_per_day = models.PositiveIntegerField(null=True, blank=True)
+    # Distinct reviewers whose approval a deploy needs (deploys.actions.approve_deploy).
+    approvals_required = models.PositiveSmallIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

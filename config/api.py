@@ -12,6 +12,7 @@ from accounts.api import router as accounts_router
 from accounts.auth import TokenAuth
 from config.errors import BerthError, QuotaExceeded, error_response
 from config.middleware import too_large
+from deploys.api import router as deploys_router
 from previews.api import router as previews_router
 from runner.api import router as runs_router
 from runner.caches_api import router as caches_router
@@ -95,3 +96,4 @@ api.add_router("/", runs_router)
 api.add_router("/", secrets_router)
 api.add_router("/", caches_router)
 api.add_router("/", previews_router)
+api.add_router("/", deploys_router)

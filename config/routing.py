@@ -8,9 +8,10 @@ websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets]
 
 
 def route_by_host(app: Any) -> Any:
-    """Send requests for preview hosts (`<id>.PREVIEW_DOMAIN`) to the preview proxy, the
-    rest to `app`: untrusted preview code never runs on the app's origin, and the
-    app's session never reaches a preview (DESIGN.md, "Previews and releases")."""
+    """Send requests for preview hosts (`<id>.PREVIEW_DOMAIN`) and release hosts
+    (`<workspace>--<team>.APPS_DOMAIN`) to the preview proxy, the rest to `app`:
+    untrusted preview code never runs on the app's origin, and the app's session never
+    reaches a preview (DESIGN.md, "Previews and releases")."""
     from previews.proxy import proxy
 
     async def router(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -18,6 +19,10 @@ def route_by_host(app: Any) -> Any:
             public_id = proxy().preview_of(scope)
             if public_id is not None:
                 await proxy()(scope, receive, send, public_id)
+                return
+            release = proxy().release_of(scope)
+            if release is not None:
+                await proxy().serve_release(scope, receive, send, release)
                 return
         await app(scope, receive, send)
 

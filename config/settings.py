@@ -264,6 +264,9 @@ BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 APP_URL = os.environ.get("APP_URL", "")
 PREVIEW_START_DEADLINE_S = envint("PREVIEW_START_DEADLINE_S", 60)
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
+# After a deploy switches the release host to a new release, the previous release's
+# process keeps running this long, so requests already on their way to it finish.
+RELEASE_DRAIN_S = envint("RELEASE_DRAIN_S", 10)
 PREVIEW_HEALTH_EVERY_S = float(os.environ.get("PREVIEW_HEALTH_EVERY_S", "5"))
 PREVIEW_MAX_BODY_BYTES = envint("PREVIEW_MAX_BODY_MB", 32) * 1024 * 1024
 PREVIEW_MAX_CONNECTIONS = envint("PREVIEW_MAX_CONNECTIONS", 128)

@@ -15,6 +15,7 @@ urlpatterns = [
     path("", include("workspaces.urls")),
     path("", include("runner.urls")),
     path("", include("previews.urls")),
+    path("", include("deploys.urls")),
     path("", include("accounts.urls")),
 ]
 

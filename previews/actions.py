@@ -5,6 +5,7 @@ starting one is queueing that run; the runner agent carries it, health-checks it
 (previews.watch) and ends it; `on_run_finished` moves the preview on from its run's end.
 """
 
+import logging
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +18,13 @@ from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Team
 from config.errors import Conflict, Invalid, QuotaExceeded
-from previews.models import LIVE_STATES, Preview, PreviewState, PreviewTicket
+from previews.models import (
+    LIVE_STATES,
+    Preview,
+    PreviewState,
+    PreviewTicket,
+    preview_changed,
+)
 from runner import actions as runner_actions
 from runner import logstore
 from runner.models import Run
@@ -62,11 +69,14 @@ def make_room(starting: Preview) -> None:
     longest-idle live preview (no proxied request for the longest time) is stopped with
     `stopped_for_quota` — unless every one served a request (or started) within
     QUOTA_PREVIEW_BUSY_S: then the new one is refused, since each is in use."""
+    if starting.kind == "release":
+        return  # a release is no preview: deploys decide what runs
     team = starting.workspace.team
     # Locks the team's row: two previews starting at once see each other.
     Team.objects.select_for_update().filter(pk=team.pk).first()
     limit = Limits.of(team).concurrent_previews
-    live = list(Preview.objects.filter(workspace__team=team, state__in=LIVE_STATES)
+    live = list(Preview.objects.filter(workspace__team=team, state__in=LIVE_STATES,
+                                       kind="preview")
                 .exclude(pk=starting.pk).select_related("workspace", "run"))
     over = len(live) - limit + 1
     if over <= 0:
@@ -90,9 +100,27 @@ def make_room(starting: Preview) -> None:
                      for_preview=starting.public_id)
 
 
+def start_release(workspace: Workspace, actor: Actor, commit: str, ref: str, image: str,
+                  public: bool) -> Preview:
+    """A release's process: the built `image`, with `[deploy]`'s command, port and
+    health check, served on the workspace's release host once deploys switch to it.
+    Never stopped for idleness or the preview quota."""
+    config = runner_actions.load_config(workspace, commit).deploy
+    preview = Preview(workspace=workspace, kind="release", image=image, ref=ref,
+                      commit=commit, command=config.command, port=config.port,
+                      health_path=config.health_path, public=public,
+                      requested_by=actor.user, token=actor.token)
+    with transaction.atomic():
+        preview.save()
+        _new_process(preview, actor)
+    return preview
+
+
 def _new_process(preview: Preview, actor: Actor) -> None:
-    run = runner_actions.start_service(preview.workspace, actor, preview.commit, preview.ref,
-                                       preview.command, purpose="preview")
+    run = runner_actions.start_service(
+        preview.workspace, actor, preview.commit, preview.ref, preview.command,
+        purpose="release" if preview.kind == "release" else "preview",
+        image=preview.image or None)
     Preview.objects.filter(pk=preview.pk).update(
         run=run, state=PreviewState.STARTING, reason="", message="", exit_code=None,
         last_health_status=None, last_health_at=None, sandbox_pid=None, sandbox_netns=None,
@@ -173,12 +201,26 @@ def issue_ticket(preview: Preview, actor: Actor) -> str:
 # -- what the runner agent and the run's end move ------------------------------------
 
 
+def _announce(preview: Preview) -> None:
+    """Receivers (a release's deploy) hear of it after commit; their failure is logged,
+    never allowed to undo the move."""
+    def send() -> None:
+        for receiver, result in preview_changed.send_robust(Preview, preview=preview):
+            if isinstance(result, Exception):
+                logging.getLogger(__name__).error("%s failed after preview %s moved: %r",
+                                                  receiver, preview.public_id, result)
+    transaction.on_commit(send)
+
+
 def mark_ready(preview: Preview, status: int) -> bool:
     now = timezone.now()
     # No log line here: while the process runs, the agent's follower is the log's one
     # writer (runner.logstore). What happened is on the preview; its end is logged.
-    return preview.move(PreviewState.READY, (PreviewState.STARTING,), ready_at=now,
-                        last_health_status=status, last_health_at=now)
+    moved = preview.move(PreviewState.READY, (PreviewState.STARTING,), ready_at=now,
+                         last_health_status=status, last_health_at=now)
+    if moved:
+        _announce(preview)
+    return moved
 
 
 def fail_start(preview: Preview, reason: str, status: int | None = None) -> None:
@@ -188,6 +230,7 @@ def fail_start(preview: Preview, reason: str, status: int | None = None) -> None
                         message=describe(reason, preview, status=status),
                         ended_at=timezone.now()):
             _end_process(preview, SYSTEM)
+            _announce(preview)
 
 
 def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
@@ -213,6 +256,7 @@ def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
                                      crashed=to == PreviewState.CRASHED),
                     ended_at=timezone.now()):
         logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
+        _announce(preview)
 
 
 def on_branch_moved(sender: object, workspace: Workspace, branch: str, sha: str,
@@ -246,6 +290,8 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
         "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
                 "Restart it to use it again.",
         "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
+        "superseded": "A newer release took over; this process was stopped once requests "
+                      "to it had drained.",
         "stopped_for_quota": "Stopped to make room: the team reached its limit of "
                              f"{f.get('limit', 'its')} live previews and this one had gone "
                              "longest without a request"

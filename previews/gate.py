@@ -127,3 +127,11 @@ def cookie_headers(value: str) -> list[tuple[bytes, bytes]]:
              "Partitioned".encode()),
             (b"set-cookie", f"{COOKIE_LAX}={value}; {common}; SameSite=Lax".encode())]
 
+
+
+def routed_process(workspace: str, team: str) -> str | None:
+    """The public id of the release process a workspace's release host serves now."""
+    from deploys.models import Route
+
+    return Route.objects.filter(workspace__slug=workspace, workspace__team__slug=team
+                                ).values_list("release__process__public_id", flat=True).first()

@@ -2,6 +2,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
+from django.dispatch import Signal
 from django.utils import timezone
 
 from accounts.ids import new_id
@@ -31,6 +32,11 @@ class Preview(models.Model):
 
     public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
     workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="previews")
+    # "preview", or "release": a deploy's process (deploys.Release), served on the
+    # workspace's release host and never stopped for idleness or quota.
+    kind = models.CharField(max_length=10, default="preview", db_index=True)
+    # A release runs its built image (empty: the image of workspace.toml, as runs).
+    image = models.CharField(max_length=200, blank=True)
     ref = models.CharField(max_length=200)
     commit = models.CharField(max_length=40)
     # Restart on each new commit of `ref` (a branch).
@@ -95,6 +101,11 @@ class Preview(models.Model):
         if updated:
             self.refresh_from_db()
         return bool(updated)
+
+
+# Sent after the commit that moved a preview to ready, failed or crashed (kwargs:
+# preview): a release's deploy follows its process from here.
+preview_changed = Signal()
 
 
 class PreviewTicket(models.Model):

@@ -55,6 +55,10 @@ class Proxy:
     def __init__(self) -> None:
         self.host_re = re.compile(r"^([a-z0-9]{1,12})\." + re.escape(settings.PREVIEW_DOMAIN)
                                   + r"(?::\d{1,5})?$")
+        # `<workspace>--<team>.APPS_DOMAIN`: slugs have single hyphens only, so "--" splits.
+        self.release_re = re.compile(r"^([a-z0-9-]{1,30})--([a-z0-9-]{1,30})\."
+                                     + re.escape(settings.APPS_DOMAIN) + r"(?::\d{1,5})?$")
+        self.routes: dict[tuple[str, str], tuple[float, str | None]] = {}
         self.pool = Pool()
         self.targets: dict[str, tuple[float, gate.Target | None]] = {}
         self.lookups: dict[str, asyncio.Future[gate.Target | None]] = {}
@@ -66,6 +70,35 @@ class Proxy:
         host = _header(scope, b"host").lower()
         m = self.host_re.match(host)
         return m.group(1) if m else None
+
+    def release_of(self, scope: dict[str, Any]) -> tuple[str, str] | None:
+        m = self.release_re.match(_header(scope, b"host").lower())
+        return (m.group(1), m.group(2)) if m else None
+
+    async def serve_release(self, scope: dict[str, Any], receive: Any, send: Any,
+                            key: tuple[str, str]) -> None:
+        """A release host: whichever release process the workspace's route points at
+        (as of at most TARGET_TTL_S ago; the previous process outlives a switch by
+        RELEASE_DRAIN_S, so a request on its way there still lands)."""
+        now = time.monotonic()
+        cached = self.routes.get(key)
+        if cached and now - cached[0] < TARGET_TTL_S:
+            public_id = cached[1]
+        else:
+            public_id = await database_sync_to_async(gate.routed_process)(*key)
+            if len(self.routes) > 10_000:
+                self.routes.clear()
+            self.routes[key] = (now, public_id)
+        if public_id is None:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 4404})
+                return
+            await _reply(send, *pages.answer(
+                404, "no_release", "Nothing is released at this address yet: ask for a "
+                "deploy and have a reviewer approve it.",
+                json_wanted=pages.wants_json(dict(scope["headers"])), title="No release"))
+            return
+        await self(scope, receive, send, public_id)
 
     async def target(self, public_id: str, fresh: bool = False) -> gate.Target | None:
         """The preview as of at most TARGET_TTL_S ago. One lookup at a time per preview:

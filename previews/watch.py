@@ -138,6 +138,8 @@ class Watcher:
 
     @staticmethod
     def _stop_if_idle(preview: Preview) -> bool:
+        if preview.kind == "release":
+            return False  # a release serves until a deploy replaces it
         idle = preview.idle_for()
         if idle is None or idle < timedelta(seconds=preview.idle_timeout_s):
             return False

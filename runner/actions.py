@@ -103,20 +103,40 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
 
 
 def start_service(workspace: Workspace, actor: Actor, commit: str, ref: str, command: str,
-                  purpose: str) -> Run:
-    """A long-lived server for another app (a preview): a run of `purpose` with the
-    same contract as any run — image, limits, runtime policy, setup step and cache from
-    the commit's workspace.toml — but no wall-clock timeout and no outputs. The owner
-    records its own Activity; this records the run's."""
+                  purpose: str, image: str | None = None) -> Run:
+    """A long-lived server for another app (a preview, a release): a run of `purpose`
+    with the same contract as any run — image, limits, runtime policy, setup step and
+    cache from the commit's workspace.toml — but no wall-clock timeout and no outputs.
+    A release runs its own built `image`, with its setup already inside: none here.
+    The owner records its own Activity; this records the run's."""
     config = load_config(workspace, commit)
     limits, warnings = effective_limits(config.sandbox, {})
     chosen, why = policy_runtime(workspace, config.sandbox.runtime)
     network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
+    setup = {"command": config.setup.command, "cache_key": list(config.setup.cache_key)} \
+        if config.setup.command and image is None else {}
     return _queue(workspace, actor, Run(
         workspace=workspace, purpose=purpose, ref=ref, commit=commit, command=command,
-        image=config.sandbox.image, runtime=chosen, limits=limits, network=network,
-        setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
-        if config.setup.command else {}, warnings=warnings + why + ignored), {}, [])
+        image=image or config.sandbox.image, runtime=chosen, limits=limits, network=network,
+        setup=setup, warnings=warnings + why + ignored), {}, [])
+
+
+def start_build(workspace: Workspace, actor: Actor, commit: str, ref: str,
+                output_image: str) -> Run:
+    """A release build: `[setup]` then `[deploy] build` of the commit, run in /app of a
+    writable root layer (no volumes: a commit of the container keeps only that layer),
+    with the workspace's limits, runtime policy and egress. When it succeeds the agent
+    commits the container to `output_image` before writing its end."""
+    config = load_config(workspace, commit)
+    limits, warnings = effective_limits(config.sandbox, {})
+    chosen, why = policy_runtime(workspace, config.sandbox.runtime)
+    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
+    steps = [c for c in (config.setup.command, config.deploy.build) if c.strip()]
+    return _queue(workspace, actor, Run(
+        workspace=workspace, purpose="build", ref=ref, commit=commit,
+        command=" && ".join(f"({c})" for c in steps) or "true", image=config.sandbox.image,
+        runtime=chosen, limits=limits, network=network, output_image=output_image,
+        warnings=warnings + why + ignored), {}, [])
 
 
 def stop_service(run: Run, reason: str, who: str) -> None:
@@ -181,18 +201,20 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
     # its end; the names are the record.
     run.env_sealed = secrets.seal(env) if env else ""
     run.requested_by, run.token = actor.user, actor.token
-    if not run.is_service:
+    if run.purpose == "run":
         quotas.check_submission(workspace.team)
     else:
-        run.admitted_at = timezone.now()  # a preview's quota is its own (previews.actions)
+        # A preview's quota is its own (previews.actions); a build was approved by a
+        # person, and waits for no team's flood.
+        run.admitted_at = timezone.now()
     with transaction.atomic():
         run.save()
         record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
                f"run:{run.public_id}", workspace.slug, command=run.command[:200],
                commit=run.commit, runtime=run.runtime, secrets=run.secret_names,
-               **({"purpose": run.purpose} if run.is_service else {}),
+               **({"purpose": run.purpose} if run.purpose != "run" else {}),
                **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
-        if run.is_service:
+        if run.purpose != "run":
             transaction.on_commit(lambda: prepare_run.delay(run.pk))
         else:
             transaction.on_commit(quotas.admit)

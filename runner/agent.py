@@ -302,6 +302,9 @@ class Agent:
                                              self.finalize(o, n, p)))
         await _db(self._lost_runs)(set(by_owner))
         await self._reconcile_stray_volumes()
+        from deploys.actions import restore_all
+
+        await _db(restore_all)()
 
     def _lost_runs(self, with_container: set[str]) -> None:
         from runner import quotas

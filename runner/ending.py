@@ -79,8 +79,17 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
     fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
     if log_bytes is not None:
         fields["log_bytes"] = log_bytes
-    if read_outputs and facts is not None and not run.is_service:
+    if read_outputs and facts is not None and run.purpose == "run":
         fields.update(_outputs(run))
+    if run.purpose == "build" and reason == "exit_zero" and facts is not None:
+        # Committed before the end is written: whoever follows the build's end (the
+        # deploy) finds the image there. The container is removed only after this.
+        try:
+            sandbox.commit_release_image(run)
+        except Exception as e:
+            log.exception("run %s: committing the release image failed", run_id)
+            reason, exit_code = "image_commit_failed", None
+            state, message = describe(reason, error=type(e).__name__)
     if run.finish(state, reason, message, exit_code, **fields):
         log.info("run %s ended: %s (%s)", run_id, state, reason)
 

@@ -25,6 +25,8 @@ class RunState(models.TextChoices):
 
 
 ACTIVE_STATES = (RunState.QUEUED, RunState.PREPARING, RunState.RUNNING)
+# Long-lived servers another app owns: a preview's process, a release's process.
+SERVICE_PURPOSES = ("preview", "release")
 TERMINAL_STATES = tuple(s for s in RunState if s not in ACTIVE_STATES)
 
 
@@ -37,9 +39,12 @@ class Run(models.Model):
 
     public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
     workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="runs")
-    # "run" (a command to its end) or "preview" (a preview's server: no wall-clock
-    # timeout, no outputs read back; its Preview follows this run's end).
+    # "run" (a command to its end); "preview" or "release" (a server: no wall-clock
+    # timeout, no outputs read back; its Preview follows this run's end); "build" (a
+    # release build: source in /app of a writable root layer, committed to
+    # `output_image` when it succeeds; its DeployRequest follows this run's end).
     purpose = models.CharField(max_length=10, default="run", db_index=True)
+    output_image = models.CharField(max_length=200, blank=True)
     # inputs
     ref = models.CharField(max_length=200)
     commit = models.CharField(max_length=40)
@@ -150,7 +155,7 @@ class Run(models.Model):
     @property
     def is_service(self) -> bool:
         """A long-lived server (a preview's process), not a command run to its end."""
-        return self.purpose != "run"
+        return self.purpose in SERVICE_PURPOSES
 
     def advance(self, to: str, from_states: tuple[str, ...], **fields: object) -> bool:
         """Move to state `to` only from one of `from_states`; True if this call did it.
@@ -178,8 +183,9 @@ class Run(models.Model):
 
             public_id = self.public_id
             transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id)))
-            # Whoever owns a service run (a preview) moves its own state on from here.
-            if self.is_service:
+            # Whoever owns a service or build run (a preview, a deploy) moves its own
+            # state on from here.
+            if self.purpose != "run":
                 transaction.on_commit(lambda: _announce_end(self))
             else:
                 # A slot is free: the next run that waits for one may go.

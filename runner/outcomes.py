@@ -66,6 +66,10 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
                                "The egress proxy was not offered in time, so the command did "
                                "not start; check that the runner agent runs (`manage.py "
                                "runner_agent`) and run again."),
+        "image_commit_failed": (RunState.ERROR,
+                                "The build succeeded but its container could not be "
+                                f"committed to an image ({f.get('error')}); check the "
+                                "engine's disk space and ask for the deploy again."),
         "worker_lost": (RunState.LOST,
                         "The sandbox disappeared while the run was active (the engine "
                         "restarted or the container was removed); run it again."),

@@ -156,7 +156,7 @@ def admit() -> list[int]:
 def queue_position(run: Run) -> dict[str, Any] | None:
     """For a run still waiting for admission: its place in its team's queue and why it
     waits. None once it is admitted (or ended)."""
-    if run.state != RunState.QUEUED or run.admitted_at is not None or run.is_service:
+    if run.state != RunState.QUEUED or run.admitted_at is not None or run.purpose != "run":
         return None
     team = run.workspace.team
     ahead = _waiting(team).filter(Q(queued_at__lt=run.queued_at) |
@@ -189,7 +189,7 @@ def usage(team: Team) -> dict[str, Any]:
         "team": team.slug,
         "runs": {"running": _running(team).count(), "max_concurrent": limits.concurrent_runs,
                  "queued": _waiting(team).count(), "max_queued": limits.queued_runs},
-        "previews": {"live": Preview.objects.filter(workspace__team=team,
+        "previews": {"live": Preview.objects.filter(workspace__team=team, kind="preview",
                                                     state__in=LIVE_STATES).count(),
                      "max_concurrent": limits.concurrent_previews},
         "cpu": {"seconds_today": round(cpu_seconds_today(team), 1),

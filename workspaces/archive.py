@@ -15,11 +15,15 @@ from workspaces.gitstore import MODE_EXEC, MODE_LINK, MODE_SUBMODULE, MODE_TREE,
 SANDBOX_UID = 1000
 
 
-def tree_tarball(store: GitStore, commit_sha: str) -> bytes:
+def tree_tarball(store: GitStore, commit_sha: str, under: str = "") -> bytes:
+    """The commit's tree as a tar stream; `under` puts it in a folder of that name (made
+    with the sandbox user as owner), for a place that does not exist yet."""
     commit = store.commit(commit_sha)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        _add_tree(tar, store, commit.tree, "", commit.commit_time)
+        if under:
+            tar.addfile(_info(under, tarfile.DIRTYPE, 0o755, commit.commit_time))
+        _add_tree(tar, store, commit.tree, f"{under}/" if under else "", commit.commit_time)
     return buffer.getvalue()
 
 

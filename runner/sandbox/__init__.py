@@ -6,12 +6,14 @@ calls only what this package exports.
 
 from runner.sandbox.docker import (
     SandboxError,
+    commit_release_image,
     cpu_seconds,
     engine_runtimes,
     finalize_facts,
     get_workspace_archive,
     image_allowed,
     prepare_and_start,
+    remove_image,
     remove_run,
     remove_sandbox,
     sandbox_pid,
@@ -21,7 +23,7 @@ from runner.sandbox.docker import (
     workspace_host_path,
 )
 
-__all__ = ["SandboxError", "cpu_seconds", "engine_runtimes", "finalize_facts",
-           "get_workspace_archive", "image_allowed", "prepare_and_start", "remove_run",
-           "remove_sandbox", "sandbox_pid", "signal_sandbox", "start_main", "volume_bytes",
-           "workspace_host_path"]
+__all__ = ["SandboxError", "commit_release_image", "cpu_seconds", "engine_runtimes",
+           "finalize_facts", "get_workspace_archive", "image_allowed", "prepare_and_start",
+           "remove_image", "remove_run", "remove_sandbox", "sandbox_pid", "signal_sandbox",
+           "start_main", "volume_bytes", "workspace_host_path"]

@@ -56,14 +56,18 @@ def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
 
 
 def _host_config(run: Run, runtime: str, deps: Mount | None = None) -> dict[str, Any]:
+    """Every hardening setting of DESIGN.md. A release build alone has a writable root
+    layer (what it leaves in /app becomes the release image), and it and a release have
+    no /workspace: their source is in /app of the image."""
     limits = run.limits
     memory = f"{int(limits['memory_mb'])}m"
+    in_app = run.purpose in ("build", "release")
     return dict(
         user="1000:1000",
-        working_dir="/workspace",
+        working_dir="/app" if in_app else "/workspace",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        read_only=True,
+        read_only=run.purpose != "build",
         network_mode="none",
         init=True,
         ipc_mode="private",
@@ -78,8 +82,8 @@ def _host_config(run: Run, runtime: str, deps: Mount | None = None) -> dict[str,
                  Ulimit(name="core", soft=0, hard=0)],
         tmpfs={"/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 (the sandbox's own)
                "/home/sandbox": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755"},
-        mounts=[Mount("/workspace", run.container_name, type="volume")] + (
-            [deps] if deps else []),
+        mounts=([] if in_app else [Mount("/workspace", run.container_name, type="volume")])
+        + ([deps] if deps else []),
         runtime=runtime,
         hostname="sandbox",
         # The agent copies output into the log store. The engine's copy must outlast
@@ -170,7 +174,9 @@ def prepare_and_start(run: Run, env: dict[str, str],
     if runtime not in engine_runtimes() and runtime not in engine_runtimes(fresh=True):
         raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
     setup, deps = _deps(run, image_id)
-    engine().volumes.create(run.container_name, labels=_labels(run))
+    in_app = run.purpose in ("build", "release")
+    if not in_app:
+        engine().volumes.create(run.container_name, labels=_labels(run))
     first = None
     if setup.get("hit") is False:
         # No env and no secrets: what setup leaves is shared by later runs of the key,
@@ -186,10 +192,17 @@ def prepare_and_start(run: Run, env: dict[str, str],
     first = first or main
     if setup.get("hit"):
         _check_cache_volume(setup["volume"])
-    with open_store(run.workspace) as store:
-        tarball = tree_tarball(store, run.commit)
-    if not first.put_archive("/workspace", tarball):
-        raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    if run.purpose == "build":
+        # Into the writable root layer, before start: the tree becomes /app.
+        with open_store(run.workspace) as store:
+            tarball = tree_tarball(store, run.commit, under="app")
+        if not first.put_archive("/", tarball):
+            raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    elif not in_app:  # a release's source is already in its image
+        with open_store(run.workspace) as store:
+            tarball = tree_tarball(store, run.commit)
+        if not first.put_archive("/workspace", tarball):
+            raise SandboxError("sandbox_failed", detail="the source could not be copied in")
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(
         image_id=image_id, hydrated_at=now, isolation=_isolation(main, run), setup=setup,
@@ -375,3 +388,21 @@ def cpu_seconds(name: str) -> float | None:
         return None
     total = ((stats or {}).get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
     return total / 1e9 if total else None
+
+
+def commit_release_image(run: Run) -> str:
+    """The exited build container's root layer as the release image `run.output_image`
+    (its tmpfs mounts are not in it, and it has no volumes). Labelled with what went in,
+    so the image itself says which commit and which build it holds."""
+    container = engine().containers.get(run.container_name)
+    repository, _, tag = run.output_image.rpartition(":")
+    image = container.commit(repository=repository, tag=tag, conf={"Labels": {
+        "berth.instance": settings.BERTH_INSTANCE, "berth.kind": "release",
+        "berth.workspace": run.workspace.public_id, "berth.commit": run.commit,
+        "berth.build": run.public_id, "berth.egress-wait": EGRESS_WAIT}})
+    return str(image.id)
+
+
+def remove_image(name: str) -> None:
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        engine().images.remove(name, force=True)

@@ -1,0 +1,351 @@
+"""Every state change of deploys. The approval rules live here, in one place, whatever
+door is used (DESIGN.md, "Deploys"):
+- only a signed-in person (never a token, so never MCP) with the reviewer or admin role
+  in the workspace's team;
+- never the requester, nor the owner of the token that asked (Actor.user is that owner);
+- the approval is bound to the commit resolved at request time;
+- a team may require N distinct approvers; the same person approving twice, or two at
+  once past N, still makes exactly one release (a conditional state move).
+
+After approval: a build run (runner.actions.start_build) → the agent commits the image
+→ `on_build_finished` starts the release's process (a preview of kind "release") →
+`on_process_changed` switches the route once it is healthy, then stops the previous.
+"""
+
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from accounts.access import Actor
+from accounts.actions import record
+from accounts.models import Membership, Role
+from config.errors import Conflict, Forbidden, Invalid, NotFound
+from deploys.models import IN_FLIGHT, Approval, DeployRequest, DeployState, Release, Route
+from previews import actions as preview_actions
+from previews.models import LIVE_STATES, Preview, PreviewState
+from runner import actions as runner_actions
+from runner.models import Run
+from workspaces.models import Workspace
+from workspaces.store import open_store
+
+RELEASES_KEPT = 3
+
+
+def request_deploy(workspace: Workspace, actor: Actor, ref: str | None = None,
+                   note: str = "") -> DeployRequest:
+    """Ask to ship a commit: the ref is resolved now, and `[deploy]` must say how the
+    app starts. Nothing is built until a reviewer approves."""
+    ref = ref or workspace.default_branch
+    with open_store(workspace) as store:
+        commit = store.resolve(ref)
+    config = runner_actions.load_config(workspace, commit)
+    if not config.deploy.command.strip():
+        raise Invalid(f"workspace.toml at {commit[:12]} has no [deploy] command; add one "
+                      "(with its port and health_path) to say how the release starts.",
+                      {"field": "ref", "commit": commit}, code="no_deploy_command")
+    if len(note) > 5000:
+        raise Invalid("Keep the note under 5,000 characters.", {"field": "note"})
+    deploy = DeployRequest(workspace=workspace, ref=ref, commit=commit, note=note.strip(),
+                           requested_by=actor.user, token=actor.token)
+    with transaction.atomic():
+        deploy.save()
+        record(workspace.team, actor, "deploy.requested", f"deploy:{deploy.public_id}",
+               workspace.slug, commit=commit, ref=ref)
+    return deploy
+
+
+def _reviewer(deploy: DeployRequest, actor: Actor, verb: str) -> Membership:
+    """The human reviewer acting, or why not (the same checks for every door)."""
+    if not actor.is_human:
+        raise Forbidden(f"Only a signed-in person may {verb} a deploy: open the request's "
+                        "page in Berth. API tokens and MCP cannot.",
+                        {"deploy": deploy.public_id}, code="approval_requires_human")
+    membership = Membership.objects.filter(team=deploy.workspace.team_id,
+                                           user=actor.user).first()
+    if membership is None:
+        raise NotFound("No such deploy.")
+    if not membership.has_role(Role.REVIEWER):
+        raise Forbidden(f"Only a reviewer or an admin of team {deploy.workspace.team.slug} "
+                        f"may {verb} a deploy; you are a {membership.role}.",
+                        {"role": membership.role}, code="reviewer_required")
+    return membership
+
+
+def approve_deploy(deploy: DeployRequest, actor: Actor, confirm_older: bool = False
+                   ) -> DeployRequest:
+    _reviewer(deploy, actor, "approve")
+    if deploy.requested_by_id == actor.user.pk:
+        who = "your token" if deploy.token_id else "you"
+        raise Forbidden(f"This deploy was asked for by {who}; another reviewer must "
+                        "approve it.", {"requested_by": actor.user.username},
+                        code="own_request")
+    with transaction.atomic():
+        deploy = DeployRequest.objects.select_for_update().select_related(
+            "workspace__team").get(pk=deploy.pk)
+        if deploy.state != DeployState.REQUESTED:
+            raise Conflict(f"This deploy is {deploy.state}; only a requested one can be "
+                           "approved.", {"state": deploy.state})
+        live = Route.objects.select_related("release__request").filter(
+            workspace=deploy.workspace).first()
+        if live and live.release.request.created_at > deploy.created_at and not confirm_older:
+            raise Conflict(f"Release {live.release.number}, from a newer request, is live; "
+                           "approving this older one would replace it. Confirm to go on.",
+                           {"live_release": live.release.number}, code="newer_release_live")
+        try:
+            with transaction.atomic():
+                Approval.objects.create(request=deploy, user=actor.user)
+        except IntegrityError:
+            raise Conflict("You have approved this deploy already.") from None
+        given = deploy.approvals.count()
+        needed = deploy.workspace.team.approvals_required
+        record(deploy.workspace.team, actor, "deploy.approved", f"deploy:{deploy.public_id}",
+               deploy.workspace.slug, commit=deploy.commit, approvals=given, needed=needed)
+        if given >= needed and deploy.move(DeployState.APPROVED, (DeployState.REQUESTED,),
+                                           approved_at=timezone.now()):
+            _start_build(deploy, actor)
+    return deploy
+
+
+def reject_deploy(deploy: DeployRequest, actor: Actor, reason: str) -> DeployRequest:
+    _reviewer(deploy, actor, "reject")
+    reason = reason.strip()
+    if not reason:
+        raise Invalid("Say why it is rejected: the requester reads it.", {"field": "reason"})
+    with transaction.atomic():
+        if not deploy.move(DeployState.REJECTED, (DeployState.REQUESTED,), reason="rejected",
+                           message=f"Rejected by {actor.user}: {reason[:2000]}",
+                           decided_by=actor.user, ended_at=timezone.now()):
+            raise Conflict(f"This deploy is {deploy.state}; only a requested one can be "
+                           "rejected.", {"state": deploy.state})
+        record(deploy.workspace.team, actor, "deploy.rejected", f"deploy:{deploy.public_id}",
+               deploy.workspace.slug, reason=reason[:500])
+    return deploy
+
+
+def cancel_deploy(deploy: DeployRequest, actor: Actor) -> DeployRequest:
+    """The requester (or a token of theirs) or a team admin withdraws a pending request;
+    a cancelled request can never be approved."""
+    is_admin = actor.is_human and Membership.objects.filter(
+        team=deploy.workspace.team_id, user=actor.user, role=Role.ADMIN).exists()
+    if deploy.requested_by_id != actor.user.pk and not is_admin:
+        raise Forbidden("Only whoever asked for this deploy, or a team admin, may cancel it.",
+                        code="not_requester")
+    with transaction.atomic():
+        if not deploy.move(DeployState.CANCELLED, (DeployState.REQUESTED,), reason="cancelled",
+                           message=f"Cancelled by {actor.label}.", decided_by=actor.user,
+                           ended_at=timezone.now()):
+            raise Conflict(f"This deploy is {deploy.state}; only a requested one can be "
+                           "cancelled.", {"state": deploy.state})
+        record(deploy.workspace.team, actor, "deploy.cancelled", f"deploy:{deploy.public_id}",
+               deploy.workspace.slug)
+    return deploy
+
+
+# -- the release pipeline -------------------------------------------------------------
+
+
+def _start_build(deploy: DeployRequest, actor: Actor) -> None:
+    workspace = deploy.workspace
+    number = (Release.objects.filter(workspace=workspace).aggregate(n=Max("number"))["n"]
+              or 0) + 1
+    image = f"berth-{settings.BERTH_INSTANCE}-release-{workspace.public_id}:{number}"
+    run = runner_actions.start_build(workspace, actor, deploy.commit, deploy.ref, image)
+    Release.objects.create(workspace=workspace, number=number, request=deploy,
+                           commit=deploy.commit, image=image)
+    deploy.move(DeployState.BUILDING, (DeployState.APPROVED,), build_run=run,
+                building_at=timezone.now())
+
+
+def _fail(deploy: DeployRequest, reason: str, message: str) -> None:
+    if deploy.move(DeployState.FAILED, IN_FLIGHT, reason=reason, message=message,
+                   ended_at=timezone.now()):
+        Release.objects.filter(request=deploy, live_at=None).update(ended_at=timezone.now())
+
+
+def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
+    """The build's end: its image becomes a release process, or the deploy fails (the
+    live release, if any, keeps serving)."""
+    if run.purpose != "build":
+        return
+    deploy = DeployRequest.objects.select_related("workspace__team", "requested_by",
+                                                  "token").filter(build_run=run).first()
+    if deploy is None or deploy.state != DeployState.BUILDING:
+        return
+    if run.state != "succeeded":
+        _fail(deploy, "build_failed", f"The build ended {run.state} ({run.reason}): "
+              f"{run.message} The live release, if any, still serves; its log says why.")
+        return
+    release = Release.objects.get(request=deploy)
+    with transaction.atomic():
+        if not deploy.move(DeployState.RELEASING, (DeployState.BUILDING,),
+                           built_at=run.finished_at, releasing_at=timezone.now()):
+            return
+        route = Route.objects.filter(workspace=deploy.workspace).first()
+        actor = Actor(deploy.requested_by, deploy.token) if deploy.requested_by else None
+        if actor is None:
+            _fail(deploy, "requester_gone", "The account that asked for this deploy is "
+                  "gone; ask for it again.")
+            return
+        process = preview_actions.start_release(
+            deploy.workspace, actor, deploy.commit, deploy.ref, release.image,
+            public=not (route and route.team_only))
+        Release.objects.filter(pk=release.pk).update(process=process)
+
+
+def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> None:
+    """A release's process became healthy (switch to it), failed to start (the deploy
+    fails; the live one keeps serving) or crashed while live (start it again)."""
+    if preview.kind != "release":
+        return
+    release = Release.objects.select_related("request__workspace__team", "workspace").filter(
+        process=preview).first()
+    if release is None:
+        return
+    deploy = release.request
+    if preview.state == PreviewState.READY:
+        if deploy.state == DeployState.RELEASING:
+            _switch(release)
+        elif Route.objects.filter(release=release).exists():
+            Release.objects.filter(pk=release.pk).update(restored_at=timezone.now())
+    elif preview.state == PreviewState.FAILED and deploy.state == DeployState.RELEASING:
+        _fail(deploy, "health_failed", f"The release did not become healthy: "
+              f"{preview.message} The live release, if any, still serves.")
+    elif preview.state in (PreviewState.CRASHED, PreviewState.FAILED) and \
+            Route.objects.filter(release=release).exists():
+        restore(release)
+
+
+def _switch(release: Release) -> None:
+    """Point the release host at `release` in one UPDATE, then stop the one before: a
+    request in flight to the old process finishes (the proxy caches its target about a
+    second; the old process gets RELEASE_DRAIN_S before it is stopped)."""
+    from deploys.tasks import stop_release_process
+
+    deploy = release.request
+    now = timezone.now()
+    with transaction.atomic():
+        previous = Route.objects.select_for_update().filter(workspace=release.workspace).first()
+        if previous is None:
+            Route.objects.create(workspace=release.workspace, release=release, switched_at=now)
+        else:
+            Route.objects.filter(pk=previous.pk).update(release=release, switched_at=now)
+        deploy.move(DeployState.LIVE, (DeployState.RELEASING,), live_at=now)
+        Release.objects.filter(pk=release.pk).update(live_at=now)
+        if previous is not None and previous.release_id != release.pk:
+            old = Release.objects.select_related("request").get(pk=previous.release_id)
+            Release.objects.filter(pk=old.pk).update(ended_at=now)
+            DeployRequest.objects.filter(pk=old.request_id, state=DeployState.LIVE).update(
+                state=DeployState.ROLLED_BACK if release.rollback_of_id else
+                DeployState.SUPERSEDED, ended_at=now)
+            if old.process_id:
+                transaction.on_commit(lambda: stop_release_process.apply_async(
+                    (old.process_id,), countdown=settings.RELEASE_DRAIN_S))
+        record(release.workspace.team, None, "deploy.live", f"deploy:{deploy.public_id}",
+               release.workspace.slug, release=release.number, commit=release.commit)
+        transaction.on_commit(lambda: prune_images(release.workspace))
+
+
+def restore(release: Release) -> None:
+    """The live release's process died (a crash, an engine restart): the same image
+    again, health-checked; the route never moved, so it serves once healthy."""
+    process = release.process
+    if process is None or process.is_live or process.requested_by is None:
+        return
+    preview_actions.restart_preview(process, Actor(process.requested_by, process.token))
+    Release.objects.filter(pk=release.pk).update(restorations=release.restorations + 1)
+
+
+def restore_all() -> None:
+    """The agent's safety net (every reconcile): a routed release whose process is not
+    live is started again — after an engine restart the first tries may fail."""
+    for route in Route.objects.select_related("release__process").exclude(
+            release__process__state__in=LIVE_STATES):
+        restore(route.release)
+
+
+def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
+    """Serve an earlier release again: its kept image is started, health-checked and
+    switched in (no rebuild). Only a human reviewer may."""
+    target = Release.objects.select_related("request").filter(workspace=workspace,
+                                                              number=number).first()
+    if target is None or target.live_at is None:
+        raise NotFound(f"No release {number} that was ever live in this workspace.")
+    _reviewer(target.request, actor, "roll back")
+    if target.image_removed_at is not None:
+        raise Conflict(f"Release {number}'s image was removed (only the last "
+                       f"{RELEASES_KEPT} are kept); deploy its commit again instead.",
+                       code="image_gone")
+    route = Route.objects.filter(workspace=workspace).first()
+    if route and route.release_id == target.pk:
+        raise Conflict(f"Release {number} is already live.")
+    with transaction.atomic():
+        # A new request and release record who rolled back to what, in the same story;
+        # the old request becomes rolled_back once this one is switched in.
+        deploy = DeployRequest.objects.create(
+            workspace=workspace, ref=f"release {number}", commit=target.commit,
+            note=f"Rollback to release {number}", requested_by=actor.user,
+            state=DeployState.RELEASING, approved_at=timezone.now(),
+            releasing_at=timezone.now())
+        Approval.objects.create(request=deploy, user=actor.user)
+        release = Release.objects.create(
+            workspace=workspace, number=(Release.objects.filter(workspace=workspace)
+                                         .aggregate(n=Max("number"))["n"] or 0) + 1,
+            request=deploy, commit=target.commit, image=target.image, rollback_of=target)
+        process = preview_actions.start_release(workspace, actor, target.commit,
+                                                deploy.ref, target.image,
+                                                public=not (route and route.team_only))
+        Release.objects.filter(pk=release.pk).update(process=process)
+        record(workspace.team, actor, "deploy.rolled_back", f"deploy:{deploy.public_id}",
+               workspace.slug, to_release=number, commit=target.commit)
+    return release
+
+
+def prune_images(workspace: Workspace) -> None:
+    """Keep the images of the last RELEASES_KEPT releases (and the live one's)."""
+    from runner import sandbox
+
+    live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
+    kept = set(Release.objects.filter(workspace=workspace).exclude(live_at=None)
+               .order_by("-number").values_list("image", flat=True)[:RELEASES_KEPT]) | set(live)
+    for old in Release.objects.filter(workspace=workspace, image_removed_at=None).exclude(
+            image__in=kept).exclude(live_at=None):
+        in_use = Preview.objects.filter(image=old.image, state__in=LIVE_STATES).exists()
+        if not in_use:
+            sandbox.remove_image(old.image)
+            Release.objects.filter(image=old.image).update(image_removed_at=timezone.now())
+
+
+def deploy_summary(deploy: DeployRequest, port: str = "") -> dict[str, Any]:
+    def iso(value: Any) -> str | None:
+        return value.isoformat() if value else None
+
+    release = deploy.releases.order_by("-number").first()
+    return {
+        "id": deploy.public_id, "workspace": deploy.workspace.slug, "ref": deploy.ref,
+        "commit": deploy.commit, "note": deploy.note, "state": deploy.state,
+        "reason": deploy.reason or None, "message": deploy.message or None,
+        "requested_by": {"user": deploy.requested_by.username if deploy.requested_by
+                         else None, "token": deploy.token.name if deploy.token else None},
+        "approvals": [a.user.username for a in deploy.approvals.select_related("user")],
+        "approvals_required": deploy.workspace.team.approvals_required,
+        "build_run": deploy.build_run.public_id if deploy.build_run else None,
+        "release": release.number if release else None,
+        "url": f"/t/{deploy.workspace.team.slug}/w/{deploy.workspace.slug}/deploys/"
+               f"{deploy.public_id}/",
+        "release_url": release_url(deploy.workspace, port),
+        "timings": {k: iso(getattr(deploy, k)) for k in (
+            "created_at", "approved_at", "building_at", "built_at", "releasing_at",
+            "live_at", "ended_at")},
+    }
+
+
+def release_host(workspace: Workspace) -> str:
+    return f"{workspace.slug}--{workspace.team.slug}.{settings.APPS_DOMAIN}"
+
+
+def release_url(workspace: Workspace, port: str = "") -> str:
+    return f"http://{release_host(workspace)}" + (f":{port}" if port and port != "80"
+                                                  else "") + "/"

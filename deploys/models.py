@@ -1,0 +1,135 @@
+"""Deploys (DESIGN.md, "Deploys"): anyone allowed may ask; only a human reviewer may
+approve; the release is built from exactly the approved commit, health-checked, then
+switched in, and earlier releases stay for rollback."""
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from accounts.ids import new_id
+from accounts.models import ApiToken
+from previews.models import Preview
+from runner.models import Run
+from workspaces.models import Workspace
+
+
+class DeployState(models.TextChoices):
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    BUILDING = "building"
+    RELEASING = "releasing"
+    LIVE = "live"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"
+    ROLLED_BACK = "rolled_back"
+
+
+PENDING = (DeployState.REQUESTED,)
+IN_FLIGHT = (DeployState.APPROVED, DeployState.BUILDING, DeployState.RELEASING)
+
+
+class DeployRequest(models.Model):
+    """A request to ship one commit. The commit is resolved when asked for and never
+    changes: an approval approves exactly it."""
+
+    public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="deploys")
+    ref = models.CharField(max_length=200)
+    commit = models.CharField(max_length=40)
+    note = models.TextField(blank=True)
+    # The human behind it: the signed-in user, or the owner of the token that asked.
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
+                                     related_name="+")
+    token = models.ForeignKey(ApiToken, models.SET_NULL, null=True, blank=True, related_name="+")
+    state = models.CharField(max_length=12, choices=DeployState.choices,
+                             default=DeployState.REQUESTED, db_index=True)
+    reason = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
+                                   blank=True, related_name="+")  # rejected or cancelled
+    build_run = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    building_at = models.DateTimeField(null=True, blank=True)
+    built_at = models.DateTimeField(null=True, blank=True)
+    releasing_at = models.DateTimeField(null=True, blank=True)
+    live_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"deploy {self.public_id} ({self.state})"
+
+    def move(self, to: str, from_states: tuple[str, ...], **fields: object) -> bool:
+        """A conditional UPDATE: two approvals, a cancel and a build end racing can
+        never both write one transition (exactly one release per approval)."""
+        updated = DeployRequest.objects.filter(pk=self.pk, state__in=from_states).update(
+            state=to, **fields)
+        if updated:
+            self.refresh_from_db()
+        return bool(updated)
+
+
+class Approval(models.Model):
+    """One reviewer's approval; a team may require several distinct ones."""
+
+    request = models.ForeignKey(DeployRequest, models.CASCADE, related_name="approvals")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("request", "user", name="one_approval_each")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} approved {self.request_id}"
+
+
+class Release(models.Model):
+    """An image built from an approved commit, and the process serving it. Numbered per
+    workspace; the last RELEASES_KEPT images stay for rollback."""
+
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="releases")
+    number = models.PositiveIntegerField()
+    request = models.ForeignKey(DeployRequest, models.CASCADE, related_name="releases")
+    commit = models.CharField(max_length=40)
+    image = models.CharField(max_length=200)
+    rollback_of = models.ForeignKey("self", models.SET_NULL, null=True, blank=True,
+                                    related_name="+")
+    # The release's process: a preview of kind "release" (same proxy, health checks,
+    # crash handling and log as previews).
+    process = models.ForeignKey(Preview, models.SET_NULL, null=True, blank=True,
+                                related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    live_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    image_removed_at = models.DateTimeField(null=True, blank=True)
+    # After an engine restart or a crash the agent starts it again; when, and how often.
+    restored_at = models.DateTimeField(null=True, blank=True)
+    restorations = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("workspace", "number",
+                                               name="one_release_number")]
+        ordering = ["-number"]
+
+    def __str__(self) -> str:
+        return f"release {self.number} of {self.workspace}"
+
+
+class Route(models.Model):
+    """Which release the workspace's release host serves: switched in one UPDATE, only
+    once the new release answers its health check."""
+
+    workspace = models.OneToOneField(Workspace, models.CASCADE, related_name="route")
+    release = models.ForeignKey(Release, models.PROTECT, related_name="+")
+    switched_at = models.DateTimeField(default=timezone.now)
+    # A workspace setting: releases are public unless the team limits them to members.
+    team_only = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.workspace} -> release {self.release.number}"

@@ -1,0 +1,134 @@
+"""The deploy pages: the list (what is live, what waits, rollback) and the review page
+(what would ship, the runs on that commit, its preview; approve or reject). Approve,
+reject and rollback exist only here, behind a session and CSRF: a token cannot reach
+them (a bearer token is not a session, so these views see an anonymous user)."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from accounts.access import Actor
+from accounts.models import Membership
+from config.errors import BerthError, NotFound
+from deploys import actions
+from deploys.access import access_deploy
+from deploys.models import PENDING, DeployRequest, Release, Route
+from previews.models import LIVE_STATES, Preview
+from runner.models import Run
+from workspaces import history
+from workspaces.models import Workspace
+from workspaces.store import open_store
+from workspaces.views import clone_url, diff_lines, urls_of, workspace_page
+
+
+def _actor(request: HttpRequest) -> Actor:
+    assert isinstance(request.user, User)  # behind workspace_page: signed in
+    return Actor(request.user)
+
+
+def _deploy(request: HttpRequest, workspace: Workspace, deploy_id: str) -> DeployRequest:
+    try:
+        deploy = access_deploy(_actor(request), deploy_id)
+    except NotFound as e:
+        raise Http404(e.message) from e
+    if deploy.workspace_id != workspace.pk:
+        raise Http404("No such deploy.")
+    return deploy
+
+
+def _page(membership: Membership, workspace: Workspace, request: HttpRequest,
+          **ctx: Any) -> dict[str, Any]:
+    return {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
+            "tab": "deploys", "clone_url": clone_url(request, workspace),
+            "release_url": actions.release_url(workspace, request.get_port()), **ctx}
+
+
+@workspace_page
+def deploys_page(request: HttpRequest, membership: Membership, workspace: Workspace
+                 ) -> HttpResponse:
+    route = Route.objects.select_related("release__request").filter(
+        workspace=workspace).first()
+    deploys = DeployRequest.objects.filter(workspace=workspace).select_related(
+        "requested_by", "token")[:100]
+    releases = Release.objects.filter(workspace=workspace).exclude(live_at=None)[:20]
+    return render(request, "deploys/deploys.html", _page(
+        membership, workspace, request, route=route, deploys=deploys, releases=releases,
+        pending=[d for d in deploys if d.state in PENDING],
+        can_review=membership.can_review))
+
+
+@workspace_page
+def review_page(request: HttpRequest, membership: Membership, workspace: Workspace,
+                deploy_id: str) -> HttpResponse:
+    deploy = _deploy(request, workspace, deploy_id)
+    route = Route.objects.select_related("release").filter(workspace=workspace).first()
+    base = route.release.commit if route else None
+    with open_store(workspace) as store:
+        new_tree = store.commit(deploy.commit).tree
+        diff = history.diff_trees(store, store.commit(base).tree if base else None, new_tree)
+        summary = history.commit_summary(store, deploy.commit)
+    for f in diff["files"]:
+        f["rows"] = diff_lines(f["patch"])
+    runs = list(Run.objects.filter(workspace=workspace, commit=deploy.commit, purpose="run")
+                .order_by("-queued_at")[:10])
+    preview = Preview.objects.filter(workspace=workspace, commit=deploy.commit,
+                                     kind="preview", state__in=LIVE_STATES).first()
+    summary["when"] = datetime.fromtimestamp(summary["authored_at"], tz=UTC)
+    return render(request, "deploys/review.html", _page(
+        membership, workspace, request, deploy=deploy, diff=diff, base=base, route=route,
+        runs=runs, failed_runs=[r for r in runs if r.state != "succeeded" and not r.is_active],
+        preview=preview, c=summary, summary=actions.deploy_summary(deploy),
+        approvals=list(deploy.approvals.select_related("user")),
+        can_review=membership.can_review and deploy.requested_by_id != membership.user_id,
+        own=deploy.requested_by_id == membership.user_id))
+
+
+def _back(workspace: Workspace, deploy: DeployRequest) -> str:
+    return reverse("workspace-deploy", args=[workspace.team.slug, workspace.slug,
+                                             deploy.public_id])
+
+
+@require_POST
+@workspace_page
+def decide(request: HttpRequest, membership: Membership, workspace: Workspace,
+           deploy_id: str, action: str) -> HttpResponse:
+    """Approve, reject or cancel, as the signed-in person; the action checks the rules."""
+    deploy = _deploy(request, workspace, deploy_id)
+    actor = _actor(request)
+    try:
+        if action == "approve":
+            actions.approve_deploy(deploy, actor, request.POST.get("confirm") == "yes")
+            messages.success(request, "Approved: the release is being built from "
+                                      f"{deploy.commit[:12]}.")
+        elif action == "reject":
+            actions.reject_deploy(deploy, actor, request.POST.get("reason", ""))
+            messages.success(request, "Rejected; the requester sees your reason.")
+        elif action == "cancel":
+            actions.cancel_deploy(deploy, actor)
+            messages.success(request, "Cancelled.")
+        else:
+            raise Http404("No such action.")
+    except BerthError as e:
+        messages.error(request, e.message)
+        return redirect(_back(workspace, deploy), status=303)
+    return redirect(_back(workspace, deploy))
+
+
+@require_POST
+@workspace_page
+def rollback(request: HttpRequest, membership: Membership, workspace: Workspace,
+             number: int) -> HttpResponse:
+    try:
+        release = actions.rollback(workspace, _actor(request), number)
+    except BerthError as e:
+        messages.error(request, e.message)
+    else:
+        messages.success(request, f"Rolling back to release {number} (as release "
+                                  f"{release.number}); it serves once healthy.")
+    return redirect("workspace-deploys", team=workspace.team.slug, slug=workspace.slug)

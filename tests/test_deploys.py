@@ -1,0 +1,233 @@
+"""Deploys (issue 9) on the real stack: daphne, Celery worker, runner agent, Docker.
+
+Agents may ask; only a signed-in human reviewer who did not ask may approve; the release
+is built from exactly the approved commit, health-checked, switched in, and rolled back
+without a rebuild.
+"""
+
+import threading
+import time
+
+import pytest
+import requests
+
+from accounts.access import Actor
+from accounts.models import Activity
+from deploys.models import DeployRequest, Release
+from tests.conftest import bearer
+from tests.previews import write
+from workspaces import actions as workspace_actions
+from workspaces.store import open_store
+
+pytestmark = pytest.mark.docker
+
+HOST = "shop--team-a.apps.localhost"
+PAGE = "/t/team-a/w/shop/deploys/"
+ENDED = {"live", "failed", "rejected", "cancelled"}
+
+
+def app(text: str, health: int = 200) -> str:
+    """The python-http starter's shape: a stdlib server on 127.0.0.1:8000."""
+    return f'''from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = {text!r}.encode()
+        self.send_response({health} if self.path == "/health" else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
+'''
+
+
+TOML = ('[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
+        '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\n'
+        'health_path = "/health"\n')
+
+
+class Requester:
+    """alice's agent: a token with `deploy:request`, and nothing that approves."""
+
+    def __init__(self, client, secret: str) -> None:
+        self.client, self.headers = client, bearer(secret)
+
+    def ask(self, note: str = "", ref: str | None = None) -> dict:
+        r = self.client.post("/api/v1/workspaces/shop/deploys",
+                             {"note": note, **({"ref": ref} if ref else {})},
+                             content_type="application/json", **self.headers)
+        assert r.status_code == 201, r.content
+        return r.json()
+
+    def get(self, deploy: dict) -> dict:
+        r = self.client.get(f"/api/v1/deploys/{deploy['id']}", **self.headers)
+        assert r.status_code == 200, r.content
+        return r.json()
+
+    def wait(self, deploy: dict, states: set[str] = ENDED, timeout: float = 180) -> dict:
+        deadline = time.monotonic() + timeout
+        current = deploy
+        while time.monotonic() < deadline:
+            current = self.get(deploy)
+            if current["state"] in states:
+                return current
+            time.sleep(0.2)
+        raise AssertionError(f"deploy {deploy['id']} not in {states}: {current}")
+
+
+@pytest.fixture
+def shop(cast):
+    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop",
+                                                   "shop", "python-http")
+    write(workspace, cast.alice, {"app.py": app("release one"), "workspace.toml": TOML})
+    return workspace
+
+
+@pytest.fixture
+def agent(client, cast, shop, run_stack, berth_server) -> Requester:
+    _, secret = cast.token(cast.alice, ["workspace:read", "deploy:request"])
+    return Requester(client, secret)
+
+
+def served(server, path: str = "/") -> requests.Response:
+    return requests.get(f"http://127.0.0.1:{server.port}{path}", headers={"Host": HOST},
+                        timeout=30, allow_redirects=False)
+
+
+def approve(signed_in, user, deploy: dict, **extra):
+    return signed_in(user).post(f"{PAGE}{deploy['id']}/approve/", extra, follow=True)
+
+
+def released(agent, signed_in, cast, note: str) -> dict:
+    deploy = agent.ask(note)
+    approve(signed_in, cast.bob, deploy)
+    done = agent.wait(deploy)
+    assert done["state"] == "live", done
+    return done
+
+
+def test_an_agent_asks_only_a_human_reviewer_approves_and_the_approved_commit_ships(
+        agent, cast, shop, signed_in, berth_server, client):
+    deploy = agent.ask("ship the greeting")
+    assert deploy["state"] == "requested" and deploy["requested_by"]["token"]
+    with open_store(shop) as store:
+        assert deploy["commit"] == store.branch_head("main")
+    # No door for a token approves: not in the API's schema, not the page's action.
+    schema = client.get("/api/v1/openapi.json").json()
+    assert not [p for p in schema["paths"] if "approve" in p or "rollback" in p]
+    r = client.post(f"{PAGE}{deploy['id']}/approve/", **agent.headers)
+    assert r.status_code == 302 and r["Location"].startswith("/signin/")  # not a session
+    # alice owns the token that asked; carol is a member; neither may approve.
+    page = approve(signed_in, cast.alice, deploy).content.decode()
+    assert "asked for by your token; another reviewer must approve it" in page
+    page = approve(signed_in, cast.carol, deploy).content.decode()
+    assert "Only a reviewer or an admin of team team-a may approve" in page
+    assert agent.get(deploy)["state"] == "requested" and not Release.objects.exists()
+
+    # A newer commit lands after the request: the approval still ships the asked one.
+    write(shop, cast.carol, {"app.py": app("not approved yet")})
+    page = signed_in(cast.bob).get(f"{PAGE}{deploy['id']}/").content.decode()
+    assert "Approve and release" in page and "release one" in page  # the diff
+    approve(signed_in, cast.bob, deploy)
+    done = agent.wait(deploy)
+    assert done["state"] == "live", done
+    assert done["approvals"] == ["bob"] and done["release"] == 1
+    assert done["timings"]["built_at"] and done["timings"]["live_at"]
+    r = served(berth_server)
+    assert r.status_code == 200 and r.text == "release one"
+    live = client.get("/api/v1/workspaces/shop/release", **agent.headers).json()
+    assert live["live"]["commit"] == deploy["commit"] and live["live"]["approved_by"] == ["bob"]
+    assert live["url"].startswith(f"http://{HOST}")
+    verbs = list(Activity.objects.filter(target=f"deploy:{deploy['id']}")
+                 .values_list("verb", "user__username"))
+    assert ("deploy.requested", "alice") in verbs and ("deploy.approved", "bob") in verbs
+    # The build was a run like any other, and the release's image says what it holds.
+    build = DeployRequest.objects.get(public_id=deploy["id"]).build_run
+    assert build is not None and build.state == "succeeded" and build.purpose == "build"
+
+
+def test_a_failing_release_leaves_the_live_one_serving_and_rollback_needs_no_rebuild(
+        agent, cast, shop, signed_in, berth_server):
+    released(agent, signed_in, cast, "one")
+    write(shop, cast.carol, {"app.py": app("release two")})
+    released(agent, signed_in, cast, "two")
+    assert served(berth_server).text == "release two"
+
+    write(shop, cast.carol, {"app.py": app("broken", health=500)})
+    broken = agent.ask("three")
+    approve(signed_in, cast.bob, broken)
+    failed = agent.wait(broken)
+    assert (failed["state"], failed["reason"]) == ("failed", "health_failed"), failed
+    assert "still serves" in failed["message"]
+    assert served(berth_server).text == "release two"
+
+    r = signed_in(cast.bob).post("/t/team-a/w/shop/releases/1/rollback/", follow=True)
+    assert "Rolling back to release 1" in r.content.decode()
+    deadline = time.monotonic() + 120
+    while served(berth_server).text != "release one":
+        assert time.monotonic() < deadline, "the rollback never served release one"
+        time.sleep(0.2)
+    builds = DeployRequest.objects.exclude(build_run=None).count()
+    assert builds == 3  # the rollback built nothing
+    page = signed_in(cast.carol).get(PAGE).content.decode()
+    assert "rollback to release 1" in page
+    assert Activity.objects.filter(verb="deploy.rolled_back", user=cast.bob).exists()
+
+
+def test_other_teams_see_nothing_and_a_request_is_approved_exactly_once(
+        agent, cast, shop, signed_in, client):
+    deploy = agent.ask()
+    charlie = signed_in(cast.charlie)
+    assert charlie.get(f"{PAGE}{deploy['id']}/").status_code == 404
+    assert charlie.post(f"{PAGE}{deploy['id']}/approve/").status_code == 404
+    _, theirs = cast.token(cast.charlie, ["workspace:read", "deploy:request"])
+    assert client.get(f"/api/v1/deploys/{deploy['id']}", **bearer(theirs)).status_code == 404
+
+    # Two reviewers at once (or a double click): one approval moves it, one release.
+    barrier = threading.Barrier(2)
+    results = []
+
+    def go(user):
+        barrier.wait()
+        results.append(approve(signed_in, user, deploy).content.decode())
+
+    threads = [threading.Thread(target=go, args=(u,)) for u in (cast.bob, cast.bob)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert Release.objects.count() == 1
+    assert sum("Approved: the release is being built" in r for r in results) == 1
+    assert agent.wait(deploy)["state"] == "live"
+
+    # A cancelled request cannot be approved afterwards.
+    later = agent.ask()
+    r = client.post(f"/api/v1/deploys/{later['id']}/cancel", **agent.headers)
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    page = approve(signed_in, cast.bob, later).content.decode()
+    assert "This deploy is cancelled; only a requested one can be approved." in page
+    assert Release.objects.count() == 1
+
+
+def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
+        agent, cast, shop, signed_in, berth_server):
+    from runner.engine import engine
+
+    released(agent, signed_in, cast, "one")
+    release = Release.objects.select_related("process__run").get(number=1)
+    assert release.process is not None and release.process.run is not None
+    engine().containers.get(release.process.run.container_name).kill()
+    deadline = time.monotonic() + 60
+    while True:
+        release.refresh_from_db()
+        if release.restored_at and served(berth_server).status_code == 200:
+            break
+        assert time.monotonic() < deadline, "the release was not brought back in a minute"
+        time.sleep(0.2)
+    assert served(berth_server).text == "release one"
+    page = signed_in(cast.carol).get(PAGE).content.decode()
+    assert "Started again after its process stopped" in page
