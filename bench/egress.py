@@ -3,9 +3,10 @@
 Downloads 50 MB from a host-local HTTP server (sendfile, so the server is never the
 bottleneck) with curl from inside a sandbox through Berth's egress proxy, as
 `http://files.test:<port>/` (mapped to 127.0.0.1), and with the same curl on the host
-directly. Rounds alternate (a run of N downloads in the sandbox, then N on the host),
-so both see the same machine noise; curl's own `speed_download` is the figure (the
-run's start-up is not in it). Under runc and gvisor.
+directly; and, for the runtime's own ceiling, from a server inside the same sandbox on
+its own loopback (no proxy at all). Rounds alternate (N downloads in the sandbox, then
+N on the host, then N inside), so all see the same machine noise; curl's own
+`speed_download` is the figure (the run's start-up is not in it). Under runc and gvisor.
 
 Uses its own DATA_DIR (var/bench-egress), Redis db 8, its own Celery worker and runner
 agent. Goal: throughput ratio (proxied / direct) >= 0.5.
@@ -82,11 +83,12 @@ def start(cmd: list[str], name: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
-def sandboxed(workspace: object, actor: object, port: int, n: int) -> list[float]:
+def sandboxed(workspace: object, actor: object, port: int, n: int,
+              command: str = "") -> list[float]:
     from runner import actions, logstore
     from runner.models import Run
 
-    command = "; ".join([f"{CURL} http://files.test:{port}/50m"] * n)
+    command = command or "; ".join([f"{CURL} http://files.test:{port}/50m"] * n)
     run = actions.start_run(workspace, actor, command)  # type: ignore[arg-type]
     deadline = time.monotonic() + 300
     while Run.objects.get(pk=run.pk).is_active:
@@ -97,6 +99,26 @@ def sandboxed(workspace: object, actor: object, port: int, n: int) -> list[float
              if e["stream"] != "system"]
     assert run.state == "succeeded", (run.state, run.message, lines)
     return [float(x) for x in lines]
+
+
+# A server inside the sandbox itself, on its own loopback: what the runtime's network
+# stack manages with no proxy at all (under gVisor, that is the ceiling).
+LOOPBACK_SERVER = """python3 -c '
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8001)); s.listen(8)
+blob = bytes(1 << 20)
+while True:
+    c, _ = s.accept(); c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 52428800\\r\\nConnection: close\\r\\n\\r\\n")
+    for _ in range(50): c.sendall(blob)
+    c.close()
+' & sleep 1"""
+
+
+def inside(workspace: object, actor: object, n: int) -> list[float]:
+    return sandboxed(workspace, actor, 0, n, LOOPBACK_SERVER + "; " + "; ".join(
+        [f"{CURL} http://127.0.0.1:8001/"] * n))
 
 
 def direct(port: int, n: int) -> list[float]:
@@ -121,7 +143,7 @@ def main() -> None:
                     "--pool", "threads", "--concurrency", "4", "--without-heartbeat",
                     "--without-mingle", "--without-gossip"], "worker"),
              start([sys.executable, "manage.py", "runner_agent"], "agent")]
-    results: dict[str, tuple[list[float], list[float]]] = {}
+    results: dict[str, tuple[list[float], list[float], list[float]]] = {}
     try:
         deadline = time.monotonic() + 60
         while "runner agent started" not in (DATA_DIR / "agent.log").read_text():
@@ -129,11 +151,12 @@ def main() -> None:
             time.sleep(0.1)
         for runtime, workspace in workspaces.items():
             sandboxed(workspace, actor, port, 1)  # warm-up
-            proxied, host = [], []
+            proxied, host, loop = [], [], []
             for _ in range(args.rounds):
                 proxied += sandboxed(workspace, actor, port, args.per_round)
                 host += direct(port, args.per_round)
-            results[runtime] = (proxied, host)
+                loop += inside(workspace, actor, args.per_round)
+            results[runtime] = (proxied, host, loop)
     finally:
         for proc in procs:
             proc.terminate()
@@ -142,10 +165,13 @@ def main() -> None:
         server.shutdown()
 
     print(f"\n50 MB downloads, {args.rounds} rounds x {args.per_round}, medians (MB/s)")
-    print(f"{'runtime':<8} {'proxied':>10} {'direct':>10} {'ratio':>7}   goal >= 0.5")
-    for runtime, (proxied, host) in results.items():
-        p, d = statistics.median(proxied) / 1e6, statistics.median(host) / 1e6
-        print(f"{runtime:<8} {p:>10.0f} {d:>10.0f} {p / d:>7.2f}")
+    print(f"{'runtime':<8} {'proxied':>9} {'host':>9} {'ratio':>6}   {'in-sandbox':>10} "
+          f"{'ratio':>6}   goal: proxied/host >= 0.5")
+    for runtime, (proxied, host, loop) in results.items():
+        p, d, i = (statistics.median(x) / 1e6 for x in (proxied, host, loop))
+        print(f"{runtime:<8} {p:>9.0f} {d:>9.0f} {p / d:>6.2f}   {i:>10.0f} {p / i:>6.2f}")
+    print("in-sandbox: curl from a server on the sandbox's own loopback, no proxy at all "
+          "(the runtime's own ceiling)")
 
 
 if __name__ == "__main__":

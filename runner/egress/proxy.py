@@ -282,10 +282,19 @@ class Proxy:
             if not isinstance(answer, h11.Response) or answer.status_code == 101:
                 raise Refused("bad_upstream", 502, f"{attempt.host}:{attempt.port} did not "
                               "answer with an HTTP response.")
-            writer.write(conn.send(h11.Response(
-                status_code=answer.status_code, reason=answer.reason,
-                headers=[(k, v) for k, v in answer.headers.raw_items()
-                         if k.lower() not in HOP_BY_HOP])))
+            head = [(k, v) for k, v in answer.headers.raw_items()
+                    if k.lower() not in HOP_BY_HOP]
+            length = _content_length(answer, event.method)
+            if length is not None:
+                # A body of known length goes through as raw bytes, not h11 events (a
+                # large download would otherwise be parsed and copied twice more), and
+                # the client's connection closes after it, as this said.
+                head.append((b"connection", b"close"))
+            writer.write(conn.send(h11.Response(status_code=answer.status_code,
+                                                reason=answer.reason, headers=head)))
+            if length is not None:
+                await self._raw_body(upstream, up_reader, writer, attempt, length)
+                return
             while isinstance(part := await self._next_counted(upstream, up_reader, attempt),
                              h11.Data):
                 writer.write(conn.send(part))
@@ -306,6 +315,27 @@ class Proxy:
             self.budget.active -= 1
             up_writer.close()
 
+    async def _raw_body(self, upstream: h11.Connection, up_reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter, attempt: Attempt, length: int) -> None:
+        """`length` bytes of body from upstream to the client: first what h11 already
+        holds (counted when it was read), then straight from the socket."""
+        sent = 0
+        while isinstance(part := upstream.next_event(), h11.Data):
+            writer.write(part.data)
+            sent += len(part.data)
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout_at(loop.time() + self.idle) as idle:  # one timer, re-armed
+            while sent < length:
+                data = await up_reader.read(min(CHUNK, length - sent))
+                if not data:
+                    break  # upstream closed early: the client sees a short body
+                self._count(attempt, len(data), up=False)
+                writer.write(data)
+                sent += len(data)
+                await writer.drain()
+                idle.reschedule(loop.time() + self.idle)
+        writer.close()
+
     async def _next_counted(self, conn: h11.Connection, reader: asyncio.StreamReader,
                             attempt: Attempt) -> object:
         while True:
@@ -315,6 +345,14 @@ class Proxy:
             data = await asyncio.wait_for(reader.read(CHUNK), self.idle)
             self._count(attempt, len(data), up=False)
             conn.receive_data(data)
+
+
+def _content_length(answer: h11.Response, method: bytes) -> int | None:
+    """The body length an answer declares, when it has a body framed that way."""
+    if method == b"HEAD" or answer.status_code in (204, 304) or answer.status_code < 200:
+        return None
+    values = [v for k, v in answer.headers if k == b"content-length"]
+    return int(values[0]) if len(values) == 1 and values[0].isdigit() else None
 
 
 def _target(event: h11.Request) -> tuple[Attempt | None, bytes]:
