@@ -288,7 +288,9 @@ CELERY_BEAT_SCHEDULE = {
 # QUOTA_PREVIEW_BUSY_S. An operator overrides the team limits per team
 # (manage.py set_team_quota). CPU_SECONDS_PER_DAY = 0 means no daily budget.
 RUNNER_SLOTS = envint("RUNNER_SLOTS", max(4, 2 * (os.cpu_count() or 1)))
-QUOTA_MAX_CONCURRENT_RUNS = envint("QUOTA_MAX_CONCURRENT_RUNS", 4)
+# Half the host by default: one team's flood never holds every slot, so another team's
+# run starts at once instead of waiting for one of the flood's to end.
+QUOTA_MAX_CONCURRENT_RUNS = envint("QUOTA_MAX_CONCURRENT_RUNS", max(1, RUNNER_SLOTS // 2))
 QUOTA_MAX_QUEUED_RUNS = envint("QUOTA_MAX_QUEUED_RUNS", 100)
 QUOTA_MAX_CONCURRENT_PREVIEWS = envint("QUOTA_MAX_CONCURRENT_PREVIEWS", 4)
 QUOTA_CPU_SECONDS_PER_DAY = envint("QUOTA_CPU_SECONDS_PER_DAY", 8 * 3600)
