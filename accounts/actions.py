@@ -128,6 +128,21 @@ def set_team_gvisor_policy(team: Team, actor: Actor, required: bool) -> Team:
     return team
 
 
+def set_approvals_required(team: Team, actor: Actor, count: int) -> Team:
+    """How many distinct reviewers must approve each deploy of the team (admins decide;
+    requests already approved are not affected)."""
+    if not 1 <= count <= 10:
+        raise Invalid("Deploys need between 1 and 10 approvals.",
+                      {"field": "approvals_required"})
+    with transaction.atomic():
+        before = team.approvals_required
+        team.approvals_required = count
+        team.save(update_fields=["approvals_required"])
+        record(team, actor, "team.policy_changed", f"team:{team.slug}",
+               approvals_required=count, before=before)
+    return team
+
+
 def set_egress_ceiling(team: Team, actor: Actor, entries: list[str]) -> Team:
     """The most any workspace of the team may reach (admins decide). Runs already
     started keep the policy they started with; new ones are narrowed to this."""

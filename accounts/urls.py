@@ -15,6 +15,8 @@ urlpatterns = [
     path("t/<slug:team>/members/<str:username>/remove/", views.member_remove,
          name="member-remove"),
     path("t/<slug:team>/policies/gvisor/", views.gvisor_policy, name="team-gvisor-policy"),
+    path("t/<slug:team>/policies/approvals/", views.approvals_policy,
+         name="team-approvals-policy"),
     path("t/<slug:team>/policies/egress/", views.egress_policy, name="team-egress-policy"),
     path("t/<slug:team>/invitations/", views.invitation_create, name="invitation-create"),
     path("t/<slug:team>/invitations/<str:public_id>/revoke/", views.invitation_revoke,

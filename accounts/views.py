@@ -173,6 +173,21 @@ def gvisor_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
 
 @require_POST
 @team_page(Role.ADMIN)
+def approvals_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
+    raw = request.POST.get("approvals_required", "")
+    try:
+        team = actions.set_approvals_required(membership.team, Actor(membership.user),
+                                              int(raw) if raw.isdigit() else 0)
+    except Invalid as e:
+        messages.error(request, f"Not saved: {e.message}")
+    else:
+        messages.success(request, f"Each deploy now needs {team.approvals_required} "
+                                  f"approval{'s' if team.approvals_required > 1 else ''}.")
+    return redirect("members", team=membership.team.slug)
+
+
+@require_POST
+@team_page(Role.ADMIN)
 def egress_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
     entries = request.POST.get("egress_ceiling", "").replace(",", "\n").splitlines()
     try:

@@ -231,3 +231,42 @@ def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
     assert served(berth_server).text == "release one"
     page = signed_in(cast.carol).get(PAGE).content.decode()
     assert "Started again after its process stopped" in page
+
+
+def restart_engine() -> None:
+    """SIGTERM the Docker engine, then start it the way `make test` does: its containers
+    stop with it (no live-restore), as after a host's engine restart."""
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    pid = int(Path("/var/run/docker.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, "dockerd did not stop"
+        time.sleep(0.1)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([str(root / "scripts" / "host-setup"), "docker"], check=True,
+                   capture_output=True)
+
+
+def test_after_an_engine_restart_the_live_release_is_served_again_within_a_minute(
+        agent, cast, shop, signed_in, berth_server):
+    released(agent, signed_in, cast, "one")
+    restart_engine()
+    deadline = time.monotonic() + 60
+    while True:
+        release = Release.objects.get(number=1)
+        try:
+            answer = served(berth_server)
+        except requests.RequestException:
+            answer = None
+        if release.restored_at and answer is not None and answer.status_code == 200:
+            break
+        assert time.monotonic() < deadline, "the release was not served again in a minute"
+        time.sleep(0.5)
+    assert answer.text == "release one"
+    page = signed_in(cast.carol).get(PAGE).content.decode()
+    assert "Started again after its process stopped" in page
