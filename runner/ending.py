@@ -6,6 +6,7 @@ an agent restart: every step checks what is already done.
 """
 
 import logging
+import time
 from typing import Any
 
 from django.db import transaction
@@ -85,7 +86,10 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
         # Committed before the end is written: whoever follows the build's end (the
         # deploy) finds the image there. The container is removed only after this.
         try:
+            started = time.monotonic()
             sandbox.commit_release_image(run)
+            logstore.note(run_id, f"[build] image committed as {run.output_image} in "
+                          f"{time.monotonic() - started:.2f} s")
         except Exception as e:
             log.exception("run %s: committing the release image failed", run_id)
             reason, exit_code = "image_commit_failed", None
