@@ -183,7 +183,6 @@ def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
         if not deploy.move(DeployState.RELEASING, (DeployState.BUILDING,),
                            built_at=run.finished_at, releasing_at=timezone.now()):
             return
-        route = Route.objects.filter(workspace=deploy.workspace).first()
         actor = Actor(deploy.requested_by, deploy.token) if deploy.requested_by else None
         if actor is None:
             _fail(deploy, "requester_gone", "The account that asked for this deploy is "
@@ -191,7 +190,7 @@ def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
             return
         process = preview_actions.start_release(
             deploy.workspace, actor, deploy.commit, deploy.ref, release.image,
-            public=not (route and route.team_only))
+            public=not deploy.workspace.releases_team_only)
         Release.objects.filter(pk=release.pk).update(process=process)
 
 
@@ -296,11 +295,22 @@ def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
             request=deploy, commit=target.commit, image=target.image, rollback_of=target)
         process = preview_actions.start_release(workspace, actor, target.commit,
                                                 deploy.ref, target.image,
-                                                public=not (route and route.team_only))
+                                                public=not workspace.releases_team_only)
         Release.objects.filter(pk=release.pk).update(process=process)
         record(workspace.team, actor, "deploy.rolled_back", f"deploy:{deploy.public_id}",
                workspace.slug, to_release=number, commit=target.commit)
     return release
+
+
+def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) -> None:
+    """Releases are public by default; a team admin (the door checks) may limit them to
+    the team, at once for the live one too. Berth's cookies are stripped either way."""
+    with transaction.atomic():
+        Workspace.objects.filter(pk=workspace.pk).update(releases_team_only=team_only)
+        workspace.releases_team_only = team_only
+        Preview.objects.filter(workspace=workspace, kind="release").update(public=not team_only)
+        record(workspace.team, actor, "workspace.releases_visibility", f"workspace:"
+               f"{workspace.slug}", workspace.slug, team_only=team_only)
 
 
 def prune_images(workspace: Workspace) -> None:

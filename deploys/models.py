@@ -128,8 +128,6 @@ class Route(models.Model):
     workspace = models.OneToOneField(Workspace, models.CASCADE, related_name="route")
     release = models.ForeignKey(Release, models.PROTECT, related_name="+")
     switched_at = models.DateTimeField(default=timezone.now)
-    # A workspace setting: releases are public unless the team limits them to members.
-    team_only = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"{self.workspace} -> release {self.release.number}"

@@ -18,3 +18,7 @@ def stop_release_process(preview_id: int) -> None:
     if Route.objects.filter(release__process=preview).exists():
         return  # routed to it again meanwhile (a rollback): keep it
     preview_actions.stop_preview(preview, None, reason="superseded")
+    # Its image was kept while it ran; it may be one too many now.
+    from deploys.actions import prune_images
+
+    prune_images(preview.workspace)

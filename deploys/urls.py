@@ -9,6 +9,7 @@ urlpatterns = [
     path(W + "deploys/<str:deploy_id>/", views.review_page, name="workspace-deploy"),
     path(W + "deploys/<str:deploy_id>/<str:action>/", views.decide,
          name="workspace-deploy-decide"),
+    path(W + "releases/visibility/", views.visibility, name="workspace-release-visibility"),
     path(W + "releases/<int:number>/rollback/", views.rollback,
          name="workspace-release-rollback"),
 ]

@@ -122,6 +122,20 @@ def decide(request: HttpRequest, membership: Membership, workspace: Workspace,
 
 @require_POST
 @workspace_page
+def visibility(request: HttpRequest, membership: Membership, workspace: Workspace
+               ) -> HttpResponse:
+    if not membership.is_admin:
+        return render(request, "error.html", {
+            "message": "Only an admin of the team may change who sees releases."}, status=403)
+    team_only = request.POST.get("team_only") == "on"
+    actions.set_release_visibility(workspace, _actor(request), team_only)
+    messages.success(request, "Releases of this workspace are now visible to the team only."
+                     if team_only else "Releases of this workspace are now public.")
+    return redirect("workspace-settings", team=workspace.team.slug, slug=workspace.slug)
+
+
+@require_POST
+@workspace_page
 def rollback(request: HttpRequest, membership: Membership, workspace: Workspace,
              number: int) -> HttpResponse:
     try:

@@ -48,7 +48,7 @@ def start_preview(request: HttpRequest, slug: str, body: PreviewIn | None = None
 @router.get("/workspaces/{slug}/previews", summary="Recent previews of a workspace")
 def list_previews(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str, Any]]:
     workspace = workspace_for(request, slug, "preview")
-    previews = Preview.objects.filter(workspace=workspace).select_related(
+    previews = Preview.objects.filter(workspace=workspace, kind="preview").select_related(
         "workspace", "run", "requested_by", "token")[: max(1, min(limit, 200))]
     return [actions.preview_summary(p, _port(request)) for p in previews]
 

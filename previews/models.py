@@ -82,6 +82,9 @@ class Preview(models.Model):
 
     @property
     def host(self) -> str:
+        """A preview's own host; a release's process answers on its workspace's."""
+        if self.kind == "release":
+            return f"{self.workspace.slug}--{self.workspace.team.slug}.{settings.APPS_DOMAIN}"
         return f"{self.public_id}.{settings.PREVIEW_DOMAIN}"
 
     def url(self, port: str = "") -> str:

@@ -270,3 +270,55 @@ def test_after_an_engine_restart_the_live_release_is_served_again_within_a_minut
     assert answer.text == "release one"
     page = signed_in(cast.carol).get(PAGE).content.decode()
     assert "Started again after its process stopped" in page
+
+
+def test_a_team_only_release_opens_from_berth_with_a_ticket(agent, cast, shop, signed_in,
+                                                            berth_server):
+    from tests.previews import Browser
+
+    released(agent, signed_in, cast, "one")
+    assert served(berth_server).text == "release one"  # public by default
+    r = signed_in(cast.alice).post("/t/team-a/w/shop/releases/visibility/",
+                                   {"team_only": "on"}, follow=True)
+    assert "visible to the team only" in r.content.decode()
+    assert Activity.objects.filter(verb="workspace.releases_visibility", user=cast.alice,
+                                   detail__team_only=True).exists()
+    process = Release.objects.get(number=1).process
+    assert process is not None
+    deadline = time.monotonic() + 10  # the proxy caches what it knows for about a second
+    while (anonymous := served(berth_server)).status_code == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert anonymous.status_code == 302
+    assert f"/previews/{process.public_id}/open" in anonymous.headers["Location"]
+    # A member opens it from Berth: a single-use ticket for the release host's cookie.
+    opened = signed_in(cast.carol).get(f"/previews/{process.public_id}/open")
+    assert opened.status_code == 302 and opened["Location"].startswith(f"http://{HOST}")
+    browser = Browser(berth_server)
+    browser.open(opened["Location"])
+    page = browser.get(f"http://{HOST}/")
+    assert page.status_code == 200 and page.text == "release one"
+    assert signed_in(cast.charlie).get(f"/previews/{process.public_id}/open").status_code == 404
+
+
+def test_the_last_three_release_images_are_kept_and_older_ones_removed(agent, cast, shop,
+                                                                       signed_in):
+    import docker
+
+    from runner.engine import engine
+
+    for n in range(1, 5):
+        write(shop, cast.carol, {"app.py": app(f"release {n}")})
+        released(agent, signed_in, cast, str(n))
+    deadline = time.monotonic() + 20  # pruned after the switch's commit
+    while Release.objects.get(number=1).image_removed_at is None:
+        assert time.monotonic() < deadline, "release 1's image was not removed"
+        time.sleep(0.2)
+    with pytest.raises(docker.errors.ImageNotFound):
+        engine().images.get(Release.objects.get(number=1).image)
+    for n in (2, 3, 4):
+        release = Release.objects.get(number=n)
+        assert release.image_removed_at is None and engine().images.get(release.image)
+    r = signed_in(cast.bob).post("/t/team-a/w/shop/releases/1/rollback/", follow=True)
+    assert "Release 1&#x27;s image was removed (only the last 3 are kept)" in \
+        r.content.decode()

@@ -22,6 +22,8 @@ class Workspace(models.Model):
     allow_force_push = models.BooleanField(default=False)
     # Set by a team admin; workspace.toml cannot lower it (runner.policy).
     require_gvisor = models.BooleanField(default=False)
+    # Set by a team admin: releases are public unless this limits them to the team.
+    releases_team_only = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -45,4 +47,4 @@ class Workspace(models.Model):
     def live_previews(self) -> list[Any]:
         """Previews starting or ready (the previews app's rows, by their related name:
         workspaces never imports it)."""
-        return list(self.previews.filter(state__in=("starting", "ready"))[:5])
+        return list(self.previews.filter(state__in=("starting", "ready"), kind="preview")[:5])
