@@ -12,6 +12,7 @@ def route_by_host(app: Any) -> Any:
     (`<workspace>--<team>.APPS_DOMAIN`) to the preview proxy, the rest to `app`:
     untrusted preview code never runs on the app's origin, and the app's session never
     reaches a preview (DESIGN.md, "Previews and releases")."""
+    from config.mcp import PATHS, mcp_app
     from previews.proxy import proxy
 
     async def router(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -23,6 +24,10 @@ def route_by_host(app: Any) -> Any:
             release = proxy().release_of(scope)
             if release is not None:
                 await proxy().serve_release(scope, receive, send, release)
+                return
+            if scope["type"] == "http" and scope["path"] in PATHS:
+                # Exactly /mcp and /mcp/: a mounted sub-app would answer 307s.
+                await mcp_app(scope, receive, send)
                 return
         await app(scope, receive, send)
 

@@ -1,0 +1,188 @@
+"""MCP tools onto previews: start one and wait until it answers (or says why not), look
+at it with a fetch through Berth's own connection into the sandbox, stop it."""
+
+import asyncio
+from typing import Any
+
+import h11
+from channels.db import database_sync_to_async
+from pydantic import BaseModel, Field
+
+from config.errors import Conflict, Invalid
+from config.mcp import Ctx, actor_of, tool
+from previews import actions, gate
+from previews.access import access_preview
+from previews.links import ticket_url
+from previews.models import Preview, PreviewState
+from previews.upstream import Upstream, UpstreamClosed
+from runner import logstore
+from runner.sandbox.netns import Namespace
+from workspaces.mcp import workspace_for
+
+MAX_WAIT_S = 120
+FETCH_BODY_CAP = 256 * 1024
+TAIL = 50
+
+
+class PreviewOut(BaseModel):
+    id: str
+    workspace: str
+    commit: str
+    state: str = Field(description="starting, ready, failed, stopped or crashed")
+    reason: str | None
+    message: str | None = Field(description="why it is not up, and what to do")
+    exit_code: int | None
+    url: str = Field(description="the preview's own address (a browser needs a link)")
+    link: str | None = Field(description="a short-lived, single-use URL that opens it")
+    time_until_usable_s: float | None
+    log_tail: list[str] = Field(description=f"the last {TAIL} lines of its process log")
+
+
+class FetchOut(BaseModel):
+    status: int
+    headers: dict[str, str]
+    body: str = Field(description="the body as text (UTF-8, invalid bytes replaced)")
+    truncated: bool = Field(description=f"true when the body passed {FETCH_BODY_CAP} bytes")
+
+
+def _out(preview: Preview, link: str | None = None) -> PreviewOut:
+    summary = actions.preview_summary(preview)
+    tail: list[str] = []
+    if preview.run is not None:
+        count = logstore.count(preview.run.public_id)
+        tail = [e["text"] for e in logstore.read(preview.run.public_id,
+                                                  max(0, count - TAIL), TAIL)]
+    return PreviewOut(id=preview.public_id, workspace=preview.workspace.slug,
+                      commit=preview.commit, state=preview.state,
+                      reason=preview.reason or None, message=preview.message or None,
+                      exit_code=preview.exit_code, url=summary["url"], link=link,
+                      time_until_usable_s=summary["time_until_usable_s"], log_tail=tail)
+
+
+async def _wait_settled(public_id: str, seconds: float) -> None:
+    """Until the preview is no longer starting (the agent moves it), polling the row
+    asynchronously: nothing of Django's is held while we wait."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        state = await database_sync_to_async(
+            lambda: Preview.objects.filter(public_id=public_id).values_list(
+                "state", flat=True).first())()
+        if state != PreviewState.STARTING:
+            return
+        await asyncio.sleep(0.1)
+
+
+def _reload(public_id: str) -> Preview:
+    return Preview.objects.select_related("workspace__team", "run").get(public_id=public_id)
+
+
+@tool()
+async def start_preview(ctx: Ctx, workspace: str, ref: str | None = None,
+                        wait_seconds: int = 60) -> PreviewOut:
+    """Start the app of a commit with workspace.toml's [preview] command and port, and
+    wait up to wait_seconds (default 60, max 120) until it answers its health check or
+    fails (not_listening, health_failed, exited: the message says why). Usually 1-3 s.
+    Returns a short-lived link; next: fetch_preview to see a page."""
+    actor = await actor_of(ctx)
+
+    def start() -> str:
+        w = workspace_for(actor, workspace, "preview")
+        return actions.start_preview(w, actor, ref).public_id
+
+    public_id = await database_sync_to_async(start)()
+    await _wait_settled(public_id, max(0, min(wait_seconds, MAX_WAIT_S)))
+
+    def answer() -> PreviewOut:
+        preview = _reload(public_id)
+        link = ticket_url(preview, actor, "")[0] if preview.is_live else None
+        return _out(preview, link)
+
+    return await database_sync_to_async(answer)()
+
+
+@tool()
+async def get_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
+    """A preview's state, why it is not up if it is not, and its log tail. Instant."""
+    actor = await actor_of(ctx)
+    return await database_sync_to_async(
+        lambda: _out(_reload(access_preview(actor, preview_id).public_id)))()
+
+
+@tool()
+async def stop_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
+    """Stop a preview (its source stays in Git; its process and memory go). Instant."""
+    actor = await actor_of(ctx)
+
+    def stop() -> PreviewOut:
+        preview = access_preview(actor, preview_id)
+        actions.stop_preview(preview, actor)
+        return _out(_reload(preview.public_id))
+
+    return await database_sync_to_async(stop)()
+
+
+@tool()
+async def fetch_preview(ctx: Ctx, preview_id: str, path: str = "/", method: str = "GET",
+                        body: str | None = None) -> FetchOut:
+    """Request `path` from a ready preview, as a browser would through Berth's proxy
+    (no Berth credential reaches the app), and get the status, headers and up to 256 KB
+    of body. For an agent that cannot open a browser. Instant for a small page."""
+    actor = await actor_of(ctx)
+    if not path.startswith("/") or any(c in path for c in "\r\n "):
+        raise Invalid("path must start with / and have no spaces or line breaks.",
+                      {"field": "path"})
+    method = method.upper()
+    if method not in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+        raise Invalid(f"Unsupported method {method!r}.", {"field": "method"})
+
+    def target() -> tuple[Namespace, int, str]:
+        preview = access_preview(actor, preview_id)
+        if preview.state != PreviewState.READY or not (preview.sandbox_pid and
+                                                        preview.sandbox_netns):
+            raise Conflict(f"The preview is {preview.state}"
+                           + (f" ({preview.message})" if preview.message else "")
+                           + "; start_preview or restart it first.",
+                           {"state": preview.state}, code="preview_not_ready")
+        gate.touch(preview.pk)  # an agent's look counts as use: not idle
+        return (Namespace(preview.sandbox_pid, preview.sandbox_netns), preview.port,
+                preview.host)
+
+    ns, port, host = await database_sync_to_async(target)()
+    data = (body or "").encode()
+    try:
+        upstream = await Upstream.open(ns, port)
+    except (OSError, TimeoutError):
+        raise Conflict("Nothing answers on the preview's port now; get_preview says why.",
+                       code="preview_unreachable") from None
+    try:
+        headers = [("Host", host), ("User-Agent", "berth-mcp-fetch"), ("Connection", "close"),
+                   ("Content-Length", str(len(data)))]
+        await upstream.send(h11.Request(method=method, target=path, headers=headers))
+        if data:
+            await upstream.send(h11.Data(data=data))
+        await upstream.send(h11.EndOfMessage())
+        answer = await upstream.next_event(30)
+        while isinstance(answer, h11.InformationalResponse):
+            answer = await upstream.next_event(30)
+        assert isinstance(answer, h11.Response)
+        got, truncated = bytearray(), False
+        while isinstance(part := await upstream.next_event(30), h11.Data):
+            got += part.data
+            if len(got) > FETCH_BODY_CAP:
+                truncated = True
+                break
+    except (UpstreamClosed, TimeoutError, OSError, AssertionError) as e:
+        raise Conflict(f"The app did not answer the request properly ({type(e).__name__}); "
+                       "its log (get_preview) may say why.", code="bad_upstream") from None
+    finally:
+        upstream.close()
+    out_headers: dict[str, Any] = {}
+    for name, value in answer.headers:
+        key = name.decode("latin-1").lower()
+        out_headers[key] = (out_headers[key] + ", " if key in out_headers else "") + \
+            value.decode("latin-1")
+    return FetchOut(status=answer.status_code, headers=out_headers,
+                    body=bytes(got[:FETCH_BODY_CAP]).decode("utf-8", "replace"),
+                    truncated=truncated)
+

@@ -1,0 +1,253 @@
+"""MCP tools onto workspaces: who am I, workspaces, files, history, diffs. Thin doors:
+the same access helper and actions as the JSON API (config.mcp registers them)."""
+
+from typing import Any, Literal
+
+from channels.db import database_sync_to_async
+from pydantic import BaseModel, Field
+
+from accounts.access import Actor
+from config.errors import Invalid
+from config.mcp import Ctx, actor_of, tool
+from workspaces import actions, history
+from workspaces.access import access_workspace
+from workspaces.changes import Change
+from workspaces.models import Workspace
+from workspaces.paths import clean_dir, clean_path
+from workspaces.store import open_store
+
+
+class TeamOut(BaseModel):
+    slug: str
+    name: str
+
+
+class WhoAmI(BaseModel):
+    user: str
+    token: str
+    team: TeamOut
+    scopes: list[str]
+    workspaces: list[str] = Field(description="workspaces this token is limited to; "
+                                              "empty: every workspace of the team")
+
+
+class WorkspaceOut(BaseModel):
+    slug: str
+    name: str
+    default_branch: str
+    head: str | None
+    template: str | None
+    web_url: str = Field(description="where a person sees it in Berth")
+
+
+class WorkspaceList(BaseModel):
+    workspaces: list[WorkspaceOut]
+
+
+class Entry(BaseModel):
+    name: str
+    path: str
+    type: str
+    size: int | None = None
+
+
+class Listing(BaseModel):
+    commit: str
+    path: str
+    entries: list[Entry]
+
+
+class FileOut(BaseModel):
+    path: str
+    commit: str
+    encoding: str | None = None
+    content: str | None = None
+    size: int | None = None
+    type: str | None = None
+    target: str | None = Field(None, description="a symlink's target (never followed)")
+
+
+class ChangeIn(BaseModel):
+    op: Literal["write", "delete", "rename"]
+    path: str = Field(max_length=4096)
+    content: str | None = Field(None, description="the new content (op write)")
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    to: str | None = Field(None, max_length=4096, description="the new path (op rename)")
+
+
+class CommitOut(BaseModel):
+    commit: str
+    branch: str
+    parent: str | None
+    files: list[str]
+    warnings: list[dict[str, Any]]
+
+
+class HistoryOut(BaseModel):
+    commits: list[dict[str, Any]]
+
+
+class DiffOut(BaseModel):
+    base: str
+    head: str
+    commits: list[dict[str, Any]]
+    files: list[dict[str, Any]]
+    stats: dict[str, int]
+
+
+def workspace_for(actor: Actor, slug: str, scope: str) -> Workspace:
+    assert actor.token is not None
+    return access_workspace(actor, actor.token.team, slug, scope)
+
+
+def _out(w: Workspace) -> WorkspaceOut:
+    with open_store(w) as store:
+        head = store.branch_head(w.default_branch)
+    return WorkspaceOut(slug=w.slug, name=w.name, default_branch=w.default_branch, head=head,
+                        template=w.template or None,
+                        web_url=f"/t/{w.team.slug}/w/{w.slug}/")
+
+
+@tool()
+async def whoami(ctx: Ctx) -> WhoAmI:
+    """Who this token is: its person, team, scopes and workspace limits. Instant. Call it
+    first to learn which workspaces you may use (then list_workspaces)."""
+    actor = await actor_of(ctx)
+    token = actor.token
+    assert token is not None
+    return WhoAmI(user=actor.user.username, token=token.name,
+                  team=TeamOut(slug=token.team.slug, name=token.team.name),
+                  scopes=list(token.scopes), workspaces=list(token.workspaces))
+
+
+@tool()
+async def list_workspaces(ctx: Ctx) -> WorkspaceList:
+    """The team's workspaces this token may use, with each one's head commit. Instant."""
+    actor = await actor_of(ctx)
+
+    def listed() -> list[WorkspaceOut]:
+        assert actor.token is not None
+        actor.require_scope("workspace:read")
+        qs = Workspace.objects.filter(team=actor.token.team).select_related("team")
+        if actor.token.workspaces:
+            qs = qs.filter(slug__in=actor.token.workspaces)
+        return [_out(w) for w in qs]
+
+    return WorkspaceList(workspaces=await database_sync_to_async(listed)())
+
+
+@tool()
+async def create_workspace(ctx: Ctx, name: str, template: str | None = None,
+                           slug: str | None = None) -> WorkspaceOut:
+    """Create a workspace (a Git repository), empty or from a template: "python-http",
+    "node-http" or "static-site" (each with a workspace.toml and passing tests). About a
+    second. Next: list_files, or run_command to run its tests."""
+    actor = await actor_of(ctx)
+
+    def create() -> WorkspaceOut:
+        assert actor.token is not None
+        actor.require_scope("workspace:write")
+        return _out(actions.create_workspace(actor.token.team, actor, name, slug, template))
+
+    return await database_sync_to_async(create)()
+
+
+@tool()
+async def list_files(ctx: Ctx, workspace: str, path: str = "", ref: str | None = None
+                     ) -> Listing:
+    """The entries of one folder at a branch, tag or commit (default: the default
+    branch's head). Instant. Next: read_file."""
+    actor = await actor_of(ctx)
+
+    def listing() -> Listing:
+        w = workspace_for(actor, workspace, "workspace:read")
+        folder = clean_dir(path)
+        with open_store(w) as store:
+            commit = store.resolve(ref or w.default_branch)
+            entries = [Entry(name=e["name"], path=e["path"], type=e["type"], size=e["size"])
+                       for e in store.list_dir(commit, folder)]
+        return Listing(commit=commit, path=folder, entries=entries)
+
+    return await database_sync_to_async(listing)()
+
+
+@tool()
+async def read_file(ctx: Ctx, workspace: str, path: str, ref: str | None = None) -> FileOut:
+    """One file at a ref: UTF-8 text, or base64 for binary content. Instant. The commit
+    it returns is the base_commit to give write_files."""
+    actor = await actor_of(ctx)
+
+    def read() -> FileOut:
+        w = workspace_for(actor, workspace, "workspace:read")
+        clean = clean_path(path)
+        with open_store(w) as store:
+            commit = store.resolve(ref or w.default_branch)
+            info = history.read_file(store, commit, clean)
+        info.pop("raw", None)
+        return FileOut(**{k: v for k, v in info.items() if k in FileOut.model_fields})
+
+    return await database_sync_to_async(read)()
+
+
+@tool()
+async def write_files(ctx: Ctx, workspace: str, changes: list[ChangeIn], message: str,
+                      base_commit: str | None = None, branch: str | None = None
+                      ) -> CommitOut:
+    """Write, delete and rename files as ONE commit on a branch (default: the default
+    branch). Give base_commit (from read_file or a previous write) so a change made
+    meanwhile by someone else is a `conflict` instead of being overwritten. Under a
+    second. Next: run_command to test the new commit."""
+    actor = await actor_of(ctx)
+
+    def commit() -> CommitOut:
+        w = workspace_for(actor, workspace, "workspace:write")
+        if not changes:
+            raise Invalid("Give at least one change.", {"field": "changes"})
+        result = actions.commit_changes(w, actor, [_change(c) for c in changes], message,
+                                        branch, base_commit)
+        return CommitOut(commit=result.sha, branch=result.branch, parent=result.parent,
+                         files=list(result.files), warnings=list(result.warnings))
+
+    return await database_sync_to_async(commit)()
+
+
+def _change(c: ChangeIn) -> Change:
+    if c.op == "write":
+        if c.content is None:
+            raise Invalid(f"A write of {c.path!r} needs content.", {"path": c.path})
+        return Change("write", c.path, actions.decode_content(c.content, c.encoding, c.path))
+    return Change(c.op, c.path, to=c.to)
+
+
+@tool(name="history")
+async def history_of(ctx: Ctx, workspace: str, path: str = "", limit: int = 20,
+                     ref: str | None = None) -> HistoryOut:
+    """Commits of a branch (default: the default branch), newest first; with `path`,
+    only those touching it. Instant."""
+    actor = await actor_of(ctx)
+
+    def read() -> HistoryOut:
+        w = workspace_for(actor, workspace, "workspace:read")
+        with open_store(w) as store:
+            commit = store.resolve(ref or w.default_branch)
+            found = history.history(store, commit, clean_dir(path), 1,
+                                    max(1, min(limit, 100)))
+        return HistoryOut(commits=found["commits"])
+
+    return await database_sync_to_async(read)()
+
+
+@tool()
+async def diff(ctx: Ctx, workspace: str, base: str, head: str) -> DiffOut:
+    """What `head` has that `base` does not (refs or commits): its commits and the
+    per-file unified diffs. Instant."""
+    actor = await actor_of(ctx)
+
+    def compare() -> DiffOut:
+        w = workspace_for(actor, workspace, "workspace:read")
+        with open_store(w) as store:
+            out = history.compare(store, store.resolve(base), store.resolve(head))
+        return DiffOut(base=out["base"], head=out["head"], commits=out["commits"],
+                       files=out["diff"]["files"], stats=out["diff"]["stats"])
+
+    return await database_sync_to_async(compare)()
