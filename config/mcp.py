@@ -121,8 +121,10 @@ class SessionManager:
             _register_tools()
             hosts, origins = _hosts()
             server.streamable_http_app(
+                # With ALLOWED_HOSTS = "*" or only wildcard domains, the operator chose not
+                # to pin hosts: the SDK cannot express those, so its check is off.
                 transport_security=TransportSecuritySettings(
-                    enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                    enable_dns_rebinding_protection=bool(hosts), allowed_hosts=hosts,
                     allowed_origins=origins),
                 # The API's cap: a 10 MB file fits, base64-encoded, in one write_files.
                 max_request_body_size=settings.MAX_REQUEST_BODY)

@@ -12,6 +12,7 @@ After approval: a build run (runner.actions.start_build) → the agent commits t
 `on_process_changed` switches the route once it is healthy, then stops the previous.
 """
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -99,12 +100,16 @@ def approve_deploy(deploy: DeployRequest, actor: Actor, confirm_older: bool = Fa
                 Approval.objects.create(request=deploy, user=actor.user)
         except IntegrityError:
             raise Conflict("You have approved this deploy already.") from None
-        given = deploy.approvals.count()
+        # Only approvals of people who are reviewers or admins of the team now count.
+        given = deploy.approvals.filter(
+            user__memberships__team=deploy.workspace.team,
+            user__memberships__role__in=(Role.REVIEWER, Role.ADMIN)).count()
         needed = deploy.workspace.team.approvals_required
         record(deploy.workspace.team, actor, "deploy.approved", f"deploy:{deploy.public_id}",
                deploy.workspace.slug, commit=deploy.commit, approvals=given, needed=needed)
         if given >= needed and deploy.move(DeployState.APPROVED, (DeployState.REQUESTED,),
-                                           approved_at=timezone.now()):
+                                           approved_at=timezone.now(),
+                                           confirmed_older=confirm_older):
             _start_build(deploy, actor)
     return deploy
 
@@ -147,10 +152,17 @@ def cancel_deploy(deploy: DeployRequest, actor: Actor) -> DeployRequest:
 # -- the release pipeline -------------------------------------------------------------
 
 
+def _next_number(workspace: Workspace) -> int:
+    """The workspace's next release number, under its row's lock (inside the caller's
+    transaction): two approvals at once never pick the same one."""
+    Workspace.objects.select_for_update().filter(pk=workspace.pk).first()
+    return (Release.objects.filter(workspace=workspace).aggregate(n=Max("number"))["n"]
+            or 0) + 1
+
+
 def _start_build(deploy: DeployRequest, actor: Actor) -> None:
     workspace = deploy.workspace
-    number = (Release.objects.filter(workspace=workspace).aggregate(n=Max("number"))["n"]
-              or 0) + 1
+    number = _next_number(workspace)
     image = f"berth-{settings.BERTH_INSTANCE}-release-{workspace.public_id}:{number}"
     run = runner_actions.start_build(workspace, actor, deploy.commit, deploy.ref, image)
     Release.objects.create(workspace=workspace, number=number, request=deploy,
@@ -208,7 +220,9 @@ def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> No
         if deploy.state == DeployState.RELEASING:
             _switch(release)
         elif Route.objects.filter(release=release).exists():
-            Release.objects.filter(pk=release.pk).update(restored_at=timezone.now())
+            # Back: the next failure may be retried at once again.
+            Release.objects.filter(pk=release.pk).update(restored_at=timezone.now(),
+                                                         restore_tried_at=None)
     elif preview.state == PreviewState.FAILED and deploy.state == DeployState.RELEASING:
         _fail(deploy, "health_failed", f"The release did not become healthy: "
               f"{preview.message} The live release, if any, still serves.")
@@ -226,7 +240,23 @@ def _switch(release: Release) -> None:
     deploy = release.request
     now = timezone.now()
     with transaction.atomic():
-        previous = Route.objects.select_for_update().filter(workspace=release.workspace).first()
+        previous = Route.objects.select_for_update().select_related(
+            "release__request").filter(workspace=release.workspace).first()
+        if previous is not None and not release.rollback_of_id and \
+                not deploy.confirmed_older and \
+                previous.release.request.created_at > deploy.created_at:
+            # Both were approved, and the newer one went live first: this older one must
+            # not replace it behind everyone's back.
+            if deploy.move(DeployState.SUPERSEDED, (DeployState.RELEASING,), ended_at=now,
+                           reason="newer_release_live",
+                           message=f"Release {previous.release.number}, from a newer request, "
+                                   "went live first; this older one was not switched in. "
+                                   "Ask for it again and confirm, if it should replace it."):
+                Release.objects.filter(pk=release.pk).update(ended_at=now)
+                if release.process_id:
+                    transaction.on_commit(lambda: stop_release_process.delay(
+                        release.process_id))
+            return
         if previous is None:
             Route.objects.create(workspace=release.workspace, release=release, switched_at=now)
         else:
@@ -249,12 +279,30 @@ def _switch(release: Release) -> None:
 
 def restore(release: Release) -> None:
     """The live release's process died (a crash, an engine restart): the same image
-    again, health-checked; the route never moved, so it serves once healthy."""
+    again, health-checked; the route never moved, so it serves once healthy. Tries back
+    off (2 s, doubling, at most 5 min) so a release that cannot start does not spin."""
     process = release.process
-    if process is None or process.is_live or process.requested_by is None:
+    if process is None or process.is_live:
         return
-    preview_actions.restart_preview(process, Actor(process.requested_by, process.token))
-    Release.objects.filter(pk=release.pk).update(restorations=release.restorations + 1)
+    now = timezone.now()
+    wait = min(2 ** min(release.restorations, 8) * 2, 300)
+    if release.restore_tried_at and now < release.restore_tried_at + timedelta(seconds=wait):
+        return
+    actor = _acting_for(release)
+    if actor is None:
+        return
+    Release.objects.filter(pk=release.pk).update(restorations=release.restorations + 1,
+                                                 restore_tried_at=now)
+    preview_actions.restart_preview(process, actor)
+
+
+def _acting_for(release: Release) -> Actor | None:
+    """Who a restore is recorded under: the requester, else an admin of the team."""
+    if release.request.requested_by is not None:
+        return Actor(release.request.requested_by)
+    admin = Membership.objects.select_related("user").filter(
+        team=release.workspace.team_id, role=Role.ADMIN).first()
+    return Actor(admin.user) if admin else None
 
 
 def restore_all() -> None:
@@ -290,9 +338,8 @@ def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
             releasing_at=timezone.now())
         Approval.objects.create(request=deploy, user=actor.user)
         release = Release.objects.create(
-            workspace=workspace, number=(Release.objects.filter(workspace=workspace)
-                                         .aggregate(n=Max("number"))["n"] or 0) + 1,
-            request=deploy, commit=target.commit, image=target.image, rollback_of=target)
+            workspace=workspace, number=_next_number(workspace), request=deploy,
+            commit=target.commit, image=target.image, rollback_of=target)
         process = preview_actions.start_release(workspace, actor, target.commit,
                                                 deploy.ref, target.image,
                                                 public=not workspace.releases_team_only)
@@ -320,8 +367,9 @@ def prune_images(workspace: Workspace) -> None:
     live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
     kept = set(Release.objects.filter(workspace=workspace).exclude(live_at=None)
                .order_by("-number").values_list("image", flat=True)[:RELEASES_KEPT]) | set(live)
+    # Releases that went live and fell out of the last few, and ones that never did.
     for old in Release.objects.filter(workspace=workspace, image_removed_at=None).exclude(
-            image__in=kept).exclude(live_at=None):
+            image__in=kept).exclude(live_at=None, ended_at=None):
         in_use = Preview.objects.filter(image=old.image, state__in=LIVE_STATES).exists()
         if not in_use:
             sandbox.remove_image(old.image)

@@ -47,6 +47,8 @@ class DeployRequest(models.Model):
                              default=DeployState.REQUESTED, db_index=True)
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
+    # Approved with "replace the newer live release": it may switch in over a newer one.
+    confirmed_older = models.BooleanField(default=False)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
                                    blank=True, related_name="+")  # rejected or cancelled
     build_run = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
@@ -111,6 +113,7 @@ class Release(models.Model):
     # After an engine restart or a crash the agent starts it again; when, and how often.
     restored_at = models.DateTimeField(null=True, blank=True)
     restorations = models.PositiveIntegerField(default=0)
+    restore_tried_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint("workspace", "number",

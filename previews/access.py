@@ -1,6 +1,6 @@
 from accounts.access import Actor
 from accounts.models import Membership
-from config.errors import NotFound
+from config.errors import Conflict, NotFound
 from previews.models import Preview
 
 
@@ -20,4 +20,14 @@ def access_preview(actor: Actor, public_id: str, scope: str = "preview") -> Prev
     if not visible:
         raise NotFound("No such preview.")
     actor.require_scope(scope)
+    return preview
+
+
+def managed_preview(actor: Actor, public_id: str) -> Preview:
+    """A preview the actor may stop, restart or make public: never a release's process,
+    which only deploys move (a deploy, a rollback, the agent's restore)."""
+    preview = access_preview(actor, public_id)
+    if preview.kind == "release":
+        raise Conflict("This is the process of a release: deploys run it. Ask for a deploy, "
+                       "or roll back on the workspace's Deploys tab.", code="release_process")
     return preview

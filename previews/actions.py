@@ -263,7 +263,8 @@ def on_branch_moved(sender: object, workspace: Workspace, branch: str, sha: str,
                     actor: Actor, **kwargs: object) -> None:
     """Previews that follow `branch` restart on its new commit."""
     for preview in Preview.objects.select_related("run", "workspace__team").filter(
-            workspace=workspace, follow=True, ref=branch).exclude(commit=sha):
+            workspace=workspace, follow=True, ref=branch, kind="preview",
+            state__in=LIVE_STATES).exclude(commit=sha):
         restart_preview(preview, actor, commit=sha)
 
 

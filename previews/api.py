@@ -8,7 +8,7 @@ from pydantic import ConfigDict
 
 from accounts.access import require_team_admin
 from previews import actions
-from previews.access import access_preview
+from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
 from runner.logs_api import Cursor, log_page
@@ -63,7 +63,7 @@ def get_preview(request: HttpRequest, preview_id: str) -> dict[str, Any]:
              summary="Stop a preview")
 def stop_preview(request: HttpRequest, preview_id: str) -> Status:
     actor = actor_of(request)
-    preview = actions.stop_preview(access_preview(actor, preview_id), actor)
+    preview = actions.stop_preview(managed_preview(actor, preview_id), actor)
     return Status(202, actions.preview_summary(preview, _port(request)))
 
 
@@ -71,7 +71,7 @@ def stop_preview(request: HttpRequest, preview_id: str) -> Status:
              summary="Restart a preview from its commit")
 def restart_preview(request: HttpRequest, preview_id: str) -> Status:
     actor = actor_of(request)
-    preview = actions.restart_preview(access_preview(actor, preview_id), actor)
+    preview = actions.restart_preview(managed_preview(actor, preview_id), actor)
     return Status(202, actions.preview_summary(preview, _port(request)))
 
 
@@ -88,7 +88,7 @@ def link(request: HttpRequest, preview_id: str) -> dict[str, Any]:
              "(team admins)")
 def set_public(request: HttpRequest, preview_id: str, body: PublicIn) -> dict[str, Any]:
     actor = actor_of(request)
-    preview = access_preview(actor, preview_id)
+    preview = managed_preview(actor, preview_id)
     require_team_admin(actor, preview.workspace.team)
     preview = actions.set_public(preview, actor, body.public)
     return actions.preview_summary(preview, _port(request))

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from config.errors import Conflict, Invalid
 from config.mcp import Ctx, actor_of, tool
 from previews import actions, gate
-from previews.access import access_preview
+from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview, PreviewState
 from previews.upstream import Upstream, UpstreamClosed
@@ -115,7 +115,7 @@ async def stop_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
     actor = await actor_of(ctx)
 
     def stop() -> PreviewOut:
-        preview = access_preview(actor, preview_id)
+        preview = managed_preview(actor, preview_id)
         actions.stop_preview(preview, actor)
         return _out(_reload(preview.public_id))
 

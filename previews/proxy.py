@@ -173,8 +173,9 @@ class Proxy:
         if not t.ready:
             t = await self.target(public_id, fresh=True) or t
         if not t.ready:
+            # The app's log is the team's: a public address shows the state, not the log.
             lines = await database_sync_to_async(gate.last_lines)(t.run_id) \
-                if t.state in ("failed", "crashed") else []
+                if t.state in ("failed", "crashed") and not t.public else []
             await _reply(send, *pages.not_ready(t, app_url(scope), lines, json_wanted))
             return
         await self.touch(t)

@@ -19,7 +19,7 @@ from accounts.access import Actor, require_team_admin
 from accounts.models import Membership
 from config.errors import BerthError, NotFound
 from previews import actions
-from previews.access import access_preview
+from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
 from runner import logstore
@@ -84,6 +84,7 @@ def act(request: HttpRequest, preview_id: str, action: str) -> HttpResponse:
     preview = _preview(request, preview_id)
     actor = _actor(request)
     try:
+        managed_preview(actor, preview.public_id)
         if action == "stop":
             actions.stop_preview(preview, actor)
         elif action == "restart":

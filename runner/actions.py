@@ -76,6 +76,7 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
     """A new run from exactly the recorded inputs: commit, image id, command, limits,
     runtime, setup, artifacts, env and secret names. Env values are not kept past a
     run's end, so the caller gives them again; secrets are granted again by name."""
+    _only_runs(run)
     env = env or {}
     missing = sorted(set(run.env_names) - set(env))
     extra = sorted(set(env) - set(run.env_names))
@@ -150,6 +151,14 @@ def stop_service(run: Run, reason: str, who: str) -> None:
         run.finish(state, reason, message)
 
 
+def _only_runs(run: Run) -> None:
+    """A preview's, a release's or a build's process is its owner's to stop or repeat."""
+    if run.purpose != "run":
+        owner = "deploy" if run.purpose == "build" else run.purpose
+        raise Conflict(f"This is the process of a {owner}; stop or restart the {owner} "
+                       "instead.", {"purpose": run.purpose}, code="not_a_run")
+
+
 def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
     """The runtime a run gets: a team or workspace that requires gVisor always gets it
     (workspace.toml and requests cannot lower it), and the run says why."""
@@ -201,13 +210,15 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
     # its end; the names are the record.
     run.env_sealed = secrets.seal(env) if env else ""
     run.requested_by, run.token = actor.user, actor.token
-    if run.purpose == "run":
-        quotas.check_submission(workspace.team)
-    else:
+    if run.purpose != "run":
         # A preview's quota is its own (previews.actions); a build was approved by a
         # person, and waits for no team's flood.
         run.admitted_at = timezone.now()
     with transaction.atomic():
+        if run.purpose == "run":
+            # Under admission's lock: requests at once cannot all pass the queue limit.
+            quotas.lock()
+            quotas.check_submission(workspace.team)
         run.save()
         record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
                f"run:{run.public_id}", workspace.slug, command=run.command[:200],
@@ -224,6 +235,7 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
 def cancel_run(run: Run, actor: Actor) -> Run:
     """Stop a run. Queued or preparing ones end at once; running ones are signalled by
     the agent (SIGTERM, then SIGKILL after the grace period)."""
+    _only_runs(run)
     if not run.is_active:
         raise Conflict(f"The run already ended ({run.state}).", {"state": run.state})
     state, message = describe("cancelled_by_user", who=actor.label)

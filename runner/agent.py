@@ -27,7 +27,7 @@ from runner import caches, ending, sandbox
 from runner.egress.service import Egress
 from runner.engine import engine
 from runner.follow import Follower
-from runner.models import ACTIVE_STATES, DepCache, Run, RunState
+from runner.models import ACTIVE_STATES, DepCache, Run, RunState, TeamCpuDay
 from runner.outcomes import describe
 
 log = logging.getLogger("berth.runner_agent")
@@ -248,7 +248,8 @@ class Agent:
     async def sample_cpu(self) -> None:
         """The team's CPU budget counts what each container used (runner.quotas); its
         own job, so a slow engine answer never holds up timeouts and stops."""
-        running = await _db(lambda: list(Run.objects.filter(state=RunState.RUNNING)))()
+        running = await _db(lambda: list(Run.objects.filter(
+            state=RunState.RUNNING).select_related("workspace")))()
         await asyncio.gather(*(self._sample_cpu(run) for run in running),
                              return_exceptions=True)
 
@@ -258,9 +259,15 @@ class Agent:
         used = await asyncio.to_thread(sandbox.cpu_seconds, target)
         if used is None or used <= run.cpu_by_phase.get(phase, 0):
             return
+        grew = used - run.cpu_by_phase.get(phase, 0)
         by_phase = {**run.cpu_by_phase, phase: round(used, 3)}
-        await _db(lambda: Run.objects.filter(pk=run.pk).update(
-            cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3)))()
+
+        def record() -> None:
+            Run.objects.filter(pk=run.pk).update(
+                cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3))
+            TeamCpuDay.add(run.workspace.team_id, grew)
+
+        await _db(record)()
 
     @staticmethod
     def _disk_used(run: Run) -> int:

@@ -308,3 +308,34 @@ class AdmissionLock(models.Model):
 
     def __str__(self) -> str:
         return "admission lock"
+
+
+class TeamCpuDay(models.Model):
+    """CPU-seconds a team's containers used on one UTC day: the runner agent adds what
+    each sample grew by since the last, so a long-lived process counts on each day only
+    what it used that day (runner.quotas reads today's row)."""
+
+    team = models.ForeignKey("accounts.Team", models.CASCADE, related_name="+")
+    day = models.DateField()
+    seconds = models.FloatField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("team", "day", name="one_cpu_row_per_day")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id} {self.day}: {self.seconds:.0f} s"
+
+    @classmethod
+    def add(cls, team_id: int, seconds: float) -> None:
+        from django.db import IntegrityError
+
+        day = timezone.now().date()
+        if cls.objects.filter(team_id=team_id, day=day).update(
+                seconds=models.F("seconds") + seconds):
+            return
+        try:
+            with transaction.atomic():
+                cls.objects.create(team_id=team_id, day=day, seconds=seconds)
+        except IntegrityError:  # created meanwhile by another sample
+            cls.objects.filter(team_id=team_id, day=day).update(
+                seconds=models.F("seconds") + seconds)

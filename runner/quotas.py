@@ -27,12 +27,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from accounts.models import Team
 from config.errors import QuotaExceeded
-from runner.models import ACTIVE_STATES, AdmissionLock, Run, RunState
+from runner.models import ACTIVE_STATES, AdmissionLock, Run, RunState, TeamCpuDay
 
 NEVER = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 
@@ -62,12 +62,10 @@ def day_start(now: datetime.datetime | None = None) -> datetime.datetime:
 
 
 def cpu_seconds_today(team: Team) -> float:
-    """CPU time of the team's runs (previews' processes too) that ran today: those still
-    active and those that ended since midnight UTC."""
-    total = Run.objects.filter(workspace__team=team).filter(
-        Q(state__in=ACTIVE_STATES) | Q(finished_at__gte=day_start())).aggregate(
-        s=Sum("cpu_seconds"))["s"]
-    return float(total or 0)
+    """CPU time the team's containers (previews' and releases' processes too) used since
+    midnight UTC, as the runner agent sampled it while they ran."""
+    row = TeamCpuDay.objects.filter(team=team, day=day_start().date()).first()
+    return row.seconds if row else 0.0
 
 
 def _waiting(team: Team) -> Any:
@@ -104,13 +102,18 @@ def check_submission(team: Team) -> None:
                 code="cpu_budget_exhausted")
 
 
+def lock() -> None:
+    """Take admission's lock for the caller's transaction."""
+    AdmissionLock.objects.select_for_update().get_or_create(id=1)
+
+
 def admit() -> list[int]:
     """Admit what may go now (see the module's docstring); returns the admitted ids."""
     from runner.tasks import prepare_run
 
     admitted: list[int] = []
     with transaction.atomic():
-        AdmissionLock.objects.select_for_update().get_or_create(id=1)
+        lock()
         active = dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
                                          admitted_at__isnull=False)
                       .values_list("workspace__team").annotate(n=Count("id")))

@@ -153,15 +153,18 @@ def test_the_log_follows_unless_scrolled_up_and_resumes_after_a_dropped_connecti
 def test_cancel_of_a_queued_run_ends_its_page_without_a_reload(berth_server, cast, shop):
     with open_store(shop) as store:
         commit = store.branch_head("main")
-    # No worker in this test: the run stays queued until cancelled.
+    # A team limit of 0: the run waits for admission until cancelled, whatever worker
+    # or agent of another test is about.
+    cast.team_a.max_concurrent_runs = 0
+    cast.team_a.save()
     run = Run.objects.create(workspace=shop, ref="main", commit=commit, command="sleep 60",
                              image=settings.SANDBOX_IMAGE, limits={"timeout_s": 600},
                              requested_by=cast.carol)
     with chromium_page() as page:
         sign_in_as_carol(page, berth_server, f"/t/team-a/w/shop/runs/{run.public_id}/")
         page.wait_for_selector(".log-status[data-kind=live]")
-        # Never admitted (no admission step runs in this test): it says what it waits for.
-        assert "Waiting for admission" in page.inner_text(".run-message")
+        # Never admitted: it says what it waits for.
+        assert "its limit of 0" in page.inner_text(".run-message")
         page.evaluate("window.notReloaded = true")
         page.click("text=Cancel run")
         page.wait_for_selector("#run-status[data-state=cancelled]")

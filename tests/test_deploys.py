@@ -220,6 +220,15 @@ def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
     released(agent, signed_in, cast, "one")
     release = Release.objects.select_related("process__run").get(number=1)
     assert release.process is not None and release.process.run is not None
+    # Only deploys move a release's process: not the preview or run doors.
+    _, member = cast.token(cast.carol, ["workspace:read", "preview", "run"])
+    r = agent.client.post(f"/api/v1/previews/{release.process.public_id}/stop",
+                          **bearer(member))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "release_process"
+    r = agent.client.post(f"/api/v1/runs/{release.process.run.public_id}/cancel",
+                          **bearer(member))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "not_a_run"
+    assert served(berth_server).text == "release one"
     engine().containers.get(release.process.run.container_name).kill()
     deadline = time.monotonic() + 60
     while True:

@@ -23,7 +23,7 @@ from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import GitStore, check_branch_name
 from workspaces.models import Workspace
 from workspaces.paths import clean_path
-from workspaces.signals import branch_moved
+from workspaces.signals import announce_branch_moved
 from workspaces.store import author_of, open_store
 
 
@@ -146,8 +146,7 @@ def commit_changes(workspace: Workspace, actor: Actor, changes: list[Change], me
                 result.warnings.append(e.as_dict()["error"])
     record(workspace.team, actor, "workspace.committed", f"commit:{sha[:12]}", workspace.slug,
            branch=branch, message=message.strip()[:200], files=files[:20])
-    transaction.on_commit(lambda: branch_moved.send(Workspace, workspace=workspace,
-                                                    branch=branch, sha=sha, actor=actor))
+    transaction.on_commit(lambda: announce_branch_moved(workspace, branch, sha, actor))
     return result
 
 

@@ -32,7 +32,7 @@ from workspaces.access import access_workspace
 from workspaces.gitstore import GitStore
 from workspaces.models import Workspace
 from workspaces.pushcheck import PushCheck
-from workspaces.signals import branch_moved
+from workspaces.signals import announce_branch_moved
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +199,5 @@ def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) 
            refs=refs)
     for ref in refs:
         if ref["new"] and ref["ref"].startswith("refs/heads/"):
-            branch_moved.send(Workspace, workspace=workspace,
-                              branch=ref["ref"].removeprefix("refs/heads/"), sha=ref["new"],
-                              actor=actor)
+            announce_branch_moved(workspace, ref["ref"].removeprefix("refs/heads/"),
+                                  ref["new"], actor)

@@ -351,6 +351,8 @@ def _content_length(answer: h11.Response, method: bytes) -> int | None:
     """The body length an answer declares, when it has a body framed that way."""
     if method == b"HEAD" or answer.status_code in (204, 304) or answer.status_code < 200:
         return None
+    if any(k == b"transfer-encoding" for k, _ in answer.headers):
+        return None  # chunked wins over a Content-Length (RFC 9112 6.3): h11 frames it
     values = [v for k, v in answer.headers if k == b"content-length"]
     return int(values[0]) if len(values) == 1 and values[0].isdigit() else None
 

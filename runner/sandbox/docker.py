@@ -95,15 +95,18 @@ def _host_config(run: Run, runtime: str, deps: Mount | None = None) -> dict[str,
     )
 
 
-def image_allowed(image: str) -> bool:
-    """The operator's list, plus this instance's own release images (DESIGN.md)."""
-    return image in settings.ALLOWED_IMAGES or \
-        image.startswith(f"berth-{settings.BERTH_INSTANCE}-release-")
+def image_allowed(image: str, run: Run | None = None) -> bool:
+    """The operator's list; and a release image only for a release process of its own
+    workspace (another team's built source is never a base for anything)."""
+    if image in settings.ALLOWED_IMAGES:
+        return True
+    return run is not None and run.purpose == "release" and image.startswith(
+        f"berth-{settings.BERTH_INSTANCE}-release-{run.workspace.public_id}:")
 
 
 def _check_image(run: Run) -> str:
     """The image id the run uses: a replay's recorded id exactly, else the name's."""
-    if not image_allowed(run.image):
+    if not image_allowed(run.image, run):
         raise SandboxError("image_not_allowed", image=run.image)
     try:
         if run.rerun_of_id and run.image_id:
