@@ -164,7 +164,8 @@ def _start_build(deploy: DeployRequest, actor: Actor) -> None:
     workspace = deploy.workspace
     number = _next_number(workspace)
     image = f"berth-{settings.BERTH_INSTANCE}-release-{workspace.public_id}:{number}"
-    run = runner_actions.start_build(workspace, actor, deploy.commit, deploy.ref, image)
+    run = runner_actions.start_build(workspace, actor, deploy.commit, deploy.ref, image,
+                                     {"deploy": deploy.public_id})
     Release.objects.create(workspace=workspace, number=number, request=deploy,
                            commit=deploy.commit, image=image)
     deploy.move(DeployState.BUILDING, (DeployState.APPROVED,), build_run=run,

@@ -123,7 +123,7 @@ def start_service(workspace: Workspace, actor: Actor, commit: str, ref: str, com
 
 
 def start_build(workspace: Workspace, actor: Actor, commit: str, ref: str,
-                output_image: str) -> Run:
+                output_image: str, labels: dict[str, str] | None = None) -> Run:
     """A release build: `[setup]` then `[deploy] build` of the commit, run in /app of a
     writable root layer (no volumes: a commit of the container keeps only that layer),
     with the workspace's limits, runtime policy and egress. When it succeeds the agent
@@ -137,6 +137,7 @@ def start_build(workspace: Workspace, actor: Actor, commit: str, ref: str,
         workspace=workspace, purpose="build", ref=ref, commit=commit,
         command=" && ".join(f"({c})" for c in steps) or "true", image=config.sandbox.image,
         runtime=chosen, limits=limits, network=network, output_image=output_image,
+        output_labels=labels or {},
         warnings=warnings + why + ignored), {}, [])
 
 

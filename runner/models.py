@@ -45,6 +45,7 @@ class Run(models.Model):
     # `output_image` when it succeeds; its DeployRequest follows this run's end).
     purpose = models.CharField(max_length=10, default="run", db_index=True)
     output_image = models.CharField(max_length=200, blank=True)
+    output_labels = models.JSONField(default=dict, blank=True)  # e.g. the deploy it is for
     # inputs
     ref = models.CharField(max_length=200)
     commit = models.CharField(max_length=40)

@@ -24,10 +24,10 @@ def prepare_run(run_id: int) -> None:
     if run is None or run.state not in (RunState.QUEUED, RunState.PREPARING) or \
             run.admitted_at is None:
         return  # gone, cancelled, carried further by an earlier delivery, or not admitted
-    if run.state == RunState.QUEUED:
-        run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now())
-        if run.state != RunState.PREPARING:
-            return
+    first = run.state == RunState.QUEUED
+    if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,),
+                                 started_at=timezone.now()):
+        return  # another delivery, a cancel or a reconcile got there first
     try:
         # Secret values come from the database and env values from the run, both
         # encrypted there; the env values are cleared when the run ends.
@@ -37,7 +37,8 @@ def prepare_run(run_id: int) -> None:
         env = {**(secrets.unseal(run.env_sealed) if run.env_sealed else {}), **granted}
         sandbox.prepare_and_start(run, env,
                                   still_wanted=lambda: Run.objects.filter(
-                                      pk=run.pk, state=RunState.PREPARING).exists())
+                                      pk=run.pk, state=RunState.PREPARING).exists(),
+                                  first_delivery=first)
     except sandbox.SandboxError as e:
         _fail(run, e.reason, **e.facts)
         return

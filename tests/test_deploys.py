@@ -148,6 +148,11 @@ def test_an_agent_asks_only_a_human_reviewer_approves_and_the_approved_commit_sh
     # The build was a run like any other, and the release's image says what it holds.
     build = DeployRequest.objects.get(public_id=deploy["id"]).build_run
     assert build is not None and build.state == "succeeded" and build.purpose == "build"
+    from runner.engine import engine
+
+    labels = engine().images.get(Release.objects.get(number=1).image).labels
+    assert (labels["berth.commit"], labels["berth.deploy"], labels["berth.build"]) == (
+        deploy["commit"], deploy["id"], build.public_id)
 
 
 def test_a_failing_release_leaves_the_live_one_serving_and_rollback_needs_no_rebuild(

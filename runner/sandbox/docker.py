@@ -152,7 +152,8 @@ def _existing(name: str) -> Any:
 
 
 def prepare_and_start(run: Run, env: dict[str, str],
-                      still_wanted: Callable[[], bool] = lambda: True) -> bool:
+                      still_wanted: Callable[[], bool] = lambda: True,
+                      first_delivery: bool = False) -> bool:
     """Create, hydrate and start the run's sandbox; True if it is running now.
 
     1. With a `[setup]` command, the dependency cache for its key is looked up: a hit
@@ -163,10 +164,11 @@ def prepare_and_start(run: Run, env: dict[str, str],
     3. The commit's tree goes into the shared /workspace volume; the first container
        is started.
     Safe to call twice for one run (a redelivered task): a started container is left
-    to the agent, created-but-not-started ones are replaced.
+    to the agent, created-but-not-started ones are replaced. The first delivery (the
+    one that moved the run out of `queued`) has nothing to find, and skips the look.
     """
     names = (run.setup_container_name, run.container_name)
-    existing = [c for c in map(_existing, names) if c is not None]
+    existing = [] if first_delivery else [c for c in map(_existing, names) if c is not None]
     if any(c.status != "created" for c in existing):
         return True
     for container in existing:
@@ -402,7 +404,8 @@ def commit_release_image(run: Run) -> str:
     image = container.commit(repository=repository, tag=tag, conf={"Labels": {
         "berth.instance": settings.BERTH_INSTANCE, "berth.kind": "release",
         "berth.workspace": run.workspace.public_id, "berth.commit": run.commit,
-        "berth.build": run.public_id, "berth.egress-wait": EGRESS_WAIT}})
+        "berth.build": run.public_id, "berth.egress-wait": EGRESS_WAIT,
+        **{f"berth.{k}": str(v) for k, v in run.output_labels.items()}}})
     return str(image.id)
 
 
