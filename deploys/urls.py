@@ -6,6 +6,7 @@ W = "t/<slug:team>/w/<slug:slug>/"
 
 urlpatterns = [
     path(W + "deploys/", views.deploys_page, name="workspace-deploys"),
+    path(W + "deploys/new/", views.ask, name="workspace-deploy-request"),
     path(W + "deploys/<str:deploy_id>/", views.review_page, name="workspace-deploy"),
     path(W + "deploys/<str:deploy_id>/<str:action>/", views.decide,
          name="workspace-deploy-decide"),

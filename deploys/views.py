@@ -122,6 +122,23 @@ def decide(request: HttpRequest, membership: Membership, workspace: Workspace,
 
 @require_POST
 @workspace_page
+def ask(request: HttpRequest, membership: Membership, workspace: Workspace
+            ) -> HttpResponse:
+    """A member asks for a deploy from the page (agents use the API or MCP)."""
+    try:
+        deploy = actions.request_deploy(workspace, _actor(request),
+                                        request.POST.get("ref") or None,
+                                        request.POST.get("note", ""))
+    except BerthError as e:
+        messages.error(request, e.message)
+        return redirect("workspace-deploys", team=workspace.team.slug, slug=workspace.slug)
+    messages.success(request, f"Deploy of {deploy.commit[:12]} requested; a reviewer other "
+                              "than you approves it here.")
+    return redirect(_back(workspace, deploy))
+
+
+@require_POST
+@workspace_page
 def visibility(request: HttpRequest, membership: Membership, workspace: Workspace
                ) -> HttpResponse:
     if not membership.is_admin:

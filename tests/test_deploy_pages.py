@@ -131,3 +131,17 @@ def test_a_workspace_without_a_deploy_command_says_what_to_add(client, cast):
     assert r.status_code == 422 and r.json()["error"]["code"] == "no_deploy_command"
     assert "has no [deploy] command; add one" in r.json()["error"]["message"]
     assert not DeployRequest.objects.exists()
+
+
+def test_a_member_asks_for_a_deploy_from_the_page(signed_in, cast, shop):
+    carol = signed_in(cast.carol)
+    r = carol.post(f"{PAGE}new/", {"ref": "main", "note": "from the page"}, follow=True)
+    deploy = DeployRequest.objects.get()
+    assert (deploy.requested_by, deploy.token, deploy.note) == (cast.carol, None,
+                                                                "from the page")
+    assert r.redirect_chain[-1][0] == f"{PAGE}{deploy.public_id}/"
+    assert "requested; a reviewer other than you approves it here" in r.content.decode()
+    r = carol.post(f"{PAGE}new/", {"ref": "nope"}, follow=True)
+    assert "No branch, tag or commit" in r.content.decode()
+    assert DeployRequest.objects.count() == 1
+    assert signed_in(cast.charlie).post(f"{PAGE}new/", {}).status_code == 404
