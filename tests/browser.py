@@ -25,3 +25,19 @@ def chromium_page() -> Iterator[Page]:
             yield page
         finally:
             browser.close()
+
+
+@contextmanager
+def chromium_pages(count: int) -> Iterator[list[Page]]:
+    """Pages in separate browser contexts: people with sessions of their own."""
+    executable = which("chromium") or which("chromium-browser")
+    assert executable, "Chromium is not installed; `make test` installs it"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            pages = [browser.new_context().new_page() for _ in range(count)]
+            for page in pages:
+                page.set_default_timeout(15_000)
+            yield pages
+        finally:
+            browser.close()

@@ -15,6 +15,7 @@ urlpatterns = [
     path(W + "branches/new/", edits.new_branch, name="workspace-new-branch"),
     path(W + "history/", views.history_page, name="workspace-history"),
     path(W + "commits/<str:sha>/", views.commit_page, name="workspace-commit"),
+    path(W + "compare/", views.compare_page, name="workspace-compare"),
     path(W + "settings/", views.settings_page, name="workspace-settings"),
     path(W + "settings/push-policy/", views.force_push_policy, name="workspace-push-policy"),
     path(W + "settings/gvisor-policy/", views.gvisor_policy, name="workspace-gvisor-policy"),

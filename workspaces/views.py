@@ -283,6 +283,30 @@ def commit_page(request: HttpRequest, membership: Membership, workspace: Workspa
     return render(request, "workspaces/commit.html", ctx)
 
 
+@workspace_page
+def compare_page(request: HttpRequest, membership: Membership, workspace: Workspace
+                 ) -> HttpResponse:
+    """What `head` has that `base` does not (e.g. what landed while you edited): the
+    commits, and the diffs — of one file when `path` is given."""
+    path = request.GET.get("path", "")
+    try:
+        with open_store(workspace) as store:
+            detail = history.compare(store, history.require_commit(store, request.GET.get(
+                "base", "")), history.require_commit(store, request.GET.get("head", "")))
+    except BerthError as e:
+        return error_page(request, membership, e)
+    files = [f for f in detail["diff"]["files"] if not path or path in (f["path"],
+                                                                      f["old_path"])]
+    for f in files:
+        f["rows"] = diff_lines(f["patch"])
+    for c in detail["commits"]:
+        c["when"] = datetime.fromtimestamp(c["authored_at"], tz=UTC)
+    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
+           "tab": "history", "clone_url": clone_url(request, workspace), "cmp": detail,
+           "files": files, "path": path}
+    return render(request, "workspaces/compare.html", ctx)
+
+
 # -- settings --------------------------------------------------------------------------
 
 def settings_response(request: HttpRequest, membership: Membership, workspace: Workspace,

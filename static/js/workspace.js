@@ -136,10 +136,22 @@
   }
 
   function failed(code, error) {
-    if (code === 409) {
+    const head = (error.details || {}).head;
+    if (code === 409 && head) {
+      // Show what landed (their commit, against the text this editor was loaded at), and
+      // let the person save over it once they have looked: nothing is lost either way.
+      const compare = `${mount.dataset.compareUrl}?base=${encodeURIComponent(baseCommit)}&head=${encodeURIComponent(head)}&path=${encodeURIComponent(path)}`;
       show("error", `<strong>Not saved: ${escape(branch)} moved</strong> since you opened this file ` +
-        "(someone else committed). Your text is still in the editor: copy it, " +
-        `<a href="">reload</a>, and apply it again. <span class="muted">${escape(error.message || "")}</span>`);
+        `(someone else committed <a class="mono" href="${escape(mount.dataset.commitsUrl + head + "/")}">${escape(head.slice(0, 7))}</a>). ` +
+        `Your text is still in the editor. <a id="see-changes" href="${escape(compare)}" target="_blank" rel="noopener">See what changed</a>, then ` +
+        '<button type="button" class="small" id="save-over">save yours on top of it</button> or reload to start from theirs.');
+      document.getElementById("save-over").addEventListener("click", () => {
+        baseCommit = head;
+        save();
+      });
+    } else if (code === 409) {
+      show("error", `<strong>Not saved:</strong> ${escape(error.message || "the branch moved")} ` +
+        'Your text is still in the editor; <a href="">reload</a> and apply it again.');
     } else if (error.code === "no_changes") {
       show("muted", "Nothing to save: the file is as it was.");
       editor.markSaved();
