@@ -20,7 +20,7 @@ from config.errors import Conflict, Invalid
 def record(team: Team, actor: Actor | None, verb: str, target: str = "",
            workspace: str = "", **detail: Any) -> Activity:
     """Write the audit row of an action; `actor` None means the operator (a command)."""
-    return Activity.objects.create(
+    row = Activity.objects.create(
         team=team,
         user=actor.user if actor else None,
         token=actor.token if actor else None,
@@ -29,6 +29,21 @@ def record(team: Team, actor: Actor | None, verb: str, target: str = "",
         workspace=workspace,
         detail=detail,
     )
+    # Watchers of the team's feed hear of it once it is committed (and only then).
+    transaction.on_commit(lambda: _signal_safely(team.pk, row.pk))
+    return row
+
+
+def _signal_safely(team_id: int, activity_id: int) -> None:
+    """A feed that cannot be told (Redis down) must never undo or fail the action."""
+    import logging
+
+    from accounts import feed
+
+    try:
+        feed.signal(team_id, activity_id)
+    except Exception as e:
+        logging.getLogger(__name__).warning("activity feed not signalled: %r", e)
 
 
 def create_team(slug: str, name: str = "") -> tuple[Team, bool]:

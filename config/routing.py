@@ -1,10 +1,12 @@
 from typing import Any
 
+from accounts.routing import websocket_urlpatterns as activity_websockets
 from previews.routing import websocket_urlpatterns as preview_websockets
 from runner.routing import websocket_urlpatterns as runner_websockets
 
 # Each app appends its consumers' routes here (logs, activity) as they arrive.
-websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets]
+websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets,
+                                    *activity_websockets]
 
 
 def route_by_host(app: Any) -> Any:

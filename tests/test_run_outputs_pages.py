@@ -206,7 +206,7 @@ def test_a_rerun_from_the_page_asks_for_the_env_values_again(
     assert again.rerun_of == run and again.requested_by == cast.carol
     assert (again.env_names, again.secret_names) == (["GREETING"], ["API_KEY"])
     assert (again.commit, again.command, again.limits) == (run.commit, run.command, run.limits)
-    assert len(callbacks) == 1  # the prepare task, sent once the new run is committed
+    assert len(callbacks) == 2  # admission (then the prepare task) and the activity feed
     assert "hey there" not in str(Run.objects.values())
     assert Activity.objects.filter(verb="run.rerun", target=f"run:{again.public_id}").exists()
     html = page(carol, again)

@@ -173,7 +173,8 @@ def test_the_form_queues_a_run_of_the_branch_head_and_opens_its_page(
                                                       "gvisor")
     assert run.limits["timeout_s"] == 30 and run.requested_by == cast.carol
     assert run.state == RunState.QUEUED
-    assert len(callbacks) == 1  # the prepare task, sent only once the run is committed
+    # Admission (which sends the prepare task) and the activity feed: after the commit.
+    assert len(callbacks) == 2
     assert Activity.objects.filter(verb="run.started", target=f"run:{run.public_id}").exists()
     page = carol.get(r["Location"]).content.decode()
     assert "python3 -m unittest -v" in page and "gVisor" not in page

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
+from accounts import feed
 from accounts.access import Actor
 from accounts.models import Membership
 from accounts.views import team_page
@@ -187,8 +188,18 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
         "branch": ref if ref in branches else None, "branches": sorted(branches),
         "path": path, "crumbs": crumbs(path), "folder": folder, "file": file,
         "missing": missing, "entries": entries, "clone_url": clone_url(request, workspace),
+        "activity": recent_activity(workspace),
     }
     return render(request, "workspaces/workspace.html", ctx, status=404 if missing else 200)
+
+
+def recent_activity(workspace: Workspace, count: int = 8) -> dict[str, Any]:
+    """The workspace's last few Activity rows, newest first, and the cursor the page's
+    live feed continues from."""
+    rows = list(workspace.team.activity.filter(workspace=workspace.slug).select_related(
+        "user", "token")[:count])
+    latest = workspace.team.activity.order_by("-id").values_list("id", flat=True).first()
+    return {"rows": [feed.entry(r) for r in rows], "after": latest or 0}
 
 
 @workspace_page

@@ -1,0 +1,66 @@
+"""WebSocket door onto a team's activity: `/ws/t/<team>/activity?after=<id>&workspace=`.
+
+Sends `{"type": "entries", "entries": [...]}` for rows after the cursor, then again as
+new rows are committed. Only signed-in members of the team; anything else closes 4404.
+"""
+
+import asyncio
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from accounts import feed
+from accounts.models import Membership
+
+
+class ActivityConsumer(AsyncJsonWebsocketConsumer):
+    team_id = 0
+    group = ""
+
+    async def connect(self) -> None:
+        query = parse_qs(self.scope["query_string"].decode("latin-1"))
+        self.workspace = (query.get("workspace") or [""])[-1][:30]
+        after = (query.get("after") or ["0"])[-1]
+        self.cursor = int(after) if after.isdigit() else 0
+        self.team_id = await database_sync_to_async(self.authorise)()
+        await self.accept()
+        if not self.team_id:
+            await self.close(code=4404)
+            return
+        self.wake = asyncio.Event()
+        self.group = feed.group_name(self.team_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.pump_task = asyncio.create_task(self.pump())
+
+    def authorise(self) -> int:
+        user = self.scope.get("user")
+        slug = self.scope["url_route"]["kwargs"]["team"]
+        if user is None or not user.is_authenticated:
+            return 0
+        membership = Membership.objects.filter(team__slug=slug, user=user).first()
+        return membership.team_id if membership else 0
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        pass  # nothing to say to the feed
+
+    async def activity_signal(self, message: dict[str, Any]) -> None:
+        self.wake.set()  # only a wake-up: the rows are read from the database
+
+    async def pump(self) -> None:
+        while True:
+            self.wake.clear()
+            rows = await database_sync_to_async(feed.rows_after)(self.team_id, self.cursor,
+                                                                 self.workspace)
+            if rows:
+                self.cursor = rows[-1]["id"]
+                await self.send_json({"type": "entries", "entries": rows})
+                continue  # there may be more than one batch
+            await self.wake.wait()
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "pump_task", None) is not None:
+            self.pump_task.cancel()
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
