@@ -12,6 +12,7 @@ from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -189,6 +190,7 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
         "path": path, "crumbs": crumbs(path), "folder": folder, "file": file,
         "missing": missing, "entries": entries, "clone_url": clone_url(request, workspace),
         "activity": recent_activity(workspace),
+        "retention_days": settings.RUN_RETENTION_DAYS,
     }
     return render(request, "workspaces/workspace.html", ctx, status=404 if missing else 200)
 

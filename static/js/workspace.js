@@ -175,3 +175,37 @@
     if (editor.isDirty()) event.preventDefault();
   });
 })();
+
+// The run box: Ctrl/⌘+Enter runs from anywhere on the page, and the last commands run
+// from this browser come back as suggestions (kept in this browser only).
+(function () {
+  "use strict";
+  const input = document.getElementById("run-command");
+  if (!input) return;
+  const form = input.form;
+  const list = document.getElementById("run-history");
+  const key = input.dataset.historyKey;
+  const KEEP = 15;
+
+  function load() {
+    try { return JSON.parse(localStorage.getItem(key) || "[]"); } catch { return []; }
+  }
+  function show(commands) {
+    list.replaceChildren(...commands.map((c) => Object.assign(document.createElement("option"), { value: c })));
+  }
+  show(load());
+  form.addEventListener("submit", () => {
+    const command = input.value.trim();
+    if (!command) return;
+    const commands = [command, ...load().filter((c) => c !== command)].slice(0, KEEP);
+    try { localStorage.setItem(key, JSON.stringify(commands)); } catch { /* private mode */ }
+    show(commands);
+  });
+  document.addEventListener("keydown", (event) => {
+    if ((event.ctrlKey || event.metaKey) && event.key === "Enter" && !event.defaultPrevented) {
+      event.preventDefault();
+      if (input.value.trim()) form.requestSubmit();
+      else input.focus();
+    }
+  });
+})();
