@@ -145,3 +145,15 @@ def test_a_member_asks_for_a_deploy_from_the_page(signed_in, cast, shop):
     assert "No branch, tag or commit" in r.content.decode()
     assert DeployRequest.objects.count() == 1
     assert signed_in(cast.charlie).post(f"{PAGE}new/", {}).status_code == 404
+
+
+def test_the_dashboard_says_what_is_going_on_in_each_workspace(signed_in, cast, shop, asked):
+    from django.conf import settings
+
+    from runner.models import Run
+
+    for state in ("running", "queued", "succeeded"):
+        Run.objects.create(workspace=shop, ref="main", commit=asked.commit, command="x",
+                           image=settings.SANDBOX_IMAGE, state=state)
+    page = signed_in(cast.carol).get("/t/team-a/").content.decode()
+    assert ">2 runs going</a>" in page and "Deploys to review" in page

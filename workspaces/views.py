@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -107,7 +108,15 @@ def dashboard(request: HttpRequest, membership: Membership) -> HttpResponse:
         else:
             return redirect(page_url(workspace))
     rows = []
-    for workspace in membership.team.workspaces.select_related("team"):
+    # What is going on in each: runs going or waiting, previews up (by related names:
+    # workspaces never imports the apps that own them).
+    going = ("queued", "preparing", "running")
+    workspaces = membership.team.workspaces.select_related("team").annotate(
+        running=Count("runs", filter=Q(runs__state__in=going, runs__purpose="run"),
+                      distinct=True),
+        previewing=Count("previews", filter=Q(previews__state__in=("starting", "ready"),
+                                              previews__kind="preview"), distinct=True))
+    for workspace in workspaces:
         with open_store(workspace) as store:
             head = store.branch_head(workspace.default_branch)
             rows.append({"workspace": workspace, "last": summary(store, head) if head else None,
