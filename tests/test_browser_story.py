@@ -40,6 +40,13 @@ def test_carol_edits_saves_runs_and_previews_her_change(berth_server, run_stack,
             page.click(".cm-content")
             page.keyboard.press("Control+s")
             page.wait_for_selector("#save-status.ok")
+        # Both files stay open as tabs; the current one is marked.
+        tabs = page.locator(".file-tabs .file-tab a")
+        assert tabs.all_inner_texts() == ["app.py", "test_app.py"]
+        assert page.locator(".file-tab.current a").inner_text() == "test_app.py"
+        page.click(".file-tabs a:text-is('app.py')")
+        page.wait_for_url("**path=app.py")
+        assert "Ahoy, " in page.evaluate("window.berthEditor.getText()")
         page.click(".tabs a:text-is('History')")
         assert "Say ahoy in test_app.py" in page.inner_text("main")
         assert "Say ahoy in app.py" in page.inner_text("main")

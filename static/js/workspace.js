@@ -209,3 +209,57 @@
     }
   });
 })();
+
+// Tabs of the files opened in this browser tab (per workspace and ref): each a link
+// that opens the file, the current one marked, with a button that closes it. The
+// editor holds one file at a time: a tab with unsaved text warns before it leaves.
+(function () {
+  "use strict";
+  const bar = document.querySelector(".file-tabs[data-tabs-key]");
+  if (!bar) return;
+  const key = bar.dataset.tabsKey;
+  const current = bar.dataset.current;
+  const MAX = 12;
+
+  function load() {
+    try { return JSON.parse(sessionStorage.getItem(key) || "[]"); } catch { return []; }
+  }
+  function store(paths) {
+    try { sessionStorage.setItem(key, JSON.stringify(paths)); } catch { /* private mode */ }
+  }
+  let paths = load();
+  if (current && !paths.includes(current)) paths = [...paths, current].slice(-MAX);
+  store(paths);
+
+  function render() {
+    bar.replaceChildren();
+    for (const path of paths) {
+      const tab = document.createElement("span");
+      tab.className = "file-tab" + (path === current ? " current" : "");
+      const link = document.createElement("a");
+      link.href = bar.dataset.pageUrl + encodeURIComponent(path);
+      link.textContent = path.split("/").pop();
+      link.title = path;
+      if (path === current) link.setAttribute("aria-current", "page");
+      const close = document.createElement("button");
+      close.type = "button";
+      close.className = "close";
+      close.textContent = "×";
+      close.setAttribute("aria-label", `Close ${path}`);
+      close.addEventListener("click", () => {
+        paths = paths.filter((p) => p !== path);
+        store(paths);
+        if (path === current) {
+          location.href = paths.length ? bar.dataset.pageUrl + encodeURIComponent(paths[paths.length - 1])
+            : bar.dataset.pageUrl.replace(/&path=$/, "");
+        } else {
+          render();
+        }
+      });
+      tab.append(link, close);
+      bar.append(tab);
+    }
+    bar.hidden = paths.length === 0;
+  }
+  render();
+})();
