@@ -59,6 +59,22 @@ def timings(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
+def phase_bar(run: Run) -> list[dict[str, Any]]:
+    """The run's time split into phases, as shares of the whole for a small bar: waiting
+    (for a slot and a worker), preparing (sandbox and source), setup, the command."""
+    end = run.finished_at or timezone.now()
+    edges = [("waiting", run.queued_at, run.started_at),
+             ("preparing", run.started_at, run.hydrated_at),
+             ("setup", run.hydrated_at, run.setup_done_at if run.setup_done_at and
+              run.setup_done_at > (run.hydrated_at or end) else None),
+             ("command", run.process_started_at, run.finished_at or (
+                 end if run.process_started_at else None))]
+    spans = [(name, (b - a).total_seconds()) for name, a, b in edges if a and b and b > a]
+    total = sum(s for _, s in spans) or 1.0
+    return [{"phase": name, "seconds": round(s, 2), "percent": round(100 * s / total, 1)}
+            for name, s in spans]
+
+
 def isolation_rows(iso: dict[str, Any]) -> list[tuple[str, str]]:
     """What the engine says applied, in words; empty until the sandbox exists."""
     if not iso:
@@ -114,7 +130,8 @@ def run_context(run: Run, workspace: Workspace, rerun_error: str = "",
     return {"run": run, "run_urls": urls,
             "waiting": queue["message"] if queue else WAITING.get(RunState(run.state), ""),
             "log_start": log_start,
-            "timings": timings(run), "limits": limit_rows(run.limits),
+            "timings": timings(run), "phases": phase_bar(run),
+            "limits": limit_rows(run.limits),
             "isolation": isolation_rows(run.isolation), "who": requested_by(run),
             "total": took(run.queued_at, run.finished_at or timezone.now()),
             "ws_path": f"/ws/runs/{run.public_id}/logs", **sections(run, workspace),

@@ -115,6 +115,9 @@ def test_the_run_page_shows_what_ran_how_it_ended_and_what_applied(carol, cast, 
                  "Finished"):
         assert f"<th>{step}</th>" in html
     assert "+1.30 s" in html and "+12.3 s" in html
+    # The phase bar: where the time went, as shares of the whole.
+    assert 'class="phase-bar" role="img" aria-label="waiting 0.2 s, preparing 1.3 s, ' \
+        'command 12.3 s"' in html
     # Isolation, as the engine reported it.
     for label, value in [("Runtime", "runsc"), ("User", "1000:1000"),
                          ("Capabilities", "dropped ALL"), ("Seccomp", "default"),
