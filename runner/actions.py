@@ -152,6 +152,29 @@ def stop_service(run: Run, reason: str, who: str) -> None:
         run.finish(state, reason, message)
 
 
+def commit_run_changes(run: Run, actor: Actor) -> str:
+    """Commit what a finished run changed, afterwards, as it would have been with
+    `commit_changes`: one commit on `runs/<id>` from the run's commit. Once only."""
+    from runner.ending import commit_tree
+
+    _only_runs(run)
+    if run.is_active:
+        raise Conflict("The run is still going; its changes are known once it ends.")
+    if run.changes_commit:
+        raise Conflict(f"Already committed as {run.changes_commit[:12]} on "
+                       f"{run.changes_branch}.", {"sha": run.changes_commit},
+                       code="already_committed")
+    tree = (run.changes or {}).get("tree")
+    if not tree:
+        raise Conflict("This run changed no files (or its changes were not read back), so "
+                       "there is nothing to commit.", code="no_changes")
+    with open_store(run.workspace) as store:
+        sha = commit_tree(store, run, tree.encode(), actor)
+    Run.objects.filter(pk=run.pk).update(changes_commit=sha)
+    run.changes_commit = sha
+    return sha
+
+
 def _only_runs(run: Run) -> None:
     """A preview's, a release's or a build's process is its owner's to stop or repeat."""
     if run.purpose != "run":

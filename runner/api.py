@@ -67,6 +67,16 @@ def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
     return {**actions.run_summary(run), "egress": actions.egress_summary(run, EVENTS_SHOWN)}
 
 
+@router.post("/runs/{run_id}/commit-changes",
+             summary="Commit what a finished run changed, on the branch runs/<id>")
+def commit_changes(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    actor = actor_of(request)
+    run = access_run(actor, run_id)
+    actor.require_scope("workspace:write")
+    actions.commit_run_changes(run, actor)
+    return actions.run_summary(run)
+
+
 @router.get("/runs/{run_id}/egress", summary="Every connection the run's sandbox tried")
 def egress_events(request: HttpRequest, run_id: str) -> dict[str, Any]:
     run = access_run(actor_of(request), run_id)

@@ -113,10 +113,14 @@ def _outputs(run: Run) -> dict[str, Any]:
         changes["error"] = f"The run's files could not be read back ({type(e).__name__})."
         return {"changes": changes}
     sha = ""
+    if out.tree:
+        # The tree is in the repository's objects already: "commit these changes" can
+        # make the commit later, from the run's page or the API.
+        out.changes["tree"] = out.tree.decode()
     if run.commit_changes and out.tree:
         try:
             with open_store(run.workspace) as store:
-                sha = _commit(store, run, out)
+                sha = commit_tree(store, run, out.tree)
         except Exception as e:
             # The changes and artifacts are still reported: only the commit is missing.
             log.exception("run %s: committing its changes failed", run.public_id)
@@ -126,21 +130,21 @@ def _outputs(run: Run) -> dict[str, Any]:
             "artifacts_refused": out.refused, "changes_commit": sha}
 
 
-def _commit(store: Any, run: Run, out: outputs.Outputs) -> str:
+def commit_tree(store: Any, run: Run, tree: bytes, actor: Actor | None = None) -> str:
     """The run's changes as one commit on a new branch `runs/<id>`, authored by the run
-    on behalf of whoever asked for it."""
+    on behalf of whoever asked for it (or `actor`, committing them afterwards)."""
     asked = run.token.name if run.token else (run.requested_by.username
                                               if run.requested_by else "someone")
     email = (run.requested_by.email if run.requested_by else "") or "runs@berth.invalid"
     first_line = run.command.strip().splitlines()[0][:72] if run.command.strip() else ""
     with store.write_lock():
-        sha = store.make_commit(out.tree, [run.commit],
+        sha = store.make_commit(tree, [run.commit],
                                 Author(f"run {run.public_id} (asked by {asked})", email),
                                 f"Changes from run {run.public_id}\n\n$ {first_line}")
         store.advance(run.changes_branch, None, sha)
-    if run.requested_by is not None:
+    by = actor or (Actor(run.requested_by, run.token) if run.requested_by else None)
+    if by is not None:
         with transaction.atomic():
-            record(run.workspace.team, Actor(run.requested_by, run.token),
-                   "run.changes_committed", f"commit:{sha[:12]}", run.workspace.slug,
-                   run=run.public_id, branch=run.changes_branch)
+            record(run.workspace.team, by, "run.changes_committed", f"commit:{sha[:12]}",
+                   run.workspace.slug, run=run.public_id, branch=run.changes_branch)
     return sha

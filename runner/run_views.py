@@ -5,6 +5,7 @@ person may not see), the file through `open_artifact` (only listed paths), the r
 through `actions.rerun` (the same rules and Activity row as the API).
 """
 
+from django.contrib import messages
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -53,3 +54,18 @@ def rerun(request: HttpRequest, membership: Membership, workspace: Workspace,
                **run_context(run, workspace, e.message, e.details.get("missing") or [])}
         return vary(render(request, "runner/run.html", ctx, status=e.status))
     return vary(redirect(run_urls(workspace, new)["page"]))
+
+
+@require_POST
+@workspace_page
+def commit_changes(request: HttpRequest, membership: Membership, workspace: Workspace,
+                   run_id: str) -> HttpResponse:
+    """Commit a finished run's changes to `runs/<id>`, then back to its page."""
+    run = run_of(membership, workspace, run_id)
+    try:
+        sha = actions.commit_run_changes(run, Actor(membership.user))
+    except BerthError as e:
+        messages.error(request, e.message)
+    else:
+        messages.success(request, f"Committed as {sha[:12]} on {run.changes_branch}.")
+    return redirect(run_urls(workspace, run)["page"])

@@ -10,6 +10,8 @@ urlpatterns = [
     path(W + "runs/<str:run_id>/", views.run_page, name="workspace-run"),
     path(W + "runs/<str:run_id>/cancel/", views.cancel, name="workspace-run-cancel"),
     path(W + "runs/<str:run_id>/rerun/", run_views.rerun, name="workspace-run-rerun"),
+    path(W + "runs/<str:run_id>/commit-changes/", run_views.commit_changes,
+         name="workspace-run-commit-changes"),
     path(W + "runs/<str:run_id>/artifacts/<path:path>", run_views.artifact,
          name="workspace-run-artifact"),
     path(W + "caches/", cache_views.caches_page, name="workspace-caches"),

@@ -144,7 +144,8 @@ def run_urls(workspace: Workspace, run: Run) -> dict[str, str]:
     args = [workspace.team.slug, workspace.slug, run.public_id]
     return {"page": reverse("workspace-run", args=args),
             "cancel": reverse("workspace-run-cancel", args=args),
-            "rerun": reverse("workspace-run-rerun", args=args)}
+            "rerun": reverse("workspace-run-rerun", args=args),
+            "commit_changes": reverse("workspace-run-commit-changes", args=args)}
 
 
 def page_context(request: HttpRequest, membership: Membership, workspace: Workspace

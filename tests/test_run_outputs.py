@@ -110,6 +110,27 @@ def test_commit_changes_puts_a_formatters_rewrite_on_a_runs_branch(agent, shop):
     assert "+    return f\"Howdy" in detail["diff"]["files"][0]["patch"]
 
 
+def test_the_changes_of_a_finished_run_can_be_committed_afterwards_once(agent, shop, cast,
+                                                                        signed_in):
+    done = agent.wait(agent.run("sed -i 's/Hello/Howdy/' app.py"))
+    assert done["state"] == "succeeded" and done["changes_commit"] is None
+    page = signed_in(cast.carol).get(f"/t/team-a/w/shop/runs/{done['id']}/").content.decode()
+    assert "Commit these changes" in page
+    # A token needs workspace:write for it; carol's agent has it.
+    r = agent.client.post(f"/api/v1/runs/{done['id']}/commit-changes", **agent.headers)
+    assert r.status_code == 200, r.content
+    committed = r.json()["changes_commit"]
+    assert committed["branch"] == f"runs/{done['id']}"
+    detail = agent.get(f"/workspaces/shop/commits/{committed['sha']}").json()
+    assert detail["parents"] == [done["commit"]]
+    assert "+    return f\"Howdy" in detail["diff"]["files"][0]["patch"]
+    again = agent.client.post(f"/api/v1/runs/{done['id']}/commit-changes", **agent.headers)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "already_committed"
+    nothing = agent.wait(agent.run("true"))
+    r = agent.client.post(f"/api/v1/runs/{nothing['id']}/commit-changes", **agent.headers)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "no_changes"
+
+
 def test_artifacts_are_kept_byte_for_byte_and_links_fifos_and_oversize_refused(agent, shop,
                                                                                cast):
     commit(shop, cast, {"workspace.toml": TOML_WITH_ARTIFACTS})
