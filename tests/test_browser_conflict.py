@@ -53,11 +53,12 @@ def test_the_second_save_sees_what_landed_and_can_save_on_top(berth_server, cast
         assert "+# carol was here" in diff.inner_text(".diff").replace("\n", "")
         assert "app.py" in diff.inner_text("main")
         OUTPUT.mkdir(parents=True, exist_ok=True)
-        bob.screenshot(path=str(OUTPUT / "conflict.png"))
+        bob.screenshot(path=str(OUTPUT / "conflict-told.png"))
 
         bob.click("#save-over")
         bob.wait_for_selector("#save-status.ok")
         assert bob.is_hidden("#dirty")
+        bob.screenshot(path=str(OUTPUT / "conflict.png"))
 
     with open_store(workspace) as store:
         head = store.branch_head("main")
