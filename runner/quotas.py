@@ -156,6 +156,17 @@ def admit() -> list[int]:
     return admitted
 
 
+def cpu_weight(run: Run) -> int:
+    """The CPU weight of a run's container, for when the host's cores are contended: a
+    team with runs waiting (a flood) gets less per container, the more it has waiting,
+    so another team's few runs keep most of their speed. Idle cores are used all the
+    same (a weight only matters under contention)."""
+    if run.purpose != "run":
+        return 1024
+    waiting = _waiting(run.workspace.team).count()
+    return max(64, 1024 // (1 + waiting))
+
+
 def queue_position(run: Run) -> dict[str, Any] | None:
     """For a run still waiting for admission: its place in its team's queue and why it
     waits. None once it is admitted (or ended)."""

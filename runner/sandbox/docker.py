@@ -55,7 +55,8 @@ def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
     return labels
 
 
-def _host_config(run: Run, runtime: str, deps: Mount | None = None) -> dict[str, Any]:
+def _host_config(run: Run, runtime: str, deps: Mount | None = None,
+                 cpu_shares: int | None = None) -> dict[str, Any]:
     """Every hardening setting of DESIGN.md. A release build alone has a writable root
     layer (what it leaves in /app becomes the release image), and it and a release have
     no /workspace: their source is in /app of the image."""
@@ -74,6 +75,8 @@ def _host_config(run: Run, runtime: str, deps: Mount | None = None) -> dict[str,
         mem_limit=memory,
         memswap_limit=memory,  # no swap: past the limit is an OOM kill, not a crawl
         nano_cpus=int(float(limits["cpus"]) * 1e9),
+        # The CPU weight under contention (runner.quotas.cpu_weight); None: the default.
+        **({"cpu_shares": cpu_shares} if cpu_shares else {}),
         pids_limit=int(limits["pids"]),
         ulimits=[Ulimit(name="nofile", soft=int(limits["nofile"]), hard=int(limits["nofile"])),
                  # No single file may be bigger than the whole disk allowance.
@@ -179,6 +182,9 @@ def prepare_and_start(run: Run, env: dict[str, str],
     if runtime not in engine_runtimes() and runtime not in engine_runtimes(fresh=True):
         raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
     setup, deps = _deps(run, image_id)
+    from runner.quotas import cpu_weight
+
+    shares = cpu_weight(run)
     in_app = run.purpose in ("build", "release")
     if not in_app:
         engine().volumes.create(run.container_name, labels=_labels(run))
@@ -189,11 +195,12 @@ def prepare_and_start(run: Run, env: dict[str, str],
         first = engine().containers.create(
             run.image, _command(run, setup["command"]), name=run.setup_container_name,
             labels=_labels(run, phase="setup"), environment=_proxy_env(run),
-            **_host_config(run, runtime, Mount("/deps", setup["volume"], type="volume")))
+            **_host_config(run, runtime, Mount("/deps", setup["volume"], type="volume"),
+                           shares))
     main = engine().containers.create(
         run.image, _command(run, run.command), name=run.container_name,
         labels=_labels(run, phase="main"), environment={**env, **_proxy_env(run)},
-        **_host_config(run, runtime, deps))
+        **_host_config(run, runtime, deps, shares))
     first = first or main
     if setup.get("hit"):
         _check_cache_volume(setup["volume"])
@@ -305,6 +312,7 @@ def _isolation(container: Any, run: Run) -> dict[str, Any]:
         "network": host.get("NetworkMode"),
         "memory_bytes": host.get("Memory"),
         "nano_cpus": host.get("NanoCpus"),
+        "cpu_shares": host.get("CpuShares") or 1024,
         "pids_limit": host.get("PidsLimit"),
         "ulimits": {u["Name"]: u["Hard"] for u in host.get("Ulimits") or []},
         "mounts": [{"target": m.get("Target"), "type": m.get("Type")}
