@@ -73,8 +73,13 @@ def test_a_team_at_its_limit_waits_while_another_teams_run_goes(agents, cast):
         # Never more than two of A's at once.
         assert Run.objects.filter(workspace__team=cast.team_a, admitted_at__isnull=False,
                                   state__in=["preparing", "running"]).count() <= 2
-        # Under contention the flood's containers weigh less than the single run's.
-        assert row(floods[0]).isolation["cpu_shares"] < b_row.isolation["cpu_shares"] == 1024
+        # Under contention the flood's containers weigh less than the single run's: A's
+        # third run is prepared once a slot of A's frees, with seven of A's still waiting.
+        deadline = time.monotonic() + 60
+        while "cpu_shares" not in row(floods[2]).isolation:
+            assert time.monotonic() < deadline, "A's third run was never prepared"
+            time.sleep(0.1)
+        assert row(floods[2]).isolation["cpu_shares"] < b_row.isolation["cpu_shares"] == 1024
         # Within a team, first come first served: the admitted ones are the oldest.
         admitted = [r.admitted_at is not None for r in map(row, floods)]
         assert admitted == sorted(admitted, reverse=True)
