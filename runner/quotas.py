@@ -112,6 +112,11 @@ def admit() -> list[int]:
     from runner.tasks import prepare_run
 
     admitted: list[int] = []
+    # Nothing waits (the common case, and every reconcile): no transaction and no lock,
+    # so a frequent caller never holds locks another process's bulk statement needs.
+    if not Run.objects.filter(purpose="run", state=RunState.QUEUED,
+                              admitted_at=None).exists():
+        return admitted
     with transaction.atomic():
         lock()
         active = dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
