@@ -5,6 +5,7 @@ new rows are committed. Only signed-in members of the team; anything else closes
 """
 
 import asyncio
+import contextlib
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -13,6 +14,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts import feed
 from accounts.models import Membership
+
+RECHECK_S = 2.0  # as runner.waiting's: the longest a lost signal can delay a look
 
 
 class ActivityConsumer(AsyncJsonWebsocketConsumer):
@@ -57,7 +60,10 @@ class ActivityConsumer(AsyncJsonWebsocketConsumer):
                 self.cursor = rows[-1]["id"]
                 await self.send_json({"type": "entries", "entries": rows})
                 continue  # there may be more than one batch
-            await self.wake.wait()
+            # A signal is only a wake-up, sent without waiting: one lost (a process gone
+            # mid-send) delays the next look by RECHECK_S, never forever.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), RECHECK_S)
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "pump_task", None) is not None:

@@ -4,10 +4,8 @@ nothing, as with run logs)."""
 
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-
 from accounts.models import Activity
+from config import fanout
 
 
 def group_name(team_id: int) -> str:
@@ -15,10 +13,8 @@ def group_name(team_id: int) -> str:
 
 
 def signal(team_id: int, activity_id: int) -> None:
-    layer = get_channel_layer()
-    if layer is not None:
-        async_to_sync(layer.group_send)(group_name(team_id),
-                                        {"type": "activity.signal", "id": activity_id})
+    """Wake the team's feed watchers (in the background: the caller does not wait)."""
+    fanout.group_send(group_name(team_id), {"type": "activity.signal", "id": activity_id})
 
 
 def entry(row: Activity) -> dict[str, Any]:

@@ -81,9 +81,9 @@ def main() -> None:
 
     def berth_echo() -> dict:
         run = call("POST", "/api/v1/workspaces/app/runs", {"command": "echo hi"})
+        # As a client would: one request that waits for the end (woken by its signal).
         while run["state"] in ("queued", "preparing", "running"):
-            time.sleep(0.005)
-            run = call("GET", f"/api/v1/runs/{run['id']}")
+            run = call("GET", f"/api/v1/runs/{run['id']}?wait=60")
         logs = call("GET", f"/api/v1/runs/{run['id']}/logs")
         assert run["state"] == "succeeded" and logs["complete"], (run, logs)
         assert [e["text"] for e in logs["entries"] if e["stream"] != "system"] == ["hi"], logs

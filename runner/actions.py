@@ -252,7 +252,9 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
         if run.purpose != "run":
             transaction.on_commit(lambda: prepare_run.delay(run.pk))
         else:
-            transaction.on_commit(quotas.admit)
+            # In this transaction, under the lock already held: one round of admission
+            # less per request, and the prepare task is sent the moment this commits.
+            quotas.admit()
     return run
 
 

@@ -195,20 +195,29 @@ class Agent:
             return
         self.finalizing.add(container)
         try:
+            # The exit code and OOM flag are final once the container died: read them
+            # while the log drains.
+            reading = asyncio.ensure_future(asyncio.to_thread(sandbox.finalize_facts,
+                                                              container))
+            outputs = (asyncio.ensure_future(_thread(ending.early_outputs)(run_id))
+                       if phase != "setup" else None)
             follower = self.followers.get(container)
             if follower is not None:
                 # The end is written only once the whole log is stored, however long a
                 # flood takes to drain: a run's log is complete when the run is.
                 await asyncio.to_thread(follower.done.wait)
-            facts = await asyncio.to_thread(sandbox.finalize_facts, container)
+            facts = await reading
             if facts is not None and facts.get("running"):
+                if outputs is not None:
+                    outputs.cancel()
                 return  # restarted meanwhile: not an exit
             if phase == "setup" and await _thread(ending.end_setup)(run_id, facts):
                 await asyncio.to_thread(sandbox.remove_sandbox, container)
             else:
                 if phase != "setup":
-                    await _thread(ending.end_run)(run_id, facts,
-                                                  follower.bytes if follower else None)
+                    await _thread(ending.end_run)(
+                        run_id, facts, follower.bytes if follower else None,
+                        outputs=await outputs if outputs is not None else None)
                 run = await _db(lambda: Run.objects.filter(public_id=run_id).first())()
                 if run is not None:
                     await _thread(sandbox.remove_run)(run)

@@ -2,14 +2,16 @@
 
 from typing import Any
 
+from channels.db import database_sync_to_async
 from django.http import FileResponse, HttpRequest
-from ninja import Field, Router, Schema, Status
+from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
 from runner import actions, quotas
 from runner.access import access_run
 from runner.artifacts import open_artifact
 from runner.models import Run
+from runner.waiting import MAX_WAIT_S, wait_for_end
 from workspaces.api import actor_of, workspace_for
 
 router = Router(tags=["runs"])
@@ -61,10 +63,21 @@ def usage(request: HttpRequest) -> dict[str, Any]:
     return quotas.usage(token.team)
 
 
-@router.get("/runs/{run_id}", summary="One run: inputs, state, outcome, timings")
-def get_run(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    run = access_run(actor_of(request), run_id)
-    return {**actions.run_summary(run), "egress": actions.egress_summary(run, EVENTS_SHOWN)}
+@router.get("/runs/{run_id}", summary="One run: inputs, state, outcome, timings; with "
+            "?wait=N, first waits up to N seconds (max 120) for it to end")
+async def get_run(request: HttpRequest, run_id: str,
+                  wait: int = Query(0, ge=0, le=MAX_WAIT_S)) -> dict[str, Any]:
+    # Async so that a client's wait (instead of polling) holds no thread of Django's.
+    actor = actor_of(request)
+    run = await database_sync_to_async(access_run)(actor, run_id)
+    await wait_for_end(run.public_id, wait)
+
+    def summary() -> dict[str, Any]:
+        run.refresh_from_db()
+        return {**actions.run_summary(run),
+                "egress": actions.egress_summary(run, EVENTS_SHOWN)}
+
+    return await database_sync_to_async(summary)()
 
 
 @router.post("/runs/{run_id}/commit-changes",

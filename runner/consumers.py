@@ -7,6 +7,7 @@ answer (4404 for a run the caller may not see, whoever's it is).
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -21,6 +22,7 @@ from config.errors import BerthError, Invalid, NotFound
 from runner import logstore
 from runner.access import access_run
 from runner.models import Run
+from runner.waiting import RECHECK_S
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,10 @@ class RunLogConsumer(AsyncJsonWebsocketConsumer):
                                           "reason": run.reason, "exit_code": run.exit_code})
                     await self.close()
                     return
-                await self.wake.wait()
+                # A signal is only a wake-up, sent without waiting: one lost (a process gone
+                # mid-send) delays the next look by RECHECK_S, never forever.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), RECHECK_S)
         except Exception:
             log.exception("streaming the log of run %s failed", self.run_id)
             await self.close(code=1011)

@@ -64,9 +64,22 @@ def end_setup(run_id: str, facts: dict[str, Any] | None) -> bool:
     return sandbox.start_main(run)  # False if gone: the reconcile marks the run lost
 
 
+def early_outputs(run_id: str) -> dict[str, Any] | None:
+    """A stopped run's changes and artifacts, read while its log still drains (its files
+    are final once its container died), for `end_run`. None where that has nothing to
+    read, or where reading has a lasting effect (a commit of the changes): those are
+    read by `end_run` itself, once the end is certain."""
+    run = Run.objects.select_related("workspace__team", "requested_by", "token").filter(
+        public_id=run_id).first()
+    if run is None or not run.is_active or run.purpose != "run" or run.commit_changes:
+        return None
+    return _outputs(run)
+
+
 def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = None,
-            read_outputs: bool = True) -> None:
-    """Write the one terminal state of a run whose container exited, with its outputs."""
+            read_outputs: bool = True, outputs: dict[str, Any] | None = None) -> None:
+    """Write the one terminal state of a run whose container exited, with its outputs
+    (`outputs`: as `early_outputs` read them already)."""
     run = Run.objects.select_related("workspace__team", "requested_by", "token").filter(
         public_id=run_id).first()
     if run is None or not run.is_active:
@@ -81,7 +94,7 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
     if log_bytes is not None:
         fields["log_bytes"] = log_bytes
     if read_outputs and facts is not None and run.purpose == "run":
-        fields.update(_outputs(run))
+        fields.update(outputs if outputs is not None else _outputs(run))
     if run.purpose == "build" and reason == "exit_zero" and facts is not None:
         # Committed before the end is written: whoever follows the build's end (the
         # deploy) finds the image there. The container is removed only after this.

@@ -110,7 +110,6 @@ class Follower(threading.Thread):
     def run(self) -> None:
         writer = logstore.LogWriter(self.run_id)
         try:
-            self.masker = self._masker()
             self._follow(writer)
         except Exception:
             log.exception("following %s failed", self.container)
@@ -149,6 +148,9 @@ class Follower(threading.Thread):
             return
         # A quiet command is not a dead connection: no read timeout while following.
         api._disable_socket_timeout(api._get_raw_response_socket(response))
+        # Asked for only now: the engine takes a while to answer the request above
+        # (longer than a short command runs), and nothing is read before this.
+        self.masker = self._masker()
         signalled_at = 0.0
         writer.batching = True
         for frame in _frames(_blocks(response)):

@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+
+from config import fanout
 
 STREAMS = ("stdout", "stderr", "system")
 # json's own C string escaper: an entry is built by hand around it, several times faster
@@ -281,8 +282,9 @@ def _read_lines(run_public_id: str, after: int, limit: int = 1000,
 
 
 def signal(run_public_id: str, seq: int) -> None:
-    """Tell the run's watchers there are entries up to `seq` (from sync code)."""
-    async_to_sync(asignal)(run_public_id, seq)
+    """Tell the run's watchers there are entries up to `seq` (from sync code; sent in
+    the background, the caller does not wait)."""
+    fanout.group_send(group_name(run_public_id), {"type": "log.signal", "seq": seq})
 
 
 async def asignal(run_public_id: str, seq: int) -> None:

@@ -1,14 +1,10 @@
 """MCP tools onto runs: run a command and get its contract back in one call, read its
-log, cancel it. Waits are asynchronous: on the run's channel-layer group (the log
-store's signal), re-reading the run on each signal, so one agent's wait holds no
+log, cancel it. Waits are asynchronous (runner.waiting), so one agent's wait holds no
 thread of Django's."""
 
-import asyncio
-import contextlib
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from pydantic import BaseModel, Field
 
 from config.mcp import Ctx, actor_of, tool
@@ -16,10 +12,10 @@ from runner import actions, logstore
 from runner.access import access_run
 from runner.logs_api import log_page
 from runner.models import Run
+from runner.waiting import MAX_WAIT_S, wait_for_end
 from workspaces.mcp import workspace_for
 
 TAIL = 200
-MAX_WAIT_S = 120
 
 
 class LogEntry(BaseModel):
@@ -69,33 +65,6 @@ def run_out(run: Run) -> RunOut:
         cursor=tail[-1]["seq"] if tail else count, changes=run.changes,
         artifacts=summary["artifacts"],
         web_url=f"/t/{run.workspace.team.slug}/w/{run.workspace.slug}/runs/{run.public_id}/")
-
-
-async def wait_for_end(public_id: str, seconds: float) -> None:
-    """Until the run is terminal or `seconds` pass, woken by its log group's signals
-    (every new entry and the end are signalled; the row is re-read each time)."""
-    if seconds <= 0:
-        return
-    layer = get_channel_layer()
-    assert layer is not None
-    channel = await layer.new_channel()
-    group = logstore.group_name(public_id)
-    await layer.group_add(group, channel)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    try:
-        while True:
-            active = await database_sync_to_async(
-                Run.objects.filter(public_id=public_id, state__in=(
-                    "queued", "preparing", "running")).exists)()
-            left = deadline - loop.time()
-            if not active or left <= 0:
-                return
-            # A signal wakes us; the short cap re-checks in case one was dropped.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(layer.receive(channel), min(left, 2.0))
-    finally:
-        await layer.group_discard(group, channel)
 
 
 def _reload(public_id: str) -> Run:

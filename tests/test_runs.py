@@ -183,6 +183,25 @@ def test_cancel_stops_a_running_run(agent):
     assert no_container_left(done)
 
 
+def test_a_client_can_wait_for_the_end_instead_of_polling(agent):
+    run = agent.run("echo started; sleep 2; echo done")
+    assert agent.get(f"/runs/{run['id']}").json()["state"] not in TERMINAL  # no wait
+    # One request that returns when the run has ended (woken by the end's signal).
+    done = agent.get(f"/runs/{run['id']}?wait=60").json()
+    assert (done["state"], done["exit_code"]) == ("succeeded", 0)
+    assert agent.output(done) == ["started", "done"]
+    # A wait shorter than the run returns the run as it is then.
+    long = agent.run("sleep 300")
+    still = agent.get(f"/runs/{long['id']}?wait=1").json()
+    assert still["state"] in ("queued", "preparing", "running")
+    agent.client.post(f"/api/v1/runs/{long['id']}/cancel", **agent.headers)
+    # Past the maximum, or negative: the one error shape, saying what is allowed.
+    for bad in ("121", "-1", "soon"):
+        r = agent.get(f"/runs/{run['id']}?wait={bad}")
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid", r.content
+    assert agent.get("/runs/nope?wait=5").status_code == 404
+
+
 def wait_for_output(agent, run, text: str, timeout: float = 60) -> bool:
     """True once a log line equal to `text` is readable through the API."""
     deadline = time.monotonic() + timeout

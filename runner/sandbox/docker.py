@@ -4,6 +4,7 @@ Source goes in with `put_archive` into the per-run volume of a created, not yet
 started container (VERIFIED.md: the only place that works with a read-only root).
 """
 
+import concurrent.futures
 import contextlib
 import os
 import time
@@ -24,6 +25,8 @@ from workspaces.archive import tree_tarball
 from workspaces.store import open_store
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
+# Engine calls a run's preparation makes side by side (each waits on the engine).
+_BACKGROUND = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="sandbox")
 
 
 class SandboxError(Exception):
@@ -176,18 +179,28 @@ def prepare_and_start(run: Run, env: dict[str, str],
         return True
     for container in existing:
         remove_sandbox(container.name)
-    image_id = _check_image(run)
-    runtime = RUNTIMES[run.runtime]
-    # A miss is asked again: only a runtime seen registered is trusted from the cache.
-    if runtime not in engine_runtimes() and runtime not in engine_runtimes(fresh=True):
-        raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
-    setup, deps = _deps(run, image_id)
-    from runner.quotas import cpu_weight
-
-    shares = cpu_weight(run)
     in_app = run.purpose in ("build", "release")
+    volume = None
     if not in_app:
-        engine().volumes.create(run.container_name, labels=_labels(run))
+        # The engine answers two calls at once: the volume is made while the image is
+        # checked (a refused image's volume goes with the run's cleanup).
+        volume = _BACKGROUND.submit(engine().volumes.create, run.container_name,
+                                    labels=_labels(run))
+    try:
+        image_id = _check_image(run)
+        runtime = RUNTIMES[run.runtime]
+        # A miss is asked again: only a runtime seen registered is trusted from the cache.
+        if runtime not in engine_runtimes() and runtime not in engine_runtimes(fresh=True):
+            raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
+        setup, deps = _deps(run, image_id)
+        from runner.quotas import cpu_weight
+
+        shares = cpu_weight(run)
+    finally:
+        if volume is not None:  # made before any cleanup after a refusal looks for it
+            concurrent.futures.wait([volume])
+    if volume is not None:
+        volume.result()  # the engine's own error, if making it failed
     first = None
     if setup.get("hit") is False:
         # No env and no secrets: what setup leaves is shared by later runs of the key,

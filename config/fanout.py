@@ -1,0 +1,72 @@
+"""Wake-up signals to channel-layer groups from sync code, without waiting for them.
+
+Every signal Berth sends ("run X has entries up to N", "activity row N") is only a
+wake-up: readers re-read the files or rows themselves, and re-check on their own after
+a short while, so a signal that is late or lost delays nothing past that. Sending one
+with `async_to_sync` cost a fresh event loop, and with it a fresh Redis connection, on
+every call (3-5 ms, in the middle of a request or of a run's start). Here they go
+through one long-lived event loop per process, on a thread of its own, and the caller
+goes on at once. Pending sends are given a moment to go out when the process exits.
+"""
+
+import asyncio
+import atexit
+import concurrent.futures
+import logging
+import os
+import threading
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+EXIT_DRAIN_S = 2.0
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_pid = 0
+_pending: set[concurrent.futures.Future[Any]] = set()
+
+
+def _sender_loop() -> asyncio.AbstractEventLoop:
+    """This process's sending loop, started on first use (and again after a fork: a
+    child inherits the variable, never the thread)."""
+    global _loop, _loop_pid
+    with _lock:
+        if _loop is None or _loop_pid != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="channel-signals",
+                             daemon=True).start()
+            if _loop is None:
+                atexit.register(drain)
+            _loop, _loop_pid = loop, os.getpid()
+            _pending.clear()
+        return _loop
+
+
+def group_send(group: str, message: dict[str, Any]) -> None:
+    """Send `message` to `group` soon; never raises (a failure is logged)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message),
+                                              _sender_loop())
+    with _lock:
+        _pending.add(future)
+    future.add_done_callback(_sent)
+
+
+def _sent(future: concurrent.futures.Future[Any]) -> None:
+    with _lock:
+        _pending.discard(future)
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("channel-layer signal not sent: %r", future.exception())
+
+
+def drain(timeout: float = EXIT_DRAIN_S) -> None:
+    """Wait (up to `timeout`) for the signals already asked for to go out."""
+    with _lock:
+        pending = list(_pending)
+    if pending:
+        concurrent.futures.wait(pending, timeout)

@@ -1,0 +1,43 @@
+"""Waiting for a run's end without polling, for the doors that offer a wait (the API's
+`GET /runs/{id}?wait=`, the MCP tools). A wait is asynchronous: it listens on the run's
+channel-layer group (the log store's signal: every new entry and the end), re-reading
+the row on each signal, so a waiting client holds no thread of Django's and costs the
+host nothing between signals."""
+
+import asyncio
+import contextlib
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from runner import logstore
+from runner.models import ACTIVE_STATES, Run
+
+MAX_WAIT_S = 120
+RECHECK_S = 2.0  # a dropped signal costs at most this much delay, never the end
+
+
+async def wait_for_end(public_id: str, seconds: float) -> None:
+    """Until the run is terminal or `seconds` pass (capped at MAX_WAIT_S)."""
+    seconds = min(seconds, MAX_WAIT_S)
+    if seconds <= 0:
+        return
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    group = logstore.group_name(public_id)
+    # Joined before the first look: an end written in between still wakes us.
+    await layer.group_add(group, channel)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    try:
+        while True:
+            active = await database_sync_to_async(
+                Run.objects.filter(public_id=public_id, state__in=ACTIVE_STATES).exists)()
+            left = deadline - loop.time()
+            if not active or left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(layer.receive(channel), min(left, RECHECK_S))
+    finally:
+        await layer.group_discard(group, channel)
