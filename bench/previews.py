@@ -3,7 +3,9 @@
 (a) Time from `POST …/previews` to the first 200 through the proxy for the python-http
     template (dependency cache warm), with phases, against a bare docker-py run of the
     same image, command, hardening and /deps, polled from inside its netns until it
-    answers. Interleaved, medians.
+    answers. Interleaved, medians. Berth's client asks once it has its cookie; the proxy
+    holds a request to a starting preview until it is ready (PREVIEW_HOLD_S), and the
+    client asks again only if that ran out.
 (b) Proxy throughput and latency for small GETs, 32 keep-alive connections (wrk from
     Debian), against a minimal Node `http` server in the sandbox: through Berth's proxy
     vs wrk run inside the sandbox's own network namespace (nsenter), alternating.
@@ -282,7 +284,7 @@ def report_a(args: argparse.Namespace, berth_ms: list[float], bare_ms: list[floa
     ratio = med(berth_ms) / med(bare_ms)
     print(f"\n(a) python-http: start -> first 200, {args.runs} each, interleaved\n")
     print(f"{'path':46} {'median ms':>10} {'ratio':>8}")
-    print(f"{'Berth: POST, link, ticket, proxy polled to 200':46} {med(berth_ms):10.1f} "
+    print(f"{'Berth: POST, link, ticket, GET until 200':46} {med(berth_ms):10.1f} "
           f"{ratio:7.2f}x")
     print(f"{'bare docker-py, probed in its netns to 200':46} {med(bare_ms):10.1f}")
     print("\nBerth phases (median ms)")

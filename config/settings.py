@@ -268,6 +268,10 @@ PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
 # process keeps running this long, so requests already on their way to it finish.
 RELEASE_DRAIN_S = envint("RELEASE_DRAIN_S", 10)
 PREVIEW_HEALTH_EVERY_S = float(os.environ.get("PREVIEW_HEALTH_EVERY_S", "5"))
+# A request to a preview that is still starting waits up to this long for it to be
+# ready (woken by the move itself) before it gets the "starting…" page: a client that
+# asks right after starting one gets the app's answer, not a 503 to retry.
+PREVIEW_HOLD_S = float(os.environ.get("PREVIEW_HOLD_S", "5"))
 PREVIEW_MAX_BODY_BYTES = envint("PREVIEW_MAX_BODY_MB", 32) * 1024 * 1024
 PREVIEW_MAX_CONNECTIONS = envint("PREVIEW_MAX_CONNECTIONS", 128)
 PREVIEW_MAX_WS_MESSAGE_BYTES = envint("PREVIEW_MAX_WS_MESSAGE_MB", 4) * 1024 * 1024

@@ -17,7 +17,9 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Team
+from config import fanout
 from config.errors import Conflict, Invalid, QuotaExceeded
+from previews import gate
 from previews.models import (
     LIVE_STATES,
     Preview,
@@ -205,6 +207,8 @@ def _announce(preview: Preview) -> None:
     """Receivers (a release's deploy) hear of it after commit; their failure is logged,
     never allowed to undo the move."""
     def send() -> None:
+        # Requests the proxy holds while the preview starts wake up (config.fanout).
+        fanout.group_send(gate.moves_group(preview.public_id), {"type": "preview.moved"})
         for receiver, result in preview_changed.send_robust(Preview, preview=preview):
             if isinstance(result, Exception):
                 logging.getLogger(__name__).error("%s failed after preview %s moved: %r",

@@ -48,6 +48,17 @@ class Target:
     def ready(self) -> bool:
         return self.state == PreviewState.READY and self.ns is not None
 
+    @property
+    def coming_up(self) -> bool:
+        """Not ready yet, but on its way (not stopped, failed or crashed)."""
+        return self.state == PreviewState.STARTING or (
+            self.state == PreviewState.READY and self.ns is None)
+
+
+def moves_group(public_id: str) -> str:
+    """The channel-layer group told of each move of a preview (previews.actions)."""
+    return f"preview_moves_{public_id}"
+
 
 def target(public_id: str) -> Target | None:
     p = Preview.objects.select_related("workspace", "run").filter(public_id=public_id).first()

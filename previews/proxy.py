@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, quote
 
 import h11
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 
 from previews import gate, pages
@@ -47,6 +48,7 @@ TARGET_TTL_S = 1.0
 VIEWER_TTL_S = 30.0
 TOUCH_EVERY_S = 1.0
 SMALL_BODY = 256 * 1024
+HOLD_RECHECK_S = 0.25
 
 
 class Proxy:
@@ -172,6 +174,8 @@ class Proxy:
             return
         if not t.ready:
             t = await self.target(public_id, fresh=True) or t
+        if t.coming_up:
+            t = await self.hold(t)
         if not t.ready:
             # The app's log is the team's: a public address shows the state, not the log.
             lines = await database_sync_to_async(gate.last_lines)(t.run_id) \
@@ -180,6 +184,30 @@ class Proxy:
             return
         await self.touch(t)
         await self.counted(t, send, lambda: self.forward(scope, send, t, body, json_wanted))
+
+    async def hold(self, t: gate.Target) -> gate.Target:
+        """A request to a preview on its way up waits for it (up to PREVIEW_HOLD_S),
+        woken by each move of the preview rather than asking the database in a loop;
+        then it goes on as the preview is by then (ready: to the app)."""
+        layer = get_channel_layer()
+        if layer is None or settings.PREVIEW_HOLD_S <= 0:
+            return t
+        channel = await layer.new_channel()
+        group = gate.moves_group(t.public_id)
+        await layer.group_add(group, channel)  # before the look: no move is missed
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.PREVIEW_HOLD_S
+        try:
+            t = await self.target(t.public_id, fresh=True) or t
+            while t.coming_up and (left := deadline - loop.time()) > 0:
+                # Also a look every HOLD_RECHECK_S: a namespace recorded after the move
+                # (ready, not yet reachable) sends no signal of its own.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(layer.receive(channel), min(left, HOLD_RECHECK_S))
+                t = await self.target(t.public_id, fresh=True) or t
+        finally:
+            await layer.group_discard(group, channel)
+        return t
 
     async def counted(self, t: gate.Target, send: Any, work: Any) -> None:
         """At most PREVIEW_MAX_CONNECTIONS requests and WebSockets per preview at once."""

@@ -64,6 +64,8 @@ def subprocess_env() -> dict[str, str]:
         "RUN_RECONCILE_EVERY_S": "3",
         # A preview that never listens fails in seconds, not a minute.
         "PREVIEW_START_DEADLINE_S": "6",
+        # A request to a starting preview is held at most this long (then: "starting").
+        "PREVIEW_HOLD_S": "3",
         # Above the 5 MB a test round-trips, below what another one sends.
         "PREVIEW_MAX_BODY_MB": "8",
         "RUN_STALE_QUEUED_S": "8",

@@ -223,6 +223,26 @@ def test_a_preview_that_never_comes_up_fails_with_a_reason(agent, probe, cast, b
     assert r.json()["error"]["code"] == "preview_failed"
 
 
+def test_a_request_to_a_starting_preview_waits_for_the_app(agent, probe, cast, berth_server):
+    write(probe, cast.carol, {"workspace.toml": probe_toml("python3 probe_app.py slow")})
+    preview = agent.start()
+    browser = opened(berth_server, agent, preview)
+    # Asked for while the app still sleeps: held until it is ready, then its own answer.
+    page = browser.get(preview["url"])
+    assert page.status_code == 200 and "probe app" in page.text
+    assert agent.get(preview)["state"] == "ready"
+
+
+def test_a_preview_that_stays_starting_answers_starting_after_the_hold(agent, probe, cast,
+                                                                      berth_server):
+    write(probe, cast.carol, {"workspace.toml": probe_toml("python3 probe_app.py silent")})
+    preview = agent.start()
+    browser = opened(berth_server, agent, preview)
+    r = browser.get(preview["url"], headers={"Accept": "application/json"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "preview_starting", r.text
+    assert agent.get(preview)["state"] == "starting"  # the hold (3 s) < the deadline (6 s)
+
+
 def test_health_returning_500_fails_with_the_status(agent, probe, cast):
     write(probe, cast.carol, {"workspace.toml": probe_toml(health_path="/health500")})
     preview = agent.wait(agent.start(), ENDED)

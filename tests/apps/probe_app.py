@@ -12,6 +12,7 @@ import os
 import struct
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -105,6 +106,10 @@ if __name__ == "__main__":
     if mode == "silent":
         print("probe app: running, listening nowhere", flush=True)
         threading.Event().wait()
+    if mode == "slow":
+        # Listens only after a while: a request meanwhile is held by the proxy.
+        print("probe app: starting slowly", flush=True)
+        time.sleep(1.5)
     if mode == "second-port":
         # Something else listening in the same sandbox, which no preview URL may reach.
         other = ThreadingHTTPServer(("127.0.0.1", 9999), Handler)
