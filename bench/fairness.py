@@ -42,9 +42,11 @@ def fresh_instance(limits: dict[str, str]) -> tuple[Any, Any]:
     from django.db import connection
 
     for name in UNLIMITED:
-        os.environ.pop(name, None)
-        setattr(settings, name, int(limits.get(name, DEFAULTS[name])))
-    os.environ.update(limits)
+        # The same value here, in the worker and in the agent: the scenario's, else what
+        # the settings said when this script started (environment overrides included).
+        value = str(limits.get(name, DEFAULTS[name]))
+        setattr(settings, name, int(value))
+        os.environ[name] = value
     connection.close()
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     DATA_DIR.mkdir(parents=True)

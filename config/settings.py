@@ -4,9 +4,11 @@ Every value has a default that works on one machine with `make run`; production
 deployments set SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL and REDIS_URL.
 """
 
+import contextlib
 import hashlib
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -39,9 +41,16 @@ def _secret_key() -> str:
         return key
     path = DATA_DIR / "secret_key"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(50))
+        # Written aside, then linked into place: processes starting at once (a worker
+        # and an agent) all end up reading the one key, never a half-written file.
+        fd, temp = tempfile.mkstemp(dir=DATA_DIR, prefix=".secret_key-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(50))
+            with contextlib.suppress(FileExistsError):  # another process won
+                os.link(temp, path)
+        finally:
+            os.unlink(temp)
     return path.read_text().strip()
 
 

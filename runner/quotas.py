@@ -8,7 +8,10 @@ Admission is a database step, not queue order. A run is recorded `queued` with n
    run waiting, take the team that has waited longest for a slot — the one whose last
    admission is oldest (never: first; a tie goes to the older waiting run) — and admit
    its oldest waiting run (within a team: first come, first served). A flood from one
-   team therefore gets every other slot at most while another team waits;
+   team therefore gets every other slot at most while another team waits; and while
+   a team with fewer runs waiting has work, a flooding team (more runs waiting than
+   its limit) yields: it runs at most half its limit (`_yielding_caps`), so the
+   lighter team keeps most of the machine;
 3. after commit, send each admitted run's prepare task.
 It is called when a run is asked for, when any run ends, and by the agent's reconcile
 (a safety net if a process died between an end and its admission).
@@ -141,8 +144,9 @@ def admit() -> list[int]:
                     .values_list("workspace__team").annotate(at=Max("admitted_at")))
         served = {team: at or NEVER for team, at in last.items()}
         now = timezone.now()
+        caps = _yielding_caps(limits, {t: len(q) for t, q in queues.items()}, active)
         while free > 0:
-            ready = [t for t, q in queues.items() if q and active.get(t, 0) < limits[t]]
+            ready = [t for t, q in queues.items() if q and active.get(t, 0) < caps[t]]
             if not ready:
                 break
             team = min(ready, key=lambda t: (served.get(t, NEVER), order[queues[t][0]]))
@@ -159,6 +163,36 @@ def admit() -> list[int]:
         for run_id in admitted:
             transaction.on_commit(partial(prepare_run.delay, run_id))
     return admitted
+
+
+def _yielding_caps(limits: dict[int, int], waiting: dict[int, int],
+                   active: dict[int, int]) -> dict[int, int]:
+    """Each team's concurrency cap now (`limits`: team → its limit; `waiting` and
+    `active`: team → runs waiting for a slot, admitted runs going): its limit, or half
+    of it (at least 1) while it floods (more runs waiting than its limit) and another
+    team with fewer runs waiting has work going or waiting. A flood then leaves a
+    lighter team more of the machine than the slots alone would: starting and removing
+    the flood's containers is the engine's work, which weighs on every team and which
+    no CPU weight of a container reaches."""
+    teams = {t for t, n in active.items() if n} | {t for t, n in waiting.items() if n}
+    caps = {}
+    for team, limit in limits.items():
+        backlog = waiting.get(team, 0)
+        # A flood: more runs waiting than it may run at once.
+        lighter = backlog > limit and any(other != team and waiting.get(other, 0) < backlog
+                                          for other in teams)
+        caps[team] = max(1, limit // 2) if lighter else limit
+    return caps
+
+
+def _cap_now(team: Team, limit: int) -> int:
+    """The team's cap as admission would apply it at this moment."""
+    active = dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
+                                     admitted_at__isnull=False)
+                  .values_list("workspace__team").annotate(n=Count("id")))
+    waiting = dict(Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None)
+                   .values_list("workspace__team").annotate(n=Count("id")))
+    return _yielding_caps({team.pk: limit}, waiting, active)[team.pk]
 
 
 def cpu_weight(run: Run) -> int:
@@ -185,9 +219,15 @@ def queue_position(run: Run) -> dict[str, Any] | None:
     busy = Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
                               admitted_at__isnull=False).count()
     behind = f"{ahead} of the team's runs wait ahead of this one."
+    cap = _cap_now(team, limit) if running < limit else limit
     if running >= limit:
         why, message = "team_limit", (
             f"Waiting: team {team.slug} has {running} runs going, its limit of {limit}; "
+            + behind)
+    elif running >= cap:
+        why, message = "yielding", (
+            f"Waiting: team {team.slug} has {running} runs going; while a team with fewer "
+            f"runs waiting has work, a team runs at most half its limit of {limit}. "
             + behind)
     elif busy >= settings.RUNNER_SLOTS:
         why, message = "host_busy", (

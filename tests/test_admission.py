@@ -34,26 +34,46 @@ def end(run: Run) -> None:
     assert run.finish("succeeded", "exit_zero", "done", 0)
 
 
-def test_slots_alternate_between_teams_and_a_team_stops_at_its_limit(cast, shops, settings):
+def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast, shops,
+                                                                            settings):
     settings.RUNNER_SLOTS = 3
     cast.team_a.max_concurrent_runs = 2
     cast.team_a.save()
-    flood = waiting(shops[cast.team_a], 4)  # team A asked first
+    flood = waiting(shops[cast.team_a], 6)  # team A asked first
     single = waiting(shops[cast.team_b], 1)
-    # A's oldest run first; then B, which has waited for a slot longer than A has; then
-    # A again; A's third would pass its limit of 2, so the third slot stays free.
-    assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0", "team-a:job 1"]
+    # A's oldest run first; then B, which has waited for a slot longer than A has. A's
+    # second would be within A's limit of 2, but A floods (more waiting than its limit)
+    # while B (fewer waiting) has work: A yields half its limit; the third slot stays free.
+    assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0"]
     assert quotas.admit() == []  # nothing changed: nothing more goes
     position = quotas.queue_position(Run.objects.get(pk=flood[3].pk))
-    assert position is not None and position["position"] == 2
-    assert position["waiting_for"] == "team_limit"
+    assert position is not None and position["position"] == 3
+    assert position["waiting_for"] == "yielding" and "half its limit of 2" in \
+        position["message"]
+
+    end(single[0])  # B has no work left: A may use its whole limit again
+    assert names(quotas.admit()) == ["team-a:job 1"]
+    position = quotas.queue_position(Run.objects.get(pk=flood[3].pk))
+    assert position is not None and position["waiting_for"] == "team_limit"
 
     later = waiting(shops[cast.team_b], 1)
-    end(flood[0])  # one of A's ends: A has room, and B (last served earlier) waits
+    end(flood[0])  # a slot of A's frees, but A still floods and B has work: B's turn
     assert names(quotas.admit()) == ["team-b:job 0"] and Run.objects.get(
         pk=later[0].pk).admitted_at is not None
-    end(single[0])
+    end(later[0])
     assert names(quotas.admit()) == ["team-a:job 2"]  # B has nothing left waiting
+
+
+def test_two_floods_keep_their_limits(cast, shops, settings):
+    """Yielding is for a flood next to a lighter team: two equal queues split evenly."""
+    settings.RUNNER_SLOTS = 4
+    for team in (cast.team_a, cast.team_b):
+        team.max_concurrent_runs = 2
+        team.save()
+    waiting(shops[cast.team_a], 3)
+    waiting(shops[cast.team_b], 3)
+    assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0", "team-a:job 1",
+                                     "team-b:job 1"]
 
 
 def test_the_host_slots_bound_every_team(cast, shops, settings):
@@ -76,3 +96,12 @@ def test_a_cancelled_waiting_run_is_never_admitted(cast, shops, settings):
     assert quotas.admit() == [first.pk]
     end(first)
     assert quotas.admit() == []
+
+
+def test_a_team_within_its_limit_never_yields(cast, shops, settings):
+    settings.RUNNER_SLOTS = 4
+    cast.team_a.max_concurrent_runs = 2
+    cast.team_a.save()
+    waiting(shops[cast.team_a], 2)  # no more than its limit: not a flood
+    waiting(shops[cast.team_b], 1)
+    assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0", "team-a:job 1"]

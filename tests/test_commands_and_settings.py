@@ -1,5 +1,6 @@
 """Operator commands and environment-driven settings."""
 
+import os
 import subprocess
 import sys
 
@@ -85,3 +86,19 @@ def test_sqlite_is_set_up_for_concurrent_writers(db):
         c.execute("PRAGMA journal_mode")
         assert c.fetchone()[0] == "wal"
     assert connection.settings_dict["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+def test_processes_starting_at_once_share_one_generated_secret_key(tmp_path):
+    """A worker and an agent started together used to race to create DATA_DIR's key:
+    the loser crashed at import. Now all read the one key the winner linked in place."""
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    env.update(DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="config.settings")
+    code = "from django.conf import settings; print(settings.SECRET_KEY)"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    keys = {out.strip() for out, _ in outs}
+    assert len(keys) == 1 and len(keys.pop()) > 40
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret_key"]  # no temp left
