@@ -15,7 +15,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from accounts import feed
 from accounts.models import Membership
 
-RECHECK_S = 2.0  # as runner.waiting's: the longest a lost signal can delay a look
+RECHECK_S = 10.0  # as runner.consumers': the longest a lost signal delays a look
 
 
 class ActivityConsumer(AsyncJsonWebsocketConsumer):

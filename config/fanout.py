@@ -22,6 +22,8 @@ from channels.layers import get_channel_layer
 log = logging.getLogger(__name__)
 
 EXIT_DRAIN_S = 2.0
+SEND_TIMEOUT_S = 5.0  # a stalled Redis must not pile sends up behind it
+MAX_PENDING = 10_000  # past this, new signals are dropped (and said so): readers re-check
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -50,11 +52,28 @@ def group_send(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message),
-                                              _sender_loop())
+    loop = _sender_loop()
     with _lock:
+        if len(_pending) >= MAX_PENDING:
+            log.warning("channel-layer signal to %s dropped: %d still pending", group,
+                        len(_pending))
+            return
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_S), loop)
         _pending.add(future)
     future.add_done_callback(_sent)
+
+
+def _after_fork_in_child() -> None:
+    """A child inherits the variables, never the sending thread (nor a lock another
+    thread held): it starts afresh on first use."""
+    global _lock, _loop
+    _lock = threading.Lock()
+    _loop = None
+    _pending.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _sent(future: concurrent.futures.Future[Any]) -> None:

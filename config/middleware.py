@@ -1,22 +1,54 @@
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.utils.deprecation import MiddlewareMixin
 
 from config.errors import error_response
 
-# Both are MiddlewareMixin hooks, so they run under ASGI without a thread hop of their
-# own: a plain sync middleware at the top of the stack made every request cross from
-# the event loop to a thread and back twice (about 5 ms of a small API call).
+
+class Hooks:
+    """A middleware whose hooks block on nothing (no database, no files): they run in
+    the request's own mode, ASGI or WSGI, with no hop to a thread and back (a plain
+    sync middleware, or MiddlewareMixin's hooks, cost two per request under daphne)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[..., Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
+        early = self.before(request)
+        return early if early is not None else self.after(request, self.get_response(request))
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        early = self.before(request)
+        if early is not None:
+            return early
+        return self.after(request, await self.get_response(request))
+
+    def before(self, request: HttpRequest) -> HttpResponse | None:
+        return None
+
+    def after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        return response
 
 
-class BodySizeLimitMiddleware(MiddlewareMixin):
+class BodySizeLimitMiddleware(Hooks):
     """Refuse oversized bodies before anything parses them.
 
     Content-Length is checked up front; a body sent without one (chunked) is measured
     once Django has it. Either way the answer is 413 `too_large` in the one error shape.
     """
 
-    def process_request(self, request: HttpRequest) -> HttpResponse | None:
+    def before(self, request: HttpRequest) -> HttpResponse | None:
         # A git push carries a whole pack: it has its own, larger cap (GIT_MAX_PUSH_MB).
         limit = (settings.GIT_MAX_PUSH_BYTES if request.path.startswith("/git/")
                  else settings.MAX_REQUEST_BODY)
@@ -39,7 +71,7 @@ def too_large(limit: int) -> HttpResponse:
     )
 
 
-class ApiErrorShapeMiddleware(MiddlewareMixin):
+class ApiErrorShapeMiddleware(Hooks):
     """Give API errors that Django or ninja answered on their own (405, 400, ...) the one
     error shape, so a client never has to parse an HTML error page."""
 
@@ -47,7 +79,7 @@ class ApiErrorShapeMiddleware(MiddlewareMixin):
     CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
              413: "too_large", 500: "internal_error"}
 
-    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    def after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         if (
             response.status_code >= 400
             and request.path.startswith(self.PREFIXES)

@@ -47,10 +47,16 @@ def _secret_key() -> str:
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_urlsafe(50))
-            with contextlib.suppress(FileExistsError):  # another process won
+            try:
                 os.link(temp, path)
+            except FileExistsError:
+                pass  # another process won: its key is the one
+            except OSError:  # a filesystem without hard links: a plain rename
+                if not path.exists():
+                    os.replace(temp, path)
         finally:
-            os.unlink(temp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
     return path.read_text().strip()
 
 

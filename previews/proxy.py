@@ -48,7 +48,7 @@ TARGET_TTL_S = 1.0
 VIEWER_TTL_S = 30.0
 TOUCH_EVERY_S = 1.0
 SMALL_BODY = 256 * 1024
-HOLD_RECHECK_S = 0.25
+HOLD_RECHECK_S = 1.0
 
 
 class Proxy:
@@ -175,7 +175,10 @@ class Proxy:
         if not t.ready:
             t = await self.target(public_id, fresh=True) or t
         if t.coming_up:
-            t = await self.hold(t)
+            held = await self.counted(t, send, lambda: self.hold(t))
+            if held is None:
+                return  # too many at once: answered preview_busy
+            t = held
         if not t.ready:
             # The app's log is the team's: a public address shows the state, not the log.
             lines = await database_sync_to_async(gate.last_lines)(t.run_id) \
@@ -192,9 +195,13 @@ class Proxy:
         layer = get_channel_layer()
         if layer is None or settings.PREVIEW_HOLD_S <= 0:
             return t
-        channel = await layer.new_channel()
         group = gate.moves_group(t.public_id)
-        await layer.group_add(group, channel)  # before the look: no move is missed
+        try:
+            channel = await layer.new_channel()
+            await layer.group_add(group, channel)  # before the look: no move is missed
+        except Exception as e:  # no channel layer (Redis down): answer as things are
+            log.warning("preview %s: not holding a request: %r", t.public_id, e)
+            return t
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.PREVIEW_HOLD_S
         try:
@@ -206,19 +213,21 @@ class Proxy:
                     await asyncio.wait_for(layer.receive(channel), min(left, HOLD_RECHECK_S))
                 t = await self.target(t.public_id, fresh=True) or t
         finally:
-            await layer.group_discard(group, channel)
+            with contextlib.suppress(Exception):
+                await layer.group_discard(group, channel)
         return t
 
-    async def counted(self, t: gate.Target, send: Any, work: Any) -> None:
-        """At most PREVIEW_MAX_CONNECTIONS requests and WebSockets per preview at once."""
+    async def counted(self, t: gate.Target, send: Any, work: Any) -> Any:
+        """At most PREVIEW_MAX_CONNECTIONS requests (held ones too) and WebSockets per
+        preview at once; `work`'s result, or None when refused."""
         if self.open.get(t.public_id, 0) >= settings.PREVIEW_MAX_CONNECTIONS:
             await _reply(send, *pages.answer(
                 503, "preview_busy", "This preview has too many open connections; try again "
                 "shortly.", json_wanted=True))
-            return
+            return None
         self.open[t.public_id] = self.open.get(t.public_id, 0) + 1
         try:
-            await work()
+            return await work()
         finally:
             self.open[t.public_id] -= 1
 

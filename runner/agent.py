@@ -194,23 +194,20 @@ class Agent:
         if container in self.finalizing:
             return
         self.finalizing.add(container)
+        outputs: asyncio.Future[Any] | None = None
         try:
-            # The exit code and OOM flag are final once the container died: read them
-            # while the log drains.
-            reading = asyncio.ensure_future(asyncio.to_thread(sandbox.finalize_facts,
-                                                              container))
-            outputs = (asyncio.ensure_future(_thread(ending.early_outputs)(run_id))
-                       if phase != "setup" else None)
+            # The exit code and OOM flag are final once the container died; with them
+            # known, a run's files are read back while its log drains.
+            facts = await asyncio.to_thread(sandbox.finalize_facts, container)
+            if facts is not None and facts.get("running"):
+                return  # restarted meanwhile: not an exit
+            if phase != "setup" and facts is not None:
+                outputs = asyncio.ensure_future(_thread(ending.early_outputs)(run_id))
             follower = self.followers.get(container)
             if follower is not None:
                 # The end is written only once the whole log is stored, however long a
                 # flood takes to drain: a run's log is complete when the run is.
                 await asyncio.to_thread(follower.done.wait)
-            facts = await reading
-            if facts is not None and facts.get("running"):
-                if outputs is not None:
-                    outputs.cancel()
-                return  # restarted meanwhile: not an exit
             if phase == "setup" and await _thread(ending.end_setup)(run_id, facts):
                 await asyncio.to_thread(sandbox.remove_sandbox, container)
             else:
@@ -223,6 +220,10 @@ class Agent:
                     await _thread(sandbox.remove_run)(run)
             self.followers.pop(container, None)
         finally:
+            if outputs is not None:
+                # Never left running past this finalize (a later one would read the
+                # same files at the same time), its error never left unretrieved.
+                await asyncio.gather(outputs, return_exceptions=True)
             self.finalizing.discard(container)
 
     # -- limits, cancels, disk -----------------------------------------------------

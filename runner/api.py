@@ -7,6 +7,7 @@ from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
 
+from config.errors import NotFound
 from runner import actions, quotas
 from runner.access import access_run
 from runner.artifacts import open_artifact
@@ -73,7 +74,10 @@ async def get_run(request: HttpRequest, run_id: str,
     await wait_for_end(run.public_id, wait)
 
     def summary() -> dict[str, Any]:
-        run.refresh_from_db()
+        try:
+            run.refresh_from_db()
+        except Run.DoesNotExist:  # its workspace was deleted while we waited
+            raise NotFound("No such run.") from None
         return {**actions.run_summary(run),
                 "egress": actions.egress_summary(run, EVENTS_SHOWN)}
 

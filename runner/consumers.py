@@ -22,12 +22,14 @@ from config.errors import BerthError, Invalid, NotFound
 from runner import logstore
 from runner.access import access_run
 from runner.models import Run
-from runner.waiting import RECHECK_S
 
 log = logging.getLogger(__name__)
 
 # Entries per message: few large frames stream far faster than many small ones.
 BATCH = 5000
+# Signals are only wake-ups, sent without waiting: one lost (its sender died mid-send)
+# delays a watcher by this much at most, at the cost of one look per watcher this often.
+RECHECK_S = 10.0
 
 
 class RunLogConsumer(AsyncJsonWebsocketConsumer):

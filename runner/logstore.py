@@ -281,10 +281,11 @@ def _read_lines(run_public_id: str, after: int, limit: int = 1000,
     return data.split(b"\n")[:n]
 
 
-def signal(run_public_id: str, seq: int) -> None:
-    """Tell the run's watchers there are entries up to `seq` (from sync code; sent in
-    the background, the caller does not wait)."""
-    fanout.group_send(group_name(run_public_id), {"type": "log.signal", "seq": seq})
+def signal(run_public_id: str, seq: int, ended: bool = False) -> None:
+    """Tell the run's watchers there are entries up to `seq`, and with `ended` that the
+    run's end is written (from sync code; sent in the background, the caller goes on)."""
+    fanout.group_send(group_name(run_public_id),
+                      {"type": "log.signal", "seq": seq, "ended": ended})
 
 
 async def asignal(run_public_id: str, seq: int) -> None:

@@ -183,7 +183,8 @@ class Run(models.Model):
             from runner import logstore
 
             public_id = self.public_id
-            transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id)))
+            transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id),
+                                                          ended=True))
             # Whoever owns a service or build run (a preview, a deploy) moves its own
             # state on from here.
             if self.purpose != "run":

@@ -170,7 +170,7 @@ def _yielding_caps(limits: dict[int, int], waiting: dict[int, int],
     """Each team's concurrency cap now (`limits`: team → its limit; `waiting` and
     `active`: team → runs waiting for a slot, admitted runs going): its limit, or half
     of it (at least 1) while it floods (more runs waiting than its limit) and another
-    team with fewer runs waiting has work going or waiting. A flood then leaves a
+    team with at most half as many waiting has work going or waiting. A flood then leaves a
     lighter team more of the machine than the slots alone would: starting and removing
     the flood's containers is the engine's work, which weighs on every team and which
     no CPU weight of a container reaches."""
@@ -178,8 +178,10 @@ def _yielding_caps(limits: dict[int, int], waiting: dict[int, int],
     caps = {}
     for team, limit in limits.items():
         backlog = waiting.get(team, 0)
-        # A flood: more runs waiting than it may run at once.
-        lighter = backlog > limit and any(other != team and waiting.get(other, 0) < backlog
+        # A flood (more runs waiting than it may run at once) yields to a team with at
+        # most half as many waiting: two floods of about the same size never take
+        # turns yielding to each other.
+        lighter = backlog > limit and any(other != team and 2 * waiting.get(other, 0) <= backlog
                                           for other in teams)
         caps[team] = max(1, limit // 2) if lighter else limit
     return caps
@@ -226,8 +228,9 @@ def queue_position(run: Run) -> dict[str, Any] | None:
             + behind)
     elif running >= cap:
         why, message = "yielding", (
-            f"Waiting: team {team.slug} has {running} runs going; while a team with fewer "
-            f"runs waiting has work, a team runs at most half its limit of {limit}. "
+            f"Waiting: team {team.slug} has {running} runs going; while a team with at "
+            f"most half as many runs waiting has work, a flooding team runs at most half "
+            f"its limit of {limit}. "
             + behind)
     elif busy >= settings.RUNNER_SLOTS:
         why, message = "host_busy", (

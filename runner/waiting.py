@@ -5,7 +5,6 @@ the row on each signal, so a waiting client holds no thread of Django's and cost
 host nothing between signals."""
 
 import asyncio
-import contextlib
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -34,10 +33,17 @@ async def wait_for_end(public_id: str, seconds: float) -> None:
         while True:
             active = await database_sync_to_async(
                 Run.objects.filter(public_id=public_id, state__in=ACTIVE_STATES).exists)()
-            left = deadline - loop.time()
-            if not active or left <= 0:
+            checked = loop.time()
+            if not active or checked >= deadline:
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(layer.receive(channel), min(left, RECHECK_S))
+            # New entries are signalled many times a second: only the end's signal (or
+            # RECHECK_S without one, in case it was lost) is worth a look at the row.
+            while (left := min(deadline, checked + RECHECK_S) - loop.time()) > 0:
+                try:
+                    message = await asyncio.wait_for(layer.receive(channel), left)
+                except TimeoutError:
+                    break
+                if message.get("ended"):
+                    break
     finally:
         await layer.group_discard(group, channel)

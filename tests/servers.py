@@ -65,7 +65,7 @@ def subprocess_env() -> dict[str, str]:
         # A preview that never listens fails in seconds, not a minute.
         "PREVIEW_START_DEADLINE_S": "6",
         # A request to a starting preview is held at most this long (then: "starting").
-        "PREVIEW_HOLD_S": "3",
+        "PREVIEW_HOLD_S": "4",
         # Above the 5 MB a test round-trips, below what another one sends.
         "PREVIEW_MAX_BODY_MB": "8",
         "RUN_STALE_QUEUED_S": "8",

@@ -93,7 +93,13 @@ def test_processes_starting_at_once_share_one_generated_secret_key(tmp_path):
     the loser crashed at import. Now all read the one key the winner linked in place."""
     env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
     env.update(DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="config.settings")
-    code = "from django.conf import settings; print(settings.SECRET_KEY)"
+    # Each makes its key slowly, so all of them are making one at the same time: the old
+    # code (create the file, then write it) let the others read an empty key or crash.
+    code = ("import secrets, time\n"
+            "make = secrets.token_urlsafe\n"
+            "secrets.token_urlsafe = lambda n: (time.sleep(0.5), make(n))[1]\n"
+            "from django.conf import settings\n"
+            "print(settings.SECRET_KEY)")
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(6)]

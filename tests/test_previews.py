@@ -4,6 +4,7 @@ Docker engine."""
 import hashlib
 import os
 import socket
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -238,9 +239,11 @@ def test_a_preview_that_stays_starting_answers_starting_after_the_hold(agent, pr
     write(probe, cast.carol, {"workspace.toml": probe_toml("python3 probe_app.py silent")})
     preview = agent.start()
     browser = opened(berth_server, agent, preview)
+    asked = time.monotonic()
     r = browser.get(preview["url"], headers={"Accept": "application/json"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "preview_starting", r.text
-    assert agent.get(preview)["state"] == "starting"  # the hold (3 s) < the deadline (6 s)
+    assert time.monotonic() - asked >= 3.5  # held for PREVIEW_HOLD_S (4 s) first
+    assert agent.get(preview)["state"] == "starting"  # the hold (4 s) < the deadline (6 s)
 
 
 def test_health_returning_500_fails_with_the_status(agent, probe, cast):

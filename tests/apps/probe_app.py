@@ -109,7 +109,7 @@ if __name__ == "__main__":
     if mode == "slow":
         # Listens only after a while: a request meanwhile is held by the proxy.
         print("probe app: starting slowly", flush=True)
-        time.sleep(1.5)
+        time.sleep(1)
     if mode == "second-port":
         # Something else listening in the same sandbox, which no preview URL may reach.
         other = ThreadingHTTPServer(("127.0.0.1", 9999), Handler)
