@@ -1,4 +1,5 @@
-"""Wake-up signals to channel-layer groups from sync code, without waiting for them.
+"""Wake-up signals to channel-layer groups: sent from sync code without waiting for
+them (`group_send`), and listened for by async code (`listening`).
 
 Every signal Berth sends ("run X has entries up to N", "activity row N") is only a
 wake-up: readers re-read the files or rows themselves, and re-check on their own after
@@ -12,9 +13,11 @@ goes on at once. Pending sends are given a moment to go out when the process exi
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -89,3 +92,27 @@ def drain(timeout: float = EXIT_DRAIN_S) -> None:
         pending = list(_pending)
     if pending:
         concurrent.futures.wait(pending, timeout)
+
+
+@contextlib.asynccontextmanager
+async def listening(group: str) -> AsyncIterator[Callable[[float], Awaitable[Any]]]:
+    """Within the block, a member of `group` (joined on entry, so nothing sent after
+    that is missed): yields `next_signal(timeout)`, the next message, or None once
+    `timeout` seconds pass without one. Raises on entry if there is no channel layer."""
+    layer = get_channel_layer()
+    if layer is None:
+        raise RuntimeError("no channel layer is configured")
+    channel = await layer.new_channel()
+    await layer.group_add(group, channel)
+
+    async def next_signal(timeout: float) -> Any:
+        try:
+            return await asyncio.wait_for(layer.receive(channel), timeout)
+        except TimeoutError:
+            return None
+
+    try:
+        yield next_signal
+    finally:
+        with contextlib.suppress(Exception):  # the group's entry expires on its own
+            await layer.group_discard(group, channel)

@@ -27,9 +27,9 @@ from urllib.parse import parse_qs, quote
 
 import h11
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 
+from config import fanout
 from previews import gate, pages
 from previews.backpressure import Backpressure
 from previews.upstream import Pool, Upstream, UpstreamClosed
@@ -192,29 +192,20 @@ class Proxy:
         """A request to a preview on its way up waits for it (up to PREVIEW_HOLD_S),
         woken by each move of the preview rather than asking the database in a loop;
         then it goes on as the preview is by then (ready: to the app)."""
-        layer = get_channel_layer()
-        if layer is None or settings.PREVIEW_HOLD_S <= 0:
-            return t
-        group = gate.moves_group(t.public_id)
-        try:
-            channel = await layer.new_channel()
-            await layer.group_add(group, channel)  # before the look: no move is missed
-        except Exception as e:  # no channel layer (Redis down): answer as things are
-            log.warning("preview %s: not holding a request: %r", t.public_id, e)
+        if settings.PREVIEW_HOLD_S <= 0:
             return t
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.PREVIEW_HOLD_S
         try:
-            t = await self.target(t.public_id, fresh=True) or t
-            while t.coming_up and (left := deadline - loop.time()) > 0:
-                # Also a look every HOLD_RECHECK_S: a namespace recorded after the move
-                # (ready, not yet reachable) sends no signal of its own.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(layer.receive(channel), min(left, HOLD_RECHECK_S))
+            async with fanout.listening(gate.moves_group(t.public_id)) as next_signal:
                 t = await self.target(t.public_id, fresh=True) or t
-        finally:
-            with contextlib.suppress(Exception):
-                await layer.group_discard(group, channel)
+                while t.coming_up and (left := deadline - loop.time()) > 0:
+                    # Also a look every HOLD_RECHECK_S: a namespace recorded after the
+                    # move (ready, not yet reachable) sends no signal of its own.
+                    await next_signal(min(left, HOLD_RECHECK_S))
+                    t = await self.target(t.public_id, fresh=True) or t
+        except Exception as e:  # no channel layer (Redis down): answer as things are
+            log.warning("preview %s: not holding a request: %r", t.public_id, e)
         return t
 
     async def counted(self, t: gate.Target, send: Any, work: Any) -> Any:

@@ -122,9 +122,7 @@ def admit() -> list[int]:
         return admitted
     with transaction.atomic():
         lock()
-        active = dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
-                                         admitted_at__isnull=False)
-                      .values_list("workspace__team").annotate(n=Count("id")))
+        active = _admitted_by_team()
         free = settings.RUNNER_SLOTS - sum(active.values())
         if free <= 0:
             return admitted
@@ -187,14 +185,18 @@ def _yielding_caps(limits: dict[int, int], waiting: dict[int, int],
     return caps
 
 
+def _admitted_by_team() -> dict[int, int]:
+    """Team id → its admitted runs still going (the slots it holds)."""
+    return dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
+                                   admitted_at__isnull=False)
+                .values_list("workspace__team").annotate(n=Count("id")))
+
+
 def _cap_now(team: Team, limit: int) -> int:
     """The team's cap as admission would apply it at this moment."""
-    active = dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
-                                     admitted_at__isnull=False)
-                  .values_list("workspace__team").annotate(n=Count("id")))
     waiting = dict(Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None)
                    .values_list("workspace__team").annotate(n=Count("id")))
-    return _yielding_caps({team.pk: limit}, waiting, active)[team.pk]
+    return _yielding_caps({team.pk: limit}, waiting, _admitted_by_team())[team.pk]
 
 
 def cpu_weight(run: Run) -> int:

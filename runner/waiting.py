@@ -1,14 +1,13 @@
 """Waiting for a run's end without polling, for the doors that offer a wait (the API's
-`GET /runs/{id}?wait=`, the MCP tools). A wait is asynchronous: it listens on the run's
-channel-layer group (the log store's signal: every new entry and the end), re-reading
-the row on each signal, so a waiting client holds no thread of Django's and costs the
-host nothing between signals."""
+`GET /runs/{id}?wait=`, the MCP tools). A wait listens on the run's channel-layer
+group (the log store's signals) and looks at the row only on the end's own signal, or
+every RECHECK_S without one; nothing polls in between."""
 
 import asyncio
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 
+from config import fanout
 from runner import logstore
 from runner.models import ACTIVE_STATES, Run
 
@@ -21,15 +20,10 @@ async def wait_for_end(public_id: str, seconds: float) -> None:
     seconds = min(seconds, MAX_WAIT_S)
     if seconds <= 0:
         return
-    layer = get_channel_layer()
-    assert layer is not None
-    channel = await layer.new_channel()
-    group = logstore.group_name(public_id)
-    # Joined before the first look: an end written in between still wakes us.
-    await layer.group_add(group, channel)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    try:
+    # Joined before the first look: an end written in between still wakes us.
+    async with fanout.listening(logstore.group_name(public_id)) as next_signal:
         while True:
             active = await database_sync_to_async(
                 Run.objects.filter(public_id=public_id, state__in=ACTIVE_STATES).exists)()
@@ -39,11 +33,6 @@ async def wait_for_end(public_id: str, seconds: float) -> None:
             # New entries are signalled many times a second: only the end's signal (or
             # RECHECK_S without one, in case it was lost) is worth a look at the row.
             while (left := min(deadline, checked + RECHECK_S) - loop.time()) > 0:
-                try:
-                    message = await asyncio.wait_for(layer.receive(channel), left)
-                except TimeoutError:
+                message = await next_signal(left)
+                if message is None or message.get("ended"):
                     break
-                if message.get("ended"):
-                    break
-    finally:
-        await layer.group_discard(group, channel)
