@@ -15,17 +15,18 @@ def route_by_host(app: Any) -> Any:
     untrusted preview code never runs on the app's origin, and the app's session never
     reaches a preview (DESIGN.md, "Previews and releases")."""
     from config.mcp import PATHS, mcp_app
+    from previews.gate import from_gateway
     from previews.proxy import proxy
 
     async def router(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):
             public_id = proxy().preview_of(scope)
             if public_id is not None:
-                await proxy()(scope, receive, send, public_id)
+                await proxy()(from_gateway(scope), receive, send, public_id)
                 return
             release = proxy().release_of(scope)
             if release is not None:
-                await proxy().serve_release(scope, receive, send, release)
+                await proxy().serve_release(from_gateway(scope), receive, send, release)
                 return
             if scope["type"] == "http" and scope["path"] in PATHS:
                 # Exactly /mcp and /mcp/: a mounted sub-app would answer 307s.

@@ -277,6 +277,10 @@ BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 # Where the app is, for links from a preview host back to it; empty: localhost on the
 # port the request came in on (right for the default *.localhost PREVIEW_DOMAIN).
 APP_URL = os.environ.get("APP_URL", "")
+# The port preview and release hosts are served on: the preview gateway's (`manage.py
+# preview_gateway`, started by `make run`). Empty: the port of the request that asks
+# (the web process serves those hosts too, only slower).
+PREVIEW_PORT = os.environ.get("PREVIEW_PORT", "")
 PREVIEW_START_DEADLINE_S = envint("PREVIEW_START_DEADLINE_S", 60)
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
 # After a deploy switches the release host to a new release, the previous release's

@@ -17,6 +17,16 @@ os.environ["DATA_DIR"] = os.environ.get(
 _redis = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
 os.environ["REDIS_URL"] = os.environ.get("TEST_REDIS_URL", urlunsplit(_redis._replace(path="/9")))
 
+# Preview and release hosts are served by a preview gateway on a port of its own
+# (tests.servers starts it next to daphne). Chosen here, once, and handed to every
+# subprocess through the environment, so the test process and the servers agree.
+if not os.environ.get("PREVIEW_PORT"):
+    import socket
+
+    with socket.socket() as _s:
+        _s.bind(("127.0.0.1", 0))
+        os.environ["PREVIEW_PORT"] = str(_s.getsockname()[1])
+
 from config.settings import *  # noqa: E402,F403
 from config.settings import DATA_DIR, DATABASES  # noqa: E402
 

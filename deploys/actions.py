@@ -406,5 +406,6 @@ def release_host(workspace: Workspace) -> str:
 
 
 def release_url(workspace: Workspace, port: str = "") -> str:
+    port = settings.PREVIEW_PORT or port  # the gateway's, when there is one
     return f"http://{release_host(workspace)}" + (f":{port}" if port and port != "80"
                                                   else "") + "/"

@@ -8,6 +8,8 @@ Every use of the cookie re-checks that they may still see the preview (cached br
 Everything here is synchronous ORM code: the proxy calls it on a worker thread.
 """
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -25,6 +27,10 @@ COOKIE = "berth_preview"            # SameSite=None; Secure; Partitioned: works 
 COOKIE_LAX = "berth_preview_lax"    # host-only SameSite=Lax: top-level tabs, any scheme
 COOKIE_SALT = "berth.preview.cookie"
 TICKET_PATH = "/__berth/ticket"
+# The preview gateway (previews.gateway) hands what it does not serve itself to the web
+# process, naming the real client in X-Berth-Client; X-Berth-Gateway proves the gateway
+# sent it. Neither header ever reaches an app.
+GATEWAY_HEADERS = (b"x-berth-gateway", b"x-berth-client")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,28 @@ class Target:
         """Not ready yet, but on its way (not stopped, failed or crashed)."""
         return self.state == PreviewState.STARTING or (
             self.state == PreviewState.READY and self.ns is None)
+
+
+def gateway_key() -> bytes:
+    """What the gateway sends in X-Berth-Gateway: derived from SECRET_KEY, which the
+    gateway and the web process share (and nobody else has)."""
+    return hmac.new(settings.SECRET_KEY.encode(), b"berth.preview.gateway",
+                    hashlib.sha256).hexdigest().encode()
+
+
+def from_gateway(scope: dict[str, Any]) -> dict[str, Any]:
+    """The scope as the gateway saw the request: the client it names, when the request
+    carries the gateway's key; its headers never go further either way."""
+    headers = scope["headers"]
+    if not any(k in GATEWAY_HEADERS for k, _ in headers):
+        return scope
+    named = dict(headers)
+    kept = [(k, v) for k, v in headers if k not in GATEWAY_HEADERS]
+    key = named.get(b"x-berth-gateway", b"")
+    if key and hmac.compare_digest(key, gateway_key()):
+        client = named.get(b"x-berth-client", b"").decode("latin-1")
+        return {**scope, "headers": kept, "client": (client, 0)}
+    return {**scope, "headers": kept}
 
 
 def moves_group(public_id: str) -> str:

@@ -88,8 +88,9 @@ class Preview(models.Model):
         return f"{self.public_id}.{settings.PREVIEW_DOMAIN}"
 
     def url(self, port: str = "") -> str:
-        """The preview's own address; `port` is Berth's, as the asking request came in
-        on (every host of Berth is served by the same daphne)."""
+        """The preview's own address: on the gateway's PREVIEW_PORT, else on `port`,
+        Berth's, as the asking request came in on (daphne serves preview hosts too)."""
+        port = settings.PREVIEW_PORT or port
         return f"http://{self.host}" + (f":{port}" if port and port != "80" else "") + "/"
 
     def idle_for(self) -> timedelta | None:

@@ -43,7 +43,7 @@ HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"traile
 # Never forwarded: Berth's credentials, and forwarding headers a client could forge.
 DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"content-length", b"expect", b"forwarded",
                              b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
-                             b"x-forwarded-port", b"x-real-ip"}
+                             b"x-forwarded-port", b"x-real-ip", *gate.GATEWAY_HEADERS}
 TARGET_TTL_S = 1.0
 VIEWER_TTL_S = 30.0
 TOUCH_EVERY_S = 1.0
@@ -82,15 +82,7 @@ class Proxy:
         """A release host: whichever release process the workspace's route points at
         (as of at most TARGET_TTL_S ago; the previous process outlives a switch by
         RELEASE_DRAIN_S, so a request on its way there still lands)."""
-        now = time.monotonic()
-        cached = self.routes.get(key)
-        if cached and now - cached[0] < TARGET_TTL_S:
-            public_id = cached[1]
-        else:
-            public_id = await database_sync_to_async(gate.routed_process)(*key)
-            if len(self.routes) > 10_000:
-                self.routes.clear()
-            self.routes[key] = (now, public_id)
+        public_id = await self.route(key)
         if public_id is None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 4404})
@@ -101,6 +93,18 @@ class Proxy:
                 json_wanted=pages.wants_json(dict(scope["headers"])), title="No release"))
             return
         await self(scope, receive, send, public_id)
+
+    async def route(self, key: tuple[str, str]) -> str | None:
+        """The release process a release host points at, as of at most TARGET_TTL_S ago."""
+        now = time.monotonic()
+        cached = self.routes.get(key)
+        if cached and now - cached[0] < TARGET_TTL_S:
+            return cached[1]
+        public_id = await database_sync_to_async(gate.routed_process)(*key)
+        if len(self.routes) > 10_000:
+            self.routes.clear()
+        self.routes[key] = (now, public_id)
+        return public_id
 
     async def target(self, public_id: str, fresh: bool = False) -> gate.Target | None:
         """The preview as of at most TARGET_TTL_S ago. One lookup at a time per preview:
@@ -123,8 +127,10 @@ class Proxy:
     async def allowed(self, scope: dict[str, Any], t: gate.Target) -> bool:
         if t.public:
             return True
-        cookies = _cookies(scope)
-        value = cookies.get(gate.COOKIE) or cookies.get(gate.COOKIE_LAX)
+        return await self.viewer(viewer_cookie(_cookies(scope)), t)
+
+    async def viewer(self, value: str | None, t: gate.Target) -> bool:
+        """Whether a preview cookie's holder may see `t` (cached VIEWER_TTL_S)."""
         if not value:
             return False
         now = time.monotonic()
@@ -393,12 +399,31 @@ def upstream_host(request: h11.Request) -> str:
     return ""
 
 
+def viewer_cookie(cookies: dict[str, str]) -> str | None:
+    return cookies.get(gate.COOKIE) or cookies.get(gate.COOKIE_LAX)
+
+
 def request_headers(scope: dict[str, Any], body: bytes) -> list[tuple[bytes, bytes]]:
-    named_hop = {t.strip().lower().encode() for k, v in scope["headers"] if k == b"connection"
+    client = (scope.get("client") or ("", 0))[0]
+    headers = forwarded_headers(scope["headers"], str(client), scope.get("scheme", "http"))
+    if body or scope["method"] in ("POST", "PUT", "PATCH"):
+        headers.append((b"content-length", str(len(body)).encode()))
+    return headers
+
+
+def forwarded_headers(given: Sequence[tuple[bytes, bytes]], client: str, scheme: str
+                      ) -> list[tuple[bytes, bytes]]:
+    """The client's headers (names in lower case) as the app gets them: no hop-by-hop
+    ones, no Authorization, none of Berth's cookies, X-Forwarded-* from the real
+    connection. Framing (Content-Length, Transfer-Encoding) is the caller's to add."""
+    named_hop = {t.strip().lower().encode() for k, v in given if k == b"connection"
                  for t in v.decode("latin-1").split(",")}
     berth = gate.berth_cookie_names()
     headers: list[tuple[bytes, bytes]] = []
-    for key, value in scope["headers"]:
+    host = b""
+    for key, value in given:
+        if key == b"host":
+            host = value
         if key in DROP_REQUEST or key in named_hop:
             continue
         if key == b"cookie":
@@ -408,12 +433,8 @@ def request_headers(scope: dict[str, Any], body: bytes) -> list[tuple[bytes, byt
                 continue
             value = ";".join(kept).strip().encode("latin-1")
         headers.append((key, value))
-    client = (scope.get("client") or ("", 0))[0]
-    headers += [(b"x-forwarded-for", str(client).encode()),
-                (b"x-forwarded-proto", scope.get("scheme", "http").encode()),
-                (b"x-forwarded-host", _header(scope, b"host").encode("latin-1"))]
-    if body or scope["method"] in ("POST", "PUT", "PATCH"):
-        headers.append((b"content-length", str(len(body)).encode()))
+    headers += [(b"x-forwarded-for", client.encode()), (b"x-forwarded-proto", scheme.encode()),
+                (b"x-forwarded-host", host)]
     return headers
 
 

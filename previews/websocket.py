@@ -26,7 +26,7 @@ log = logging.getLogger("berth.previews")
 SKIP = {b"host", b"connection", b"upgrade", b"authorization", b"origin", b"cookie",
         b"sec-websocket-key", b"sec-websocket-version", b"sec-websocket-extensions",
         b"sec-websocket-protocol", b"x-forwarded-for", b"x-forwarded-proto",
-        b"x-forwarded-host", b"forwarded", b"user-agent"}
+        b"x-forwarded-host", b"forwarded", b"user-agent", *gate.GATEWAY_HEADERS}
 TOO_BIG = 1009
 GOING_AWAY = 1001
 

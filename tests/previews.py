@@ -1,6 +1,6 @@
 """Helpers for preview tests: an agent's API client and a browser-like client of the
-preview proxy (real daphne; `*.preview.localhost` does not resolve outside a browser
-here, so requests go to 127.0.0.1 with the preview's Host header)."""
+preview gateway (`*.preview.localhost` does not resolve outside a browser here, so
+requests go to 127.0.0.1 with the preview's Host header)."""
 
 import time
 from http.cookies import SimpleCookie
@@ -71,17 +71,19 @@ class PreviewAgent:
 
 
 class Browser:
-    """Talks to the preview proxy the way a browser would: keeps the cookies the
-    preview host sets, sends them back, never follows redirects by itself."""
+    """Talks to preview hosts the way a browser would: keeps the cookies the preview
+    host sets, sends them back, never follows redirects by itself. It asks the preview
+    gateway (the port preview URLs name), or daphne's own proxy with `via_daphne`."""
 
-    def __init__(self, server) -> None:
+    def __init__(self, server, via_daphne: bool = False) -> None:
         self.server = server
+        self.port = server.port if via_daphne else server.gateway_port
         self.cookies: dict[str, str] = {}
 
     def request(self, method: str, url: str, headers: dict | None = None, **kwargs):
         parts = urlsplit(url)
         host = parts.netloc
-        target = f"http://127.0.0.1:{self.server.port}{parts.path or '/'}" + (
+        target = f"http://127.0.0.1:{self.port}{parts.path or '/'}" + (
             f"?{parts.query}" if parts.query else "")
         sent = {"Host": host, **(headers or {})}
         if self.cookies and "Cookie" not in sent:

@@ -85,6 +85,8 @@ class Server:
     port: int
     log_path: Path
     pid: int = 0
+    gateway_port: int = 0  # the preview gateway: the door preview URLs name
+    gateway_pid: int = 0
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -125,9 +127,30 @@ def daphne() -> Iterator[Server]:
             return False
 
     cmd = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
-    with running(cmd, server.log_path, ready, "daphne") as proc:
+    with running(cmd, server.log_path, ready, "daphne") as proc, \
+            preview_gateway(port) as gateway:
         server.pid = proc.pid
+        server.gateway_port = int(settings.PREVIEW_PORT)
+        server.gateway_pid = gateway.pid
         yield server
+
+
+@contextmanager
+def preview_gateway(app_port: int) -> Iterator[subprocess.Popen]:
+    """The preview gateway on PREVIEW_PORT, handing what it does not serve to daphne."""
+    port = int(settings.PREVIEW_PORT)
+
+    def ready() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    cmd = [sys.executable, "manage.py", "preview_gateway", "--port", str(port), "--app",
+           f"127.0.0.1:{app_port}"]
+    with running(cmd, settings.DATA_DIR / "preview-gateway.log", ready, "preview gateway") as p:
+        yield p
 
 
 @contextmanager

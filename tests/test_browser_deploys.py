@@ -81,7 +81,7 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
             assert time.monotonic() < deadline, page.inner_text("#deploy-head")
             page.wait_for_timeout(500)  # a poll interval of a waiting reviewer, not a sleep
             page.reload()
-        page.goto(f"http://shop--team-a.apps.localhost:{berth_server.port}/")
+        page.goto(f"http://shop--team-a.apps.localhost:{berth_server.gateway_port}/")
         assert page.inner_text("h1") == "Hello, world!"
 
     with chromium_page() as page:

@@ -41,14 +41,14 @@ def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(berth_server, run
         frame = page.frame_locator("#preview-frame")
         frame.locator("h1", has_text="probe app").wait_for(timeout=30_000)
         inner = next(f for f in page.frames if preview.host in f.url)
-        assert inner.url == f"http://{preview.host}:{berth_server.port}/"
+        assert inner.url == f"http://{preview.host}:{berth_server.gateway_port}/"
 
         # A new tab: the same ticket exchange, top level.
         with page.context.expect_page() as opened:
             page.click("text=Open in new tab")
         tab = opened.value
         tab.wait_for_load_state()
-        assert tab.url == f"http://{preview.host}:{berth_server.port}/"
+        assert tab.url == f"http://{preview.host}:{berth_server.gateway_port}/"
         assert tab.locator("h1").inner_text() == "probe app"
 
         # The app's own page in that tab never got Berth's session cookie.

@@ -2,6 +2,7 @@
 approved far enough to build: tests/test_deploys.py drives releases on the real stack)."""
 
 import pytest
+from django.conf import settings
 
 from accounts.access import Actor
 from accounts.models import Activity
@@ -120,7 +121,8 @@ def test_the_api_asks_lists_and_cancels_but_never_approves(client, cast, shop):
     r = client.post(f"/api/v1/deploys/{deploy['id']}/cancel", **bearer(secret))
     assert r.status_code == 409
     live = client.get("/api/v1/workspaces/shop/release", **bearer(secret)).json()
-    assert live == {"live": None, "url": "http://shop--team-a.apps.localhost/"}
+    assert live == {"live": None,
+                    "url": f"http://shop--team-a.apps.localhost:{settings.PREVIEW_PORT}/"}
 
 
 def test_a_workspace_without_a_deploy_command_says_what_to_add(client, cast):

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
+from django.conf import settings
 
 from accounts.access import Actor
 from tests.previews import PROBE_APP, Browser, PreviewAgent, probe_toml, write
@@ -59,7 +60,8 @@ def opened(berth_server, agent, preview) -> Browser:
 
 @both_runtimes
 def test_a_preview_comes_up_and_the_proxy_serves_its_pages(agent, ready, berth_server, runtime):
-    assert ready["url"] == f"http://{ready['id']}.preview.localhost/"  # the client's port (80)
+    # On the preview gateway's port, whatever port the asking request came in on.
+    assert ready["url"] == f"http://{ready['id']}.preview.localhost:{settings.PREVIEW_PORT}/"
     assert ready["timings"]["ready_at"] and ready["time_until_usable_s"] > 0
     assert ready["health"]["last_status"] == 200
     assert ready["runtime"] == runtime and ready["isolation"]["network"] == "none"
@@ -80,13 +82,13 @@ def test_bodies_round_trip_and_large_answers_stream(agent, ready, berth_server, 
     assert r.status_code == 200 and r.headers["X-Length"] == str(len(body))
     assert r.text == hashlib.sha256(body).hexdigest()
 
-    before = _reset_peak_rss(berth_server.pid)
+    before = _reset_peak_rss(berth_server.gateway_pid)
     r = browser.request("GET", ready["url"] + "big?mb=50", stream=True)
     total = sum(len(c) for c in r.iter_content(1 << 16))
     assert total == 50 << 20
-    # Streamed, not buffered: daphne's peak memory grew far less than the answer.
-    grew = _peak_rss(berth_server.pid) - before
-    assert grew < 20 << 20, f"daphne's peak RSS grew {grew >> 20} MB for a 50 MB answer"
+    # Streamed, not buffered: the gateway's peak memory grew far less than the answer.
+    grew = _peak_rss(berth_server.gateway_pid) - before
+    assert grew < 20 << 20, f"the gateway's peak RSS grew {grew >> 20} MB for a 50 MB answer"
 
 
 def _peak_rss(pid: int) -> int:
@@ -114,10 +116,10 @@ def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server, run
     cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
 
     async def talk() -> list[str | bytes]:
-        # The preview's name does not resolve outside a browser here: connect to
-        # daphne, and let the URI give the Host header.
-        sock = socket.create_connection(("127.0.0.1", berth_server.port))
-        async with connect(f"ws://{ready['id']}.preview.localhost:{berth_server.port}/ws",
+        # The preview's name does not resolve outside a browser here: connect to the
+        # gateway, and let the URI give the Host header.
+        sock = socket.create_connection(("127.0.0.1", berth_server.gateway_port))
+        async with connect(f"ws://{ready['id']}.preview.localhost:{settings.PREVIEW_PORT}/ws",
                            sock=sock, proxy=None, additional_headers={"Cookie": cookie}) as ws:
             got = []
             for word in ("hello", "hot reload"):

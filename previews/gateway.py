@@ -1,0 +1,196 @@
+"""The preview gateway: a process of its own serving preview and release hosts on
+PREVIEW_PORT (`manage.py preview_gateway`).
+
+Why a process of its own: the proxy inside daphne tops out near 3,300 small requests
+a second on this kind of machine (ASGI messages, h11 and a coroutine per request),
+against ~75,000 straight into the sandbox. Here a request is parsed by llhttp
+(httptools) and forwarded from the protocol callbacks, with no task and no ASGI hop.
+
+What it serves itself (the fast path): a plain HTTP request to a ready preview whose
+cookie the caches already allow, using the daphne proxy's caches, lookups and header
+rules (previews.proxy): Berth's cookies and any Authorization removed, X-Forwarded-*
+from the real connection, hop-by-hop headers and foreign Set-Cookie dropped, redirects
+passed back untouched, bodies streamed both ways under backpressure.
+
+Everything else goes to the web process on the same connection (previews.relay): the
+ticket exchange, a request without a known cookie, a preview that is not ready (typed
+pages, the hold), WebSocket upgrades, `Expect`, a release host not yet looked up. It
+names the real client there in X-Berth-Client, signed by X-Berth-Gateway
+(gate.from_gateway), so every answer and rule beyond the fast path stays in one place.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from previews import gate
+from previews.proxy import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Proxy, viewer_cookie
+from previews.proxy import _parse_cookies as parse_cookies
+from runner.sandbox.netns import Namespace, connect
+
+log = logging.getLogger("berth.previews")
+
+KEEP_IDLE = 64  # idle upstream connections kept per sandbox (and to the web process)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one request goes: the sandbox of `target`, the web process, or an answer of
+    the gateway's own (`status`, `code`, `message`)."""
+
+    kind: str  # "sandbox" | "app" | "answer"
+    target: gate.Target | None = None
+    status: int = 0
+    code: str = ""
+    message: str = ""
+
+
+APP = Route("app")
+BUSY = Route("answer", status=503, code="preview_busy",
+             message="This preview has too many open connections; try again shortly.")
+
+
+class Gateway:
+    """State shared by every connection: the proxy's caches, idle upstreams, counts."""
+
+    def __init__(self, app: tuple[str, int]) -> None:
+        self.app = app
+        self.proxy = Proxy()
+        self.key = gate.gateway_key()
+        self.idle: dict[Any, list[Any]] = {}
+        # Read once: Django's settings object costs a lookup per attribute per request.
+        self.max_connections = settings.PREVIEW_MAX_CONNECTIONS
+        self.max_body = settings.PREVIEW_MAX_BODY_BYTES
+
+    # -- deciding ----------------------------------------------------------------------
+
+    def decide(self, ex: Any) -> Route | None:
+        """The route from what the caches know now; None when a lookup is needed first."""
+        public_id = self._public_id(ex.host)
+        if public_id is None or ex.upgrade or ex.expect or not ex.target.startswith(b"/") \
+                or ex.target.split(b"?", 1)[0] == gate.TICKET_PATH.encode():
+            return APP
+        if public_id == "":
+            return None  # a release host whose route is not known yet
+        now = time.monotonic()
+        cached = self.proxy.targets.get(public_id)
+        if not cached or now - cached[0] >= TARGET_TTL_S:
+            return None
+        t = cached[1]
+        if t is None or not t.ready:
+            return APP
+        if not t.public:
+            value = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
+            if not value:
+                return APP
+            seen = self.proxy.viewers.get((t.public_id, value))
+            if not seen or now - seen[0] >= VIEWER_TTL_S:
+                return None
+            if not seen[1]:
+                return APP
+        if self.proxy.open.get(t.public_id, 0) >= self.max_connections:
+            return BUSY
+        if ex.length > self.max_body:
+            return Route("answer", status=413, code="too_large", message=(
+                f"Request bodies to a preview are capped at "
+                f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB)."))
+        return Route("sandbox", t)
+
+    async def look_up(self, ex: Any) -> Route:
+        """Fill the caches this request needs (from the database), then decide."""
+        release = self.proxy.release_re.match(ex.host)
+        if release:
+            public_id = await self.proxy.route((release.group(1), release.group(2)))
+        else:
+            match = self.proxy.host_re.match(ex.host)
+            public_id = match.group(1) if match else None
+        if public_id is not None:
+            t = await self.proxy.target(public_id)
+            if t is not None and t.ready and not t.public and ex.cookie:
+                await self.proxy.viewer(viewer_cookie(parse_cookies(ex.cookie)), t)
+        return self.decide(ex) or APP  # a cache that expired meanwhile: the slow road
+
+    def _public_id(self, host: str) -> str | None:
+        """The preview a host names; "" for a release host not looked up lately; None
+        for anything else (the web process answers that)."""
+        match = self.proxy.host_re.match(host)
+        if match:
+            return match.group(1)
+        release = self.proxy.release_re.match(host)
+        if not release:
+            return None
+        cached = self.proxy.routes.get((release.group(1), release.group(2)))
+        if not cached or time.monotonic() - cached[0] >= TARGET_TTL_S:
+            return ""
+        return cached[1]
+
+    # -- while serving -----------------------------------------------------------------
+
+    def opened(self, t: gate.Target) -> None:
+        self.proxy.open[t.public_id] = self.proxy.open.get(t.public_id, 0) + 1
+        now = time.monotonic()
+        if now - self.proxy.touched.get(t.pk, 0) >= TOUCH_EVERY_S:
+            # The idle clock: at most one write a second per preview, off the request.
+            asyncio.get_running_loop().create_task(self.proxy.touch(t))
+
+    def closed(self, t: gate.Target) -> None:
+        self.proxy.open[t.public_id] -= 1
+
+    # -- upstream connections ------------------------------------------------------------
+
+    def take(self, key: Any) -> Any:
+        idle = self.idle.get(key)
+        while idle:
+            upstream = idle.pop()
+            if upstream.usable():
+                return upstream
+        return None
+
+    def keep(self, key: Any, upstream: Any) -> None:
+        idle = self.idle.setdefault(key, [])
+        if len(idle) < KEEP_IDLE:
+            idle.append(upstream)
+        else:
+            upstream.close()
+
+    def forget(self, key: Any, upstream: Any) -> None:
+        idle = self.idle.get(key)
+        if idle and upstream in idle:
+            idle.remove(upstream)
+
+    def forget_namespace(self, ns: Namespace) -> None:
+        self.proxy.targets.clear()
+        for key in [k for k in self.idle if k != "app" and k[0] == ns]:
+            for upstream in self.idle.pop(key):
+                upstream.close()
+
+    async def open_upstream(self, route: Route, factory: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        if route.kind == "sandbox":
+            assert route.target is not None and route.target.ns is not None
+            sock = await connect(route.target.ns, route.target.port)
+            _, upstream = await loop.create_connection(factory, sock=sock)
+        else:
+            _, upstream = await asyncio.wait_for(
+                loop.create_connection(factory, *self.app), 10)
+        return upstream
+
+
+async def serve(bind: str, port: int, app: tuple[str, int], stop: asyncio.Event) -> None:
+    """Serve until `stop`, then give open requests a few seconds to finish."""
+    from previews.relay import Client
+
+    gateway = Gateway(app)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Client(gateway), bind, port, backlog=1024)
+    log.info("preview gateway serving on %s:%s (the rest to %s:%s)", bind, port, *app)
+    print(f"preview gateway serving on {bind}:{port}", flush=True)
+    await stop.wait()
+    server.close()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(server.wait_closed(), 5)

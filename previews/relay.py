@@ -1,0 +1,604 @@
+"""The preview gateway's two sides of a connection (previews.gateway), as asyncio
+protocols around llhttp (httptools): `Client` parses the browser's requests and
+answers in order; `Upstream` carries one request at a time to a sandbox or to the web
+process and parses the answer.
+
+Framing is redone on each hop, never copied: a body with a Content-Length keeps it;
+one without is re-chunked (or, to an HTTP/1.0 client, ends with the connection), so a
+header the app or client sent cannot make the two sides disagree on where a message
+ends. Backpressure both ways: a side whose send buffer passes HIGH_WATER stops the
+other side's reading until it drains, so a 50 MB answer never sits in memory.
+"""
+
+import asyncio
+import logging
+from collections import deque
+from typing import Any
+
+import httptools
+from django.conf import settings
+
+from previews import gate, pages
+from previews.gateway import Gateway, Route
+from previews.proxy import HOP_BY_HOP, forwarded_headers, response_headers
+from runner.sandbox.netns import NamespaceGone
+
+log = logging.getLogger("berth.previews")
+
+HIGH_WATER = 256 * 1024
+BACKLOG = 8  # pipelined requests parsed ahead of their turn before reading stops
+CRLF = b"\r\n"
+FRAMING = {b"content-length", b"transfer-encoding"}
+
+
+class Exchange:
+    """One request from the client and the state of its answer."""
+
+    __slots__ = ("answered", "body_seen", "chunked", "cookie", "counted", "ended",
+                 "expect", "headers", "host", "hosts", "keep_alive", "length", "method",
+                 "pending", "pending_size", "retried", "route", "tail", "target", "upgrade",
+                 "upstream", "version")
+
+    def __init__(self) -> None:
+        self.target = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.host = ""
+        self.hosts = 0
+        self.cookie = b""
+        self.length = 0
+        self.chunked = self.expect = self.upgrade = False
+        self.method = b""
+        self.version = "1.1"
+        self.keep_alive = True
+        self.ended = self.answered = self.counted = self.retried = False
+        self.pending: list[bytes] = []
+        self.pending_size = self.body_seen = 0
+        self.route: Route | None = None
+        self.upstream: Upstream | None = None
+        self.tail = b""
+
+
+class Client(asyncio.Protocol):
+    """A connection from a browser (or any client) to the gateway."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        self.parser = httptools.HttpRequestParser(self)
+        self.queue: deque[Exchange] = deque()
+        self.parsing = Exchange()
+        self.transport: Any = None
+        self.peer = ""
+        self.paused: set[str] = set()
+        self.writing_paused = False
+        self.tunnel: Upstream | None = None
+        self.gone = False
+        self.close_after = False
+        self.last = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        # What one read from the upstream produced, written at once: a head and a
+        # small body in one send, not two.
+        self.out: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self.out is not None:
+            self.out.append(data)
+        else:
+            self.transport.write(data)
+
+    def batch(self) -> None:
+        self.out = []
+
+    def flush(self) -> None:
+        out, self.out = self.out, None
+        if out and not self.gone:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    # -- connection --------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.loop = asyncio.get_running_loop()
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if peer else ""
+        transport.set_write_buffer_limits(high=HIGH_WATER)
+        self.last = self.loop.time()
+        self.timer = self.loop.call_later(settings.PREVIEW_IDLE_CONNECTION_S, self._idle_check)
+
+    def data_received(self, data: bytes) -> None:
+        self.last = self.loop.time()
+        if self.tunnel is not None:
+            self.tunnel.transport.write(data)
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as e:
+            # The upgrade request is queued whole; what follows its head belongs to the
+            # tunnel, which opens when the request's turn comes.
+            self.queue[-1].tail = data[e.args[0]:]
+            self._pause("upgrade")
+        except httptools.HttpParserError as e:
+            if self.queue:
+                self.transport.close()  # mid-pipeline: no way to answer in order
+            else:
+                self.close_after = True
+                self._answer(Exchange(), 400, "bad_request", f"This is not HTTP/1.1 the "
+                             f"gateway can read ({e}).", title="Bad request", queued=False)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gone = True
+        if self.timer:
+            self.timer.cancel()
+        if self.tunnel is not None:
+            self.tunnel.close()
+        for ex in self.queue:
+            if ex.upstream is not None and ex.upstream.ex is ex:
+                ex.upstream.ex = None
+                ex.upstream.close()
+            self._uncount(ex)
+        self.queue.clear()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        upstream = self._upstream()
+        if upstream is not None:
+            upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        upstream = self._upstream()
+        if upstream is not None:
+            upstream.transport.resume_reading()
+
+    def _upstream(self) -> "Upstream | None":
+        if self.tunnel is not None:
+            return self.tunnel
+        return self.queue[0].upstream if self.queue else None
+
+    def _pause(self, why: str) -> None:
+        if not self.paused and not self.gone:
+            self.transport.pause_reading()
+        self.paused.add(why)
+
+    def _resume(self, why: str) -> None:
+        if why in self.paused:
+            self.paused.discard(why)
+            if not self.paused and not self.gone:
+                self.transport.resume_reading()
+
+    def _idle_check(self) -> None:
+        """PREVIEW_IDLE_CONNECTION_S without a byte either way ends the connection (a
+        request the app has not answered by then gets a 504)."""
+        if self.gone:
+            return
+        left = self.last + settings.PREVIEW_IDLE_CONNECTION_S - self.loop.time()
+        if left > 0:
+            self.timer = self.loop.call_later(left, self._idle_check)
+            return
+        if self.queue and not self.queue[0].answered and self.tunnel is None:
+            self.close_after = True
+            self._answer(self.queue[0], 504, "app_timeout", f"The app sent nothing for "
+                         f"{settings.PREVIEW_IDLE_CONNECTION_S} s.",
+                         title="The app took too long")
+        else:
+            self.transport.close()
+
+    # -- llhttp's callbacks for the request --------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.parsing = Exchange()
+
+    def on_url(self, url: bytes) -> None:
+        self.parsing.target += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        ex = self.parsing
+        name = name.lower()
+        ex.headers.append((name, value))
+        if name == b"host":
+            ex.hosts += 1
+            ex.host = value.decode("latin-1").lower()
+        elif name == b"cookie":
+            ex.cookie = ex.cookie + b"; " + value if ex.cookie else value
+        elif name == b"content-length":
+            ex.length = int(value)  # llhttp accepts digits only
+        elif name == b"transfer-encoding":
+            ex.chunked = True  # llhttp refuses any coding not ending in chunked
+        elif name == b"expect":
+            ex.expect = True
+
+    def on_headers_complete(self) -> None:
+        ex = self.parsing
+        ex.method = self.parser.get_method()
+        ex.version = self.parser.get_http_version()
+        ex.keep_alive = self.parser.should_keep_alive()
+        ex.upgrade = self.parser.should_upgrade()
+        if ex.hosts != 1:
+            ex.host = ""  # none or several: the web process answers that
+        self.queue.append(ex)
+        if len(self.queue) == 1:
+            self._dispatch(ex)
+        elif len(self.queue) > BACKLOG:
+            self._pause("backlog")
+
+    def on_body(self, body: bytes) -> None:
+        ex = self.parsing
+        ex.body_seen += len(body)
+        if ex.chunked and ex.body_seen > self.gw.max_body \
+                and ex.route is not None and ex.route.kind == "sandbox":
+            self._too_large(ex)
+            return
+        if ex.upstream is not None:
+            ex.upstream.write_body(body, ex.chunked)
+        elif not ex.answered:
+            ex.pending.append(body)
+            ex.pending_size += len(body)
+            if ex.pending_size > HIGH_WATER:
+                self._pause("buffer")
+
+    def on_message_complete(self) -> None:
+        ex = self.parsing
+        ex.ended = True
+        if ex.upstream is not None and not ex.upgrade:
+            ex.upstream.end_body(ex.chunked)
+
+    # -- routing a request -------------------------------------------------------------
+
+    def _dispatch(self, ex: Exchange) -> None:
+        route = self.gw.decide(ex)
+        if route is None:
+            self._pause("lookup")
+            self.loop.create_task(self._look_up(ex))
+        else:
+            self._go(ex, route)
+
+    async def _look_up(self, ex: Exchange) -> None:
+        try:
+            route = await self.gw.look_up(ex)
+        except Exception:
+            log.exception("preview gateway: lookup failed; handing the request on")
+            route = Route("app")
+        self._resume("lookup")
+        if not self.gone:
+            self._go(ex, route)
+
+    def _go(self, ex: Exchange, route: Route) -> None:
+        ex.route = route
+        if route.kind == "answer":
+            self._answer(ex, route.status, route.code, route.message)
+            return
+        if route.kind == "sandbox":
+            assert route.target is not None
+            self.gw.opened(route.target)
+            ex.counted = True
+            if ex.chunked and ex.body_seen > self.gw.max_body:
+                self._too_large(ex)
+                return
+        upstream = None if ex.upgrade else self.gw.take(self._key(route))
+        if upstream is not None:
+            self._send(ex, upstream)
+        else:
+            self.loop.create_task(self._connect(ex, route))
+
+    @staticmethod
+    def _key(route: Route) -> Any:
+        if route.kind == "sandbox":
+            assert route.target is not None
+            return (route.target.ns, route.target.port)
+        return "app"
+
+    async def _connect(self, ex: Exchange, route: Route) -> None:
+        key = self._key(route)
+        try:
+            upstream = await self.gw.open_upstream(route, lambda: Upstream(self.gw, key))
+        except NamespaceGone:
+            assert route.target is not None and route.target.ns is not None
+            self.gw.forget_namespace(route.target.ns)
+            self._answer(ex, 503, "preview_stopped", "The preview's sandbox is gone; it is "
+                         "stopping.", title="This preview is stopping")
+            return
+        except (OSError, TimeoutError):
+            if route.kind == "sandbox":
+                assert route.target is not None
+                self._answer(ex, 502, "app_not_listening", f"Nothing accepted a connection "
+                             f"on port {route.target.port} inside the preview; the app may "
+                             "be restarting or crashed.", title="The app did not answer")
+            else:
+                self._answer(ex, 502, "berth_unavailable", "Berth's web process did not "
+                             "answer the gateway; try again shortly.", title="Berth is busy")
+            return
+        if self.gone or ex.answered:
+            upstream.close()
+            return
+        self._send(ex, upstream)
+
+    def _send(self, ex: Exchange, upstream: "Upstream") -> None:
+        ex.upstream = upstream
+        upstream.start(self, ex)
+        if self.writing_paused:
+            upstream.transport.pause_reading()
+        upstream.transport.write(self._head(ex) + ex.tail)
+        if ex.upgrade:
+            # From here on bytes flow untouched both ways: the web process speaks the
+            # WebSocket and enforces its caps (message size, idle time).
+            self.tunnel = upstream
+            upstream.tunnel = self
+            self._resume("upgrade")
+            return
+        for chunk in ex.pending:
+            upstream.write_body(chunk, ex.chunked)
+        ex.pending.clear()
+        ex.pending_size = 0
+        self._resume("buffer")
+        if ex.ended:
+            upstream.end_body(ex.chunked)
+
+    def _head(self, ex: Exchange) -> bytes:
+        assert ex.route is not None
+        if ex.route.kind == "sandbox":
+            headers = forwarded_headers(ex.headers, self.peer, "http")
+        else:
+            named = {t.strip().lower().encode() for k, v in ex.headers if k == b"connection"
+                     for t in v.decode("latin-1").split(",")}
+            drop = FRAMING | set(gate.GATEWAY_HEADERS) | (
+                set() if ex.upgrade else HOP_BY_HOP | named)
+            headers = [(k, v) for k, v in ex.headers if k not in drop]
+            headers += [(b"x-berth-gateway", self.gw.key),
+                        (b"x-berth-client", self.peer.encode())]
+        if ex.chunked:
+            headers.append((b"transfer-encoding", b"chunked"))
+        elif ex.length or ex.method in (b"POST", b"PUT", b"PATCH"):
+            headers.append((b"content-length", b"%d" % ex.length))
+        return b"".join([ex.method, b" ", ex.target, b" HTTP/1.1\r\n",
+                         *[k + b": " + v + CRLF for k, v in headers], CRLF])
+
+    # -- answers -----------------------------------------------------------------------
+
+    def respond_head(self, upstream: "Upstream", status: int, reason: bytes,
+                     given: list[tuple[bytes, bytes]]) -> None:
+        ex = upstream.ex
+        assert ex is not None and ex.route is not None
+        if ex.route.kind == "sandbox":
+            headers = response_headers(given, ex.host.split(":")[0])
+        else:  # Berth's own answer (it sets the preview cookie): framing redone only
+            named = {t.strip().lower().encode() for k, v in given if k == b"connection"
+                     for t in v.decode("latin-1").split(",")}
+            headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in named]
+        declared = any(k == b"content-length" for k, _ in headers)
+        no_body = ex.method == b"HEAD" or status in (204, 304)
+        upstream.eof_ends = not declared and not no_body and not any(
+            k == b"transfer-encoding" for k, _ in given)
+        if declared or no_body:
+            upstream.mode = "raw"
+        elif ex.version == "1.1":
+            upstream.mode = "chunked"
+            headers.append((b"transfer-encoding", b"chunked"))
+        else:
+            upstream.mode = "close"  # an HTTP/1.0 client: the body ends with the connection
+        if not ex.keep_alive or upstream.mode == "close":
+            self.close_after = True
+        if self.close_after:
+            headers.append((b"connection", b"close"))
+        elif ex.version == "1.0":
+            headers.append((b"connection", b"keep-alive"))
+        self.write(b"".join([b"HTTP/1.1 %d " % status, reason, CRLF,
+                             *[k + b": " + v + CRLF for k, v in headers], CRLF]))
+        ex.answered = True
+        if ex.method == b"HEAD":
+            upstream.keep = False  # llhttp cannot be told the answer had no body
+            self.respond_end(upstream)
+
+    def respond_body(self, upstream: "Upstream", data: bytes) -> None:
+        if upstream.mode == "chunked":
+            self.write(b"%x\r\n" % len(data) + data + CRLF)
+        else:
+            self.write(data)
+
+    def respond_end(self, upstream: "Upstream") -> None:
+        ex = upstream.ex
+        if ex is None:
+            return
+        if upstream.mode == "chunked":
+            self.write(b"0\r\n\r\n")
+        self.flush()  # before the connection may close, or the next answer start
+        upstream.ex = None
+        upstream.client = None
+        if not ex.ended:
+            self.close_after = True  # answered before the body was all sent: no reuse
+        if upstream.keep and ex.ended and upstream.mode != "close" and not upstream.eof_ends:
+            upstream.used = True
+            self.gw.keep(upstream.key, upstream)
+        else:
+            upstream.close()
+        self._finish(ex)
+
+    def upstream_lost(self, upstream: "Upstream") -> None:
+        """The connection to the app (or the web process) ended mid-exchange."""
+        ex = upstream.ex
+        if ex is None or self.gone:
+            return
+        if ex.answered:
+            if upstream.eof_ends:
+                self.respond_end(upstream)  # a body that ends with the connection: done
+            else:
+                self.transport.close()  # cut short: the client must see it was
+            return
+        assert ex.route is not None
+        if upstream.used and not upstream.got and not ex.retried and ex.ended \
+                and not ex.length and not ex.chunked:
+            # A kept-alive connection the other side had closed: once more, anew.
+            ex.retried = True
+            ex.upstream = upstream.ex = None
+            self.loop.create_task(self._connect(ex, ex.route))
+            return
+        who = "The app" if ex.route.kind == "sandbox" else "Berth's web process"
+        self._answer(ex, 502, "app_broke_request", f"{who} closed the connection without "
+                     "answering.", title="The app broke this request")
+
+    def _too_large(self, ex: Exchange) -> None:
+        if ex.answered:
+            self.transport.close()
+            return
+        self.close_after = True
+        self._answer(ex, 413, "too_large", f"Request bodies to a preview are capped at "
+                     f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB "
+                     "(PREVIEW_MAX_BODY_MB).", title="Request too large")
+
+    def _answer(self, ex: Exchange, status: int, code: str, message: str, title: str = "",
+                queued: bool = True) -> None:
+        """The gateway's own answer (the API's error shape, or a page for a browser);
+        it ends the connection when the request's body was not read to its end."""
+        if ex.upstream is not None:
+            ex.upstream.ex = None
+            ex.upstream.close()
+            ex.upstream = None
+        status, headers, body = pages.answer(
+            status, code, message, json_wanted=pages.wants_json(dict(ex.headers)),
+            title=title)
+        if not ex.ended or not ex.keep_alive:
+            self.close_after = True
+        headers = [*headers, (b"content-length", b"%d" % len(body))]
+        if self.close_after:
+            headers.append((b"connection", b"close"))
+        self.flush()
+        self.transport.write(b"".join([b"HTTP/1.1 %d \r\n" % status,
+                                       *[k + b": " + v + CRLF for k, v in headers], CRLF,
+                                       body]))
+        ex.answered = True
+        if queued:
+            self._finish(ex)
+        else:
+            self.transport.close()
+
+    def _finish(self, ex: Exchange) -> None:
+        self._uncount(ex)
+        if self.queue and self.queue[0] is ex:
+            self.queue.popleft()
+        if self.close_after:
+            self.transport.close()  # after what is buffered is written
+            return
+        if len(self.queue) <= BACKLOG:
+            self._resume("backlog")
+        if self.queue:
+            self._dispatch(self.queue[0])
+
+    def _uncount(self, ex: Exchange) -> None:
+        if ex.counted and ex.route is not None and ex.route.target is not None:
+            ex.counted = False
+            self.gw.closed(ex.route.target)
+
+
+class Upstream(asyncio.Protocol):
+    """A connection from the gateway to a sandbox's app or to the web process: one
+    request at a time, then kept for the next (Gateway.keep) when both sides allow."""
+
+    def __init__(self, gateway: Gateway, key: Any) -> None:
+        self.gw = gateway
+        self.key = key
+        self.transport: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.client: Client | None = None
+        self.ex: Exchange | None = None
+        self.tunnel: Client | None = None
+        self.open = True
+        self.used = self.got = self.skip = self.eof_ends = False
+        self.keep = True
+        self.mode = "raw"
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=HIGH_WATER)
+
+    def usable(self) -> bool:
+        return self.open and not self.transport.is_closing()
+
+    def start(self, client: Client, ex: Exchange) -> None:
+        self.client, self.ex = client, ex
+        self.got = self.skip = self.eof_ends = False
+        self.keep = True
+        self.mode = "raw"
+
+    def write_body(self, data: bytes, chunked: bool) -> None:
+        self.transport.write(b"%x\r\n" % len(data) + data + CRLF if chunked else data)
+
+    def end_body(self, chunked: bool) -> None:
+        if chunked:
+            self.transport.write(b"0\r\n\r\n")
+
+    def close(self) -> None:
+        self.open = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel.last = self.tunnel.loop.time()
+            self.tunnel.transport.write(data)
+            return
+        if self.ex is None or self.client is None:
+            self.close()  # bytes nobody asked for: this connection is not to be trusted
+            return
+        self.got = True
+        client = self.client
+        client.last = client.loop.time()
+        client.batch()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            client.flush()
+            self.keep = False
+            self.close()
+            if self.ex is not None:
+                log.info("preview gateway: the app broke the protocol: %s", e)
+                client.upstream_lost(self)
+        else:
+            client.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open = False
+        self.gw.forget(self.key, self)
+        if self.tunnel is not None:
+            self.tunnel.transport.close()
+        elif self.client is not None and self.ex is not None:
+            self.client.upstream_lost(self)
+
+    def pause_writing(self) -> None:
+        if self.client is not None:
+            self.client._pause("upstream")
+
+    def resume_writing(self) -> None:
+        if self.client is not None:
+            self.client._resume("upstream")
+
+    # -- llhttp's callbacks for the answer ---------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.headers = []
+        self.reason = b""
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:
+            self.skip = True  # 100 Continue, 103 Early Hints: the final answer follows
+            return
+        self.keep = self.parser.should_keep_alive()
+        if self.client is not None:
+            self.client.respond_head(self, status, self.reason, self.headers)
+
+    def on_body(self, body: bytes) -> None:
+        if not self.skip and self.client is not None and self.ex is not None:
+            self.client.respond_body(self, body)
+
+    def on_message_complete(self) -> None:
+        if self.skip:
+            self.skip = False
+            return
+        if self.client is not None:
+            self.client.respond_end(self)

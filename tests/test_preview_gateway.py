@@ -1,0 +1,291 @@
+"""The preview gateway's HTTP handling, edge by edge, over real sockets: the gateway
+runs in this process on its own event loop, in front of a small HTTP server on this
+host standing in for a preview's app (the preview's namespace is this process's own)
+and another standing in for Berth's web process. Previews through the whole stack,
+gateway included, are test_previews.py's."""
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from previews import gate
+from previews.gateway import Gateway
+from previews.relay import Client
+from runner.sandbox.netns import Namespace
+
+HOST = "abc123.preview.localhost"
+COOKIE = {"Cookie": f"{gate.COOKIE_LAX}=good"}
+release = threading.Event()
+
+
+def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    if handler.headers.get("Transfer-Encoding") == "chunked":
+        data = b""
+        while size := int(handler.rfile.readline().strip(), 16):
+            data += handler.rfile.read(size)
+            handler.rfile.readline()
+        handler.rfile.readline()
+        return data
+    return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+
+
+class App(BaseHTTPRequestHandler):
+    """The preview's app."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def reply(self, body: bytes, *headers: tuple[str, str]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "1234")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        if self.path == "/chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (b"first ", b"second ", b"third"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+        elif self.path == "/hang-up":
+            self.close_connection = True  # and no answer at all
+        elif self.path == "/hold":
+            release.wait(10)
+            self.reply(b"held")
+        elif self.path == "/slow":
+            time.sleep(3)
+            self.reply(b"late")
+        else:
+            self.reply(json.dumps({"path": self.path, "headers": {
+                k.lower(): v for k, v in self.headers.items()}}).encode(),
+                ("Set-Cookie", "own=1; Path=/"), ("Set-Cookie", "x=1; Domain=localhost"))
+
+    def do_POST(self) -> None:
+        data = _read_body(self)
+        self.reply(hashlib.sha256(data).hexdigest().encode(), ("X-Length", str(len(data))))
+
+
+class Web(App):
+    """Berth's web process, as the gateway sees it: says what reached it."""
+
+    def do_GET(self) -> None:
+        self.reply(json.dumps({"web": True, "headers": {
+            k.lower(): v for k, v in self.headers.items()}}).encode(),
+            ("Set-Cookie", f"{gate.COOKIE_LAX}=set-by-berth; Path=/"))
+
+
+@contextmanager
+def serving(handler: type) -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def gateway(app_port: int, web_port: int, public: bool = False) -> Iterator[Gateway]:
+    """A gateway on its own loop and thread, its caches saying: preview abc123 is ready
+    on `app_port` in this process's namespace, and the cookie "good" may see it."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    gw = Gateway(("127.0.0.1", web_port))
+    ns = Namespace(os.getpid(), os.stat(f"/proc/{os.getpid()}/ns/net").st_ino)
+    target = gate.Target(1, "abc123", 1, "probe", "ready", "", "", None, public, app_port, ns,
+                         None)
+    forever = time.monotonic() + 3600
+    gw.proxy.targets["abc123"] = (forever, target)
+    gw.proxy.viewers[("abc123", "good")] = (forever, True)
+    gw.proxy.viewers[("abc123", "revoked")] = (forever, False)
+    gw.proxy.touched[1] = forever  # no idle-clock writes: there is no preview row
+
+    async def start() -> asyncio.Server:
+        return await asyncio.get_running_loop().create_server(
+            lambda: Client(gw), "127.0.0.1", 0)
+
+    server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    gw.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    try:
+        yield gw
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@pytest.fixture
+def gw() -> Iterator[Gateway]:
+    release.clear()
+    with serving(App) as app_port, serving(Web) as web_port, gateway(app_port, web_port) as g:
+        yield g
+    release.set()
+
+
+def get(gw: Gateway, path: str, headers: dict | None = None, **kwargs) -> requests.Response:
+    return requests.request(kwargs.pop("method", "GET"), f"http://127.0.0.1:{gw.port}{path}",
+                            headers={"Host": HOST, **COOKIE, **(headers or {})},
+                            allow_redirects=False, timeout=15, **kwargs)
+
+
+def raw(gw: Gateway, data: bytes, until: bytes = b"", timeout: float = 10) -> bytes:
+    """Send `data` in one write; read until `until` appears or the gateway closes."""
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=timeout) as s:
+        s.sendall(data)
+        got = b""
+        while not (until and until in got):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+def test_the_fast_path_rewrites_headers_as_the_proxy_does(gw):
+    r = get(gw, "/headers?x=1", {"Authorization": "Bearer berth_x", "X-Forwarded-For": "6.6.6.6",
+                                 "X-Berth-Client": "6.6.6.6", "Cookie": f"{gate.COOKIE_LAX}="
+                                 "good; sessionid=s; csrftoken=c; mine=kept"})
+    assert r.status_code == 200, r.text
+    seen = r.json()
+    assert seen["path"] == "/headers?x=1"
+    headers = seen["headers"]
+    assert "authorization" not in headers and "x-berth-client" not in headers
+    assert headers["cookie"] == "mine=kept"
+    assert headers["x-forwarded-for"] == "127.0.0.1"
+    assert headers["x-forwarded-host"] == HOST
+    # The app's cookie for another domain is dropped; its own is kept.
+    assert r.raw.headers.getlist("Set-Cookie") == ["own=1; Path=/"]
+
+
+def test_everything_else_goes_to_the_web_process_naming_the_real_client(gw):
+    for headers in ({"Cookie": "nothing=here"}, {"Cookie": f"{gate.COOKIE_LAX}=revoked"}):
+        r = get(gw, "/", {**headers, "X-Berth-Client": "6.6.6.6", "X-Berth-Gateway": "forged"})
+        assert r.json()["web"] is True
+        seen = r.json()["headers"]
+        assert seen["x-berth-client"] == "127.0.0.1"
+        assert seen["x-berth-gateway"] == gate.gateway_key().decode()
+        assert seen["host"] == HOST
+    # The ticket path and other hosts too; Berth's own cookie comes back untouched.
+    r = get(gw, gate.TICKET_PATH + "?t=x")
+    assert r.json()["web"] is True
+    assert r.headers["Set-Cookie"] == f"{gate.COOKIE_LAX}=set-by-berth; Path=/"
+    assert get(gw, "/", {"Host": "localhost"}).json()["web"] is True
+
+
+def test_pipelined_requests_are_answered_in_order(gw):
+    requests_ = b"".join(b"GET /n%d HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+                         % (i, HOST.encode(), gate.COOKIE_LAX.encode()) for i in range(5))
+    got = raw(gw, requests_, until=b'"/n4"')
+    paths = [json.loads(part.split(b"\r\n\r\n", 1)[1].split(b"HTTP/1.1")[0])["path"]
+             for part in got.split(b"HTTP/1.1 200")[1:]]
+    assert paths == [f"/n{i}" for i in range(5)]
+
+
+def test_head_chunked_and_http_1_0_answers_are_framed_right(gw):
+    with requests.Session() as s:
+        r = s.head(f"http://127.0.0.1:{gw.port}/", headers={"Host": HOST, **COOKIE}, timeout=10)
+        assert r.status_code == 200 and r.headers["Content-Length"] == "1234" and not r.content
+        r = s.get(f"http://127.0.0.1:{gw.port}/chunked", headers={"Host": HOST, **COOKIE},
+                  timeout=10)  # on the same connection after the HEAD
+        assert r.text == "first second third"
+        assert r.headers["Transfer-Encoding"] == "chunked"
+    old = raw(gw, b"GET /chunked HTTP/1.0\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+              % (HOST.encode(), gate.COOKIE_LAX.encode()))
+    head, body = old.split(b"\r\n\r\n", 1)
+    assert b"connection: close" in head.lower() and b"chunked" not in head.lower()
+    assert body == b"first second third"  # ended by the connection's end
+
+
+def test_request_bodies_stream_both_ways_and_past_the_cap_are_refused(gw, settings):
+    body = os.urandom(3 * 1024 * 1024)
+    r = get(gw, "/post", method="POST", data=body)
+    assert r.headers["X-Length"] == str(len(body))
+    assert r.text == hashlib.sha256(body).hexdigest()
+    r = get(gw, "/post", method="POST", data=iter([body[:1000], body[1000:]]))  # chunked
+    assert r.text == hashlib.sha256(body).hexdigest()
+
+    gw.max_body = 1024 * 1024
+    r = get(gw, "/post", {"Accept": "application/json"}, method="POST", data=body)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    r = get(gw, "/post", {"Accept": "application/json"}, method="POST",
+            data=iter([body[:512 * 1024], body[512 * 1024:]]))
+    assert r.status_code == 413
+
+
+def test_broken_requests_and_apps_get_typed_answers(gw):
+    got = raw(gw, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 400")
+    assert b"<h1>Bad request</h1>" in got and b"Invalid header token" in got
+    r = get(gw, "/hang-up", {"Accept": "application/json"})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "app_broke_request"
+
+
+def test_nothing_listening_is_a_502_that_says_so(gw):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    t = gw.proxy.targets["abc123"][1]
+    gw.proxy.targets["abc123"] = (time.monotonic() + 3600, gate.Target(
+        *[getattr(t, f) if f != "port" else free for f in t.__dataclass_fields__]))
+    r = get(gw, "/", {"Accept": "application/json"})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "app_not_listening"
+
+
+def test_a_preview_at_its_connection_cap_answers_busy(gw):
+    gw.max_connections = 1
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as first:
+        first.sendall(b"GET /hold HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+                      % (HOST.encode(), gate.COOKIE_LAX.encode()))
+        deadline = time.monotonic() + 10
+        while gw.proxy.open.get("abc123", 0) < 1:
+            assert time.monotonic() < deadline, "the first request never reached the app"
+            time.sleep(0.01)
+        r = get(gw, "/", {"Accept": "application/json"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "preview_busy"
+        release.set()
+        assert first.recv(4096).startswith(b"HTTP/1.1 200")
+    deadline = time.monotonic() + 10
+    while gw.proxy.open.get("abc123", 0):
+        assert time.monotonic() < deadline, "the finished request is still counted"
+        time.sleep(0.01)
+    assert get(gw, "/").status_code == 200
+
+
+def test_an_app_silent_past_the_idle_limit_gets_a_504(gw, settings):
+    settings.PREVIEW_IDLE_CONNECTION_S = 1
+    r = get(gw, "/slow", {"Accept": "application/json"})
+    assert r.status_code == 504 and r.json()["error"]["code"] == "app_timeout"
+
+
+def test_daphne_trusts_the_client_named_only_with_the_gateway_key():
+    scope = {"client": ("127.0.0.1", 5), "headers": [
+        (b"host", b"h"), (b"x-berth-client", b"6.6.6.6"), (b"x-berth-gateway", b"forged")]}
+    forged = gate.from_gateway(scope)
+    assert forged["client"] == ("127.0.0.1", 5) and forged["headers"] == [(b"host", b"h")]
+    scope["headers"][2] = (b"x-berth-gateway", gate.gateway_key())
+    signed = gate.from_gateway(scope)
+    assert signed["client"] == ("6.6.6.6", 0) and signed["headers"] == [(b"host", b"h")]
