@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 import requests
@@ -146,13 +147,13 @@ def gw() -> Iterator[Gateway]:
     release.set()
 
 
-def get(gw: Gateway, path: str, headers: dict | None = None, **kwargs) -> requests.Response:
+def get(gw: Any, path: str, headers: dict | None = None, **kwargs) -> requests.Response:
     return requests.request(kwargs.pop("method", "GET"), f"http://127.0.0.1:{gw.port}{path}",
                             headers={"Host": HOST, **COOKIE, **(headers or {})},
                             allow_redirects=False, timeout=15, **kwargs)
 
 
-def raw(gw: Gateway, data: bytes, until: bytes = b"", timeout: float = 10) -> bytes:
+def raw(gw: Any, data: bytes, until: bytes = b"", timeout: float = 10) -> bytes:
     """Send `data` in one write; read until `until` appears or the gateway closes."""
     with socket.create_connection(("127.0.0.1", gw.port), timeout=timeout) as s:
         s.sendall(data)
