@@ -1,7 +1,8 @@
 """Run Berth's processes in the foreground with prefixed output; Ctrl-C stops them all.
 
-daphne (HTTP + WebSocket), a Celery worker, Celery beat and the runner agent. If one
-of them dies, the others are stopped too, so a half-running Berth never lingers.
+daphne (HTTP + WebSocket), the preview gateway (preview and release hosts, on
+PREVIEW_PORT), a Celery worker, Celery beat and the runner agent. If one of them dies,
+the others are stopped too, so a half-running Berth never lingers.
 """
 
 import os
@@ -17,23 +18,28 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 HOST = os.environ.get("BERTH_HOST", "127.0.0.1")
 PORT = os.environ.get("BERTH_PORT", "8000")
+# Preview URLs name this port: every process must agree on it (settings.PREVIEW_PORT).
+PREVIEW_PORT = os.environ.setdefault("PREVIEW_PORT", str(int(PORT) + 1))
+APP_HOST = "127.0.0.1" if HOST in ("0.0.0.0", "127.0.0.1") else HOST  # noqa: S104
 DATA_DIR = Path(os.environ.get("DATA_DIR", ROOT / "var")).resolve()
 
 PROCESSES = {
     "web": [str(BIN / "daphne"), "-b", HOST, "-p", PORT, "config.asgi:application"],
+    "gateway": [sys.executable, "manage.py", "preview_gateway", "--bind", HOST, "--port",
+                PREVIEW_PORT, "--app", f"{APP_HOST}:{PORT}"],
     "worker": [str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
                "--concurrency", "2", "--loglevel", "INFO"],
     "beat": [str(BIN / "celery"), "-A", "config", "beat", "--loglevel", "INFO",
              "--schedule", str(DATA_DIR / "celerybeat-schedule")],
     "agent": [sys.executable, "manage.py", "runner_agent"],
 }
-COLOURS = {"web": 36, "worker": 33, "beat": 35, "agent": 32}
+COLOURS = {"web": 36, "gateway": 34, "worker": 33, "beat": 35, "agent": 32}
 print_lock = threading.Lock()
 
 
 def say(name: str, line: str) -> None:
-    prefix = f"\033[{COLOURS.get(name, 37)}m{name:>6} |\033[0m " if sys.stdout.isatty() \
-        else f"{name:>6} | "
+    prefix = f"\033[{COLOURS.get(name, 37)}m{name:>7} |\033[0m " if sys.stdout.isatty() \
+        else f"{name:>7} | "
     with print_lock:
         sys.stdout.write(prefix + line.rstrip("\n") + "\n")
         sys.stdout.flush()
@@ -77,7 +83,8 @@ def main() -> int:
     started = time.monotonic()
     start("web")
     if wait_until_serving(started + 60):
-        say("berth", f"serving on http://localhost:{PORT}  (ready in "
+        say("berth", f"serving on http://localhost:{PORT}, previews on "
+                     f"http://<id>.preview.localhost:{PREVIEW_PORT}  (ready in "
                      f"{time.monotonic() - started:.1f} s; Ctrl-C stops everything)")
     for name in PROCESSES:
         if name not in procs and not stopping.is_set():
