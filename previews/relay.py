@@ -78,6 +78,11 @@ class Client(asyncio.Protocol):
         # What one read from the upstream produced, written at once: a head and a
         # small body in one send, not two.
         self.out: list[bytes] | None = None
+        # The last request's header block and answer's head, by what made them: a
+        # client sends the same headers on each request of a connection, and the app
+        # answers alike, so most requests rebuild neither.
+        self.sent: tuple[Any, bytes] = (None, b"")
+        self.answered: tuple[Any, tuple[bytes, str, bool, bool]] = (None, (b"", "", False, False))
 
     def write(self, data: bytes) -> None:
         if self.out is not None:
@@ -334,6 +339,13 @@ class Client(asyncio.Protocol):
 
     def _head(self, ex: Exchange) -> bytes:
         assert ex.route is not None
+        key = (ex.route.kind, ex.upgrade, ex.chunked, ex.length, ex.method, ex.headers)
+        if key != self.sent[0]:
+            self.sent = (key, self._header_block(ex))
+        return b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", self.sent[1]))
+
+    def _header_block(self, ex: Exchange) -> bytes:
+        assert ex.route is not None
         if ex.route.kind == "sandbox":
             headers = forwarded_headers(ex.headers, self.peer, "http")
         else:
@@ -348,8 +360,7 @@ class Client(asyncio.Protocol):
             headers.append((b"transfer-encoding", b"chunked"))
         elif ex.length or ex.method in (b"POST", b"PUT", b"PATCH"):
             headers.append((b"content-length", b"%d" % ex.length))
-        return b"".join([ex.method, b" ", ex.target, b" HTTP/1.1\r\n",
-                         *[k + b": " + v + CRLF for k, v in headers], CRLF])
+        return b"".join([*[k + b": " + v + CRLF for k, v in headers], CRLF])
 
     # -- answers -----------------------------------------------------------------------
 
@@ -357,6 +368,23 @@ class Client(asyncio.Protocol):
                      given: list[tuple[bytes, bytes]]) -> None:
         ex = upstream.ex
         assert ex is not None and ex.route is not None
+        key = (status, reason, given, ex.route.kind, ex.host, ex.method == b"HEAD", ex.version,
+               ex.keep_alive, self.close_after)
+        if key != self.answered[0]:
+            self.answered = (key, self._answer_head(ex, status, reason, given))
+        head, upstream.mode, upstream.eof_ends, self.close_after = self.answered[1]
+        self.write(head)
+        ex.answered = True
+        if ex.method == b"HEAD":
+            upstream.keep = False  # llhttp cannot be told the answer had no body
+            self.respond_end(upstream)
+
+    def _answer_head(self, ex: Exchange, status: int, reason: bytes,
+                     given: list[tuple[bytes, bytes]]) -> tuple[bytes, str, bool, bool]:
+        """The head for the client, how its body is framed, whether the app's answer ends
+        with its connection, and whether the client's connection ends after it."""
+        assert ex.route is not None
+        close_after = self.close_after
         if ex.route.kind == "sandbox":
             headers = response_headers(given, ex.host.split(":")[0])
         else:  # Berth's own answer (it sets the preview cookie): framing redone only
@@ -365,27 +393,24 @@ class Client(asyncio.Protocol):
             headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in named]
         declared = any(k == b"content-length" for k, _ in headers)
         no_body = ex.method == b"HEAD" or status in (204, 304)
-        upstream.eof_ends = not declared and not no_body and not any(
+        eof_ends = not declared and not no_body and not any(
             k == b"transfer-encoding" for k, _ in given)
         if declared or no_body:
-            upstream.mode = "raw"
+            mode = "raw"
         elif ex.version == "1.1":
-            upstream.mode = "chunked"
+            mode = "chunked"
             headers.append((b"transfer-encoding", b"chunked"))
         else:
-            upstream.mode = "close"  # an HTTP/1.0 client: the body ends with the connection
-        if not ex.keep_alive or upstream.mode == "close":
-            self.close_after = True
-        if self.close_after:
+            mode = "close"  # an HTTP/1.0 client: the body ends with the connection
+        if not ex.keep_alive or mode == "close":
+            close_after = True
+        if close_after:
             headers.append((b"connection", b"close"))
         elif ex.version == "1.0":
             headers.append((b"connection", b"keep-alive"))
-        self.write(b"".join([b"HTTP/1.1 %d " % status, reason, CRLF,
-                             *[k + b": " + v + CRLF for k, v in headers], CRLF]))
-        ex.answered = True
-        if ex.method == b"HEAD":
-            upstream.keep = False  # llhttp cannot be told the answer had no body
-            self.respond_end(upstream)
+        head = b"".join([b"HTTP/1.1 %d " % status, reason, CRLF,
+                         *[k + b": " + v + CRLF for k, v in headers], CRLF])
+        return head, mode, eof_ends, close_after
 
     def respond_body(self, upstream: "Upstream", data: bytes) -> None:
         if upstream.mode == "chunked":
