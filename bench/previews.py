@@ -9,8 +9,9 @@
 (b) Proxy throughput and latency for small GETs, 32 keep-alive connections (wrk from
     Debian), against a minimal Node `http` server in the sandbox: through the preview
     gateway (PREVIEW_PORT, the door preview URLs name) vs wrk run inside the sandbox's
-    own network namespace (nsenter), alternating; for scale, the proxy inside daphne
-    and daphne serving a trivial app.
+    own network namespace (nsenter), alternating; for scale, the proxy inside daphne,
+    daphne serving a trivial app, and (when nginx is installed) nginx with one worker
+    proxying inside the same namespace: what a C proxy manages on this machine.
 
 Uses its own DATA_DIR (var/bench-previews), Redis db 7, and its own daphne, Celery worker
 and runner agent. Goals: (a) <= 1.5 s p50 and <= 1.3x bare; (b) >= 70% of direct
@@ -48,6 +49,22 @@ http.createServer((req, res) => {
   res.end("ok\\n");
 }).listen(8000, "127.0.0.1", () => console.log("listening"));
 """
+NGINX_CONF = """worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/nginx.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  upstream app {{ server 127.0.0.1:8000; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{ proxy_pass http://app; proxy_http_version 1.1;
+                 proxy_set_header Connection ""; proxy_buffering off; }}
+  }}
+}}
+"""
+NGINX_PORT = 18999
 NODE_TOML = '[preview]\ncommand = "node server.js"\nport = 8000\nhealth_path = "/"\n'
 
 
@@ -249,7 +266,13 @@ def main() -> None:
         first_200(host, cookie)
         from previews.models import Preview
         pid = Preview.objects.get(public_id=fast["id"]).sandbox_pid
-        proxied, gateway, direct, ceiling = [], [], [], []
+        proxied, gateway, direct, ceiling, nginx = [], [], [], [], []
+        inside = ["nsenter", f"--net=/proc/{pid}/ns/net"]
+        if shutil.which("nginx"):
+            (DATA_DIR / "nginx.conf").write_text(NGINX_CONF.format(dir=DATA_DIR,
+                                                                   port=NGINX_PORT))
+            procs.append(start([*inside, "nginx", "-c", str(DATA_DIR / "nginx.conf")],
+                               "nginx-stdout"))
         trivial = subprocess.Popen([str(BIN / "daphne"), "-b", "127.0.0.1", "-p",
                                     str(PORT + 1), "bench.trivial_asgi:application"], cwd=ROOT,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -267,9 +290,10 @@ def main() -> None:
                                 f"http://127.0.0.1:{GATEWAY}/"]))
             proxied.append(wrk(["-H", f"Host: {host}", "-H", f"Cookie: {cookie}",
                                 f"http://127.0.0.1:{PORT}/"]))
-            direct.append(wrk(["http://127.0.0.1:8000/"],
-                              ["nsenter", f"--net=/proc/{pid}/ns/net"]))
+            direct.append(wrk(["http://127.0.0.1:8000/"], inside))
             ceiling.append(wrk([f"http://127.0.0.1:{PORT + 1}/"]))
+            if shutil.which("nginx"):
+                nginx.append(wrk([f"http://127.0.0.1:{NGINX_PORT}/"], inside))
         stop(client, client.call("GET", f"/api/v1/previews/{fast['id']}"))
     finally:
         for proc in procs:
@@ -280,7 +304,7 @@ def main() -> None:
     if berth_ms:
         report_a(args, berth_ms, bare_ms, phases)
     if proxied:
-        report_b(args, gateway, proxied, direct, ceiling)
+        report_b(args, gateway, proxied, direct, ceiling, nginx)
     print("goals: (a) <= 1500 ms p50 and <= 1.3x bare; (b) >= 70% of direct, <= 2 ms added "
           "p50")
 
@@ -306,7 +330,7 @@ def report_a(args: argparse.Namespace, berth_ms: list[float], bare_ms: list[floa
 
 
 def report_b(args: argparse.Namespace, gateway: list, proxied: list, direct: list,
-             ceiling: list) -> None:
+             ceiling: list, nginx: list) -> None:
     med = statistics.median
 
     print(f"\n(b) small GETs, 32 keep-alive connections, wrk -d8s, {args.rounds} rounds "
@@ -315,7 +339,10 @@ def report_b(args: argparse.Namespace, gateway: list, proxied: list, direct: lis
     for label, rows in (("through the preview gateway", gateway),
                         ("through the proxy inside daphne", proxied),
                         ("direct, inside the sandbox netns", direct),
-                        ("daphne + a trivial ASGI app", ceiling)):
+                        ("daphne + a trivial ASGI app", ceiling),
+                        ("nginx, 1 worker, in the netns", nginx)):
+        if not rows:
+            continue
         print(f"{label:34} {med(r[0] for r in rows):10.0f} {med(r[1] for r in rows):8.2f} "
               f"{med(r[2] for r in rows):8.2f}")
     share = med(r[0] for r in gateway) / med(r[0] for r in direct)
@@ -323,6 +350,11 @@ def report_b(args: argparse.Namespace, gateway: list, proxied: list, direct: lis
     print(f"\ngateway throughput = {share:.0%} of direct; added p50 latency = {added:.2f} ms; "
           f"{med(r[0] for r in gateway) / med(r[0] for r in proxied):.1f}x the proxy inside "
           "daphne")
+    if nginx:
+        share = med(r[0] for r in nginx) / med(r[0] for r in direct)
+        added = med(r[1] for r in nginx) - med(r[1] for r in direct)
+        print(f"nginx proxying in the same place: {share:.0%} of direct, {added:.2f} ms added "
+              "p50")
 
 
 if __name__ == "__main__":
