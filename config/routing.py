@@ -28,6 +28,7 @@ def route_by_host(app: Any) -> Any:
             if release is not None:
                 await proxy().serve_release(from_gateway(scope), receive, send, release)
                 return
+            scope = from_gateway(scope, trust=False)  # the app never sees them
             if scope["type"] == "http" and scope["path"] in PATHS:
                 # Exactly /mcp and /mcp/: a mounted sub-app would answer 307s.
                 await mcp_app(scope, receive, send)

@@ -68,16 +68,17 @@ def gateway_key() -> bytes:
                     hashlib.sha256).hexdigest().encode()
 
 
-def from_gateway(scope: dict[str, Any]) -> dict[str, Any]:
+def from_gateway(scope: dict[str, Any], trust: bool = True) -> dict[str, Any]:
     """The scope as the gateway saw the request: the client it names, when the request
-    carries the gateway's key; its headers never go further either way."""
+    carries the gateway's key (and `trust`: preview and release hosts only); its
+    headers never go further either way."""
     headers = scope["headers"]
     if not any(k in GATEWAY_HEADERS for k, _ in headers):
         return scope
     named = dict(headers)
     kept = [(k, v) for k, v in headers if k not in GATEWAY_HEADERS]
     key = named.get(b"x-berth-gateway", b"")
-    if key and hmac.compare_digest(key, gateway_key()):
+    if trust and key and hmac.compare_digest(key, gateway_key()):
         client = named.get(b"x-berth-client", b"").decode("latin-1")
         return {**scope, "headers": kept, "client": (client, 0)}
     return {**scope, "headers": kept}

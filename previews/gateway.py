@@ -53,6 +53,13 @@ class Route:
 APP = Route("app")
 BUSY = Route("answer", status=503, code="preview_busy",
              message="This preview has too many open connections; try again shortly.")
+# Berth itself is not served here: the web process would see every client as the
+# gateway (one sign-in throttle for all), and the gateway names clients only for
+# preview and release hosts.
+MISDIRECTED = Route("answer", status=421, code="not_a_preview_host",
+                    message="This port serves previews and releases only: use a preview's "
+                    "or a release's address, or Berth's own port for Berth.")
+LOOK_UP = ""  # a release host whose route is not known lately
 
 
 class Gateway:
@@ -72,11 +79,13 @@ class Gateway:
     def decide(self, ex: Any) -> Route | None:
         """The route from what the caches know now; None when a lookup is needed first."""
         public_id = self._public_id(ex.host)
+        if public_id is MISDIRECTED:
+            return MISDIRECTED
         if public_id is None or ex.upgrade or ex.expect or not ex.target.startswith(b"/") \
                 or ex.target.split(b"?", 1)[0] == gate.TICKET_PATH.encode():
-            return APP
-        if public_id == "":
-            return None  # a release host whose route is not known yet
+            return APP  # nothing released there, or a request the web process answers
+        if public_id == LOOK_UP:
+            return None
         now = time.monotonic()
         cached = self.proxy.targets.get(public_id)
         if not cached or now - cached[0] >= TARGET_TTL_S:
@@ -115,18 +124,19 @@ class Gateway:
                 await self.proxy.viewer(viewer_cookie(parse_cookies(ex.cookie)), t)
         return self.decide(ex) or APP  # a cache that expired meanwhile: the slow road
 
-    def _public_id(self, host: str) -> str | None:
-        """The preview a host names; "" for a release host not looked up lately; None
-        for anything else (the web process answers that)."""
+    def _public_id(self, host: str) -> Any:
+        """The preview (or release process) a host names: its public id; None for a
+        release host with nothing released; LOOK_UP for one not looked up lately;
+        MISDIRECTED for a host that is neither."""
         match = self.proxy.host_re.match(host)
         if match:
             return match.group(1)
         release = self.proxy.release_re.match(host)
         if not release:
-            return None
+            return MISDIRECTED
         cached = self.proxy.routes.get((release.group(1), release.group(2)))
         if not cached or time.monotonic() - cached[0] >= TARGET_TTL_S:
-            return ""
+            return LOOK_UP
         return cached[1]
 
     # -- while serving -----------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""The preview gateway's two sides of a connection (previews.gateway), as asyncio
-protocols around llhttp (httptools): `Client` parses the browser's requests and
-answers in order; `Upstream` carries one request at a time to a sandbox or to the web
-process and parses the answer.
+"""The preview gateway's (previews.gateway) side toward the browser, an asyncio
+protocol around llhttp (httptools): `Client` parses requests, routes each (the fast
+path to a sandbox, or the web process), and answers them in order; the side toward
+the app is previews.relay_upstream.
 
 Framing is redone on each hop, never copied: a body with a Content-Length keeps it;
 one without is re-chunked (or, to an HTTP/1.0 client, ends with the connection), so a
@@ -21,12 +21,13 @@ from django.conf import settings
 from previews import gate, pages
 from previews.gateway import Gateway, Route
 from previews.proxy import HOP_BY_HOP, forwarded_headers, response_headers
+from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
 from runner.sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
 
-HIGH_WATER = 256 * 1024
 BACKLOG = 8  # pipelined requests parsed ahead of their turn before reading stops
+MAX_HEAD = 64 * 1024  # a request's line and headers, as llhttp hands them over
 CRLF = b"\r\n"
 FRAMING = {b"content-length", b"transfer-encoding"}
 
@@ -72,7 +73,11 @@ class Client(asyncio.Protocol):
         self.writing_paused = False
         self.tunnel: Upstream | None = None
         self.gone = False
-        self.close_after = False
+        self.close_after = False  # the answer being written ends the connection
+        self.no_more = False  # no further request will be read: close once all are answered
+        self.in_head = True  # reading a request's line and headers
+        self.head_size = 0
+        self.raw_head = 0
         self.last = 0.0
         self.timer: asyncio.TimerHandle | None = None
         # What one read from the upstream produced, written at once: a head and a
@@ -114,6 +119,14 @@ class Client(asyncio.Protocol):
         if self.tunnel is not None:
             self.tunnel.transport.write(data)
             return
+        if self.no_more:
+            return
+        if self.in_head:
+            # llhttp keeps a header it has not seen the end of: bound what it may keep.
+            self.raw_head += len(data)
+            if self.raw_head > MAX_RAW_HEAD:
+                self._refuse(431, "headers_too_large", "The request's headers are too large.")
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as e:
@@ -121,13 +134,27 @@ class Client(asyncio.Protocol):
             # tunnel, which opens when the request's turn comes.
             self.queue[-1].tail = data[e.args[0]:]
             self._pause("upgrade")
+        except httptools.HttpParserCallbackError:
+            self._refuse(431, "headers_too_large", f"A request's line and headers may take "
+                         f"{MAX_HEAD // 1024} KB at most.")
         except httptools.HttpParserError as e:
-            if self.queue:
-                self.transport.close()  # mid-pipeline: no way to answer in order
-            else:
-                self.close_after = True
-                self._answer(Exchange(), 400, "bad_request", f"This is not HTTP/1.1 the "
-                             f"gateway can read ({e}).", title="Bad request", queued=False)
+            self._refuse(400, "bad_request", f"This is not HTTP/1.1 the gateway can read ({e}).")
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """Unreadable input: the requests read before it are answered in order, then
+        the connection ends (with this answer, if none was pending)."""
+        self.no_more = True
+        self._pause("broken")
+        if not self.queue:
+            self.close_after = True
+            self._answer(Exchange(), status, code, message, title="Bad request", queued=False)
+
+    def eof_received(self) -> bool:
+        """The client sent all it will (a half-close): answer what it asked, then close."""
+        if self.tunnel is not None or not self.queue:
+            return False
+        self.no_more = True
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.gone = True
@@ -154,7 +181,7 @@ class Client(asyncio.Protocol):
         if upstream is not None:
             upstream.transport.resume_reading()
 
-    def _upstream(self) -> "Upstream | None":
+    def _upstream(self) -> Upstream | None:
         if self.tunnel is not None:
             return self.tunnel
         return self.queue[0].upstream if self.queue else None
@@ -172,30 +199,42 @@ class Client(asyncio.Protocol):
 
     def _idle_check(self) -> None:
         """PREVIEW_IDLE_CONNECTION_S without a byte either way ends the connection (a
-        request the app has not answered by then gets a 504)."""
+        request the app has not answered by then gets a 504 first). Aborted, not
+        closed: a client that stopped reading would hold a close open for ever."""
         if self.gone:
             return
-        left = self.last + settings.PREVIEW_IDLE_CONNECTION_S - self.loop.time()
+        idle = settings.PREVIEW_IDLE_CONNECTION_S
+        left = self.last + idle - self.loop.time()
         if left > 0:
             self.timer = self.loop.call_later(left, self._idle_check)
             return
-        if self.queue and not self.queue[0].answered and self.tunnel is None:
+        if self.queue and not self.queue[0].answered and self.tunnel is None \
+                and not self.writing_paused:
             self.close_after = True
             self._answer(self.queue[0], 504, "app_timeout", f"The app sent nothing for "
-                         f"{settings.PREVIEW_IDLE_CONNECTION_S} s.",
-                         title="The app took too long")
+                         f"{idle} s.", title="The app took too long")
+            self.timer = self.loop.call_later(min(idle, 10), self.transport.abort)
         else:
-            self.transport.close()
+            self.transport.abort()
 
     # -- llhttp's callbacks for the request --------------------------------------------
 
     def on_message_begin(self) -> None:
         self.parsing = Exchange()
+        self.in_head = True
+        self.head_size = 0
 
     def on_url(self, url: bytes) -> None:
         self.parsing.target += url
+        self._count(len(url))
+
+    def _count(self, size: int) -> None:
+        self.head_size += size
+        if self.head_size > MAX_HEAD:
+            raise ValueError("head too large")  # llhttp stops; data_received answers 431
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
         ex = self.parsing
         name = name.lower()
         ex.headers.append((name, value))
@@ -213,10 +252,18 @@ class Client(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         ex = self.parsing
+        self.in_head = False
+        self.raw_head = 0
         ex.method = self.parser.get_method()
         ex.version = self.parser.get_http_version()
         ex.keep_alive = self.parser.should_keep_alive()
         ex.upgrade = self.parser.should_upgrade()
+        if ex.upgrade:
+            # Only a WebSocket becomes a tunnel; any other upgrade (h2c) is a plain
+            # request, the connection's last: llhttp reads nothing after an upgrade.
+            ex.upgrade = any(k == b"upgrade" and v.strip().lower() == b"websocket"
+                             for k, v in ex.headers)
+            ex.keep_alive = False
         if ex.hosts != 1:
             ex.host = ""  # none or several: the web process answers that
         self.queue.append(ex)
@@ -243,6 +290,7 @@ class Client(asyncio.Protocol):
     def on_message_complete(self) -> None:
         ex = self.parsing
         ex.ended = True
+        self.in_head = True
         if ex.upstream is not None and not ex.upgrade:
             ex.upstream.end_body(ex.chunked)
 
@@ -263,11 +311,14 @@ class Client(asyncio.Protocol):
             log.exception("preview gateway: lookup failed; handing the request on")
             route = Route("app")
         self._resume("lookup")
-        if not self.gone:
+        if not self.gone and not ex.answered:
             self._go(ex, route)
 
     def _go(self, ex: Exchange, route: Route) -> None:
         ex.route = route
+        if ex.upgrade and (ex.length or ex.chunked):
+            route = Route("answer", status=400, code="bad_request",
+                          message="A WebSocket handshake has no body.")
         if route.kind == "answer":
             self._answer(ex, route.status, route.code, route.message)
             return
@@ -313,14 +364,17 @@ class Client(asyncio.Protocol):
             return
         if self.gone or ex.answered:
             upstream.close()
+            self._uncount(ex)
             return
         self._send(ex, upstream)
 
-    def _send(self, ex: Exchange, upstream: "Upstream") -> None:
+    def _send(self, ex: Exchange, upstream: Upstream) -> None:
         ex.upstream = upstream
         upstream.start(self, ex)
         if self.writing_paused:
             upstream.transport.pause_reading()
+        elif not upstream.transport.is_reading():
+            upstream.transport.resume_reading()
         upstream.transport.write(self._head(ex) + ex.tail)
         if ex.upgrade:
             # From here on bytes flow untouched both ways: the web process speaks the
@@ -364,7 +418,7 @@ class Client(asyncio.Protocol):
 
     # -- answers -----------------------------------------------------------------------
 
-    def respond_head(self, upstream: "Upstream", status: int, reason: bytes,
+    def respond_head(self, upstream: Upstream, status: int, reason: bytes,
                      given: list[tuple[bytes, bytes]]) -> None:
         ex = upstream.ex
         assert ex is not None and ex.route is not None
@@ -377,7 +431,7 @@ class Client(asyncio.Protocol):
         ex.answered = True
         if ex.method == b"HEAD":
             upstream.keep = False  # llhttp cannot be told the answer had no body
-            self.respond_end(upstream)
+            upstream.done = True
 
     def _answer_head(self, ex: Exchange, status: int, reason: bytes,
                      given: list[tuple[bytes, bytes]]) -> tuple[bytes, str, bool, bool]:
@@ -393,8 +447,11 @@ class Client(asyncio.Protocol):
             headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in named]
         declared = any(k == b"content-length" for k, _ in headers)
         no_body = ex.method == b"HEAD" or status in (204, 304)
-        eof_ends = not declared and not no_body and not any(
-            k == b"transfer-encoding" for k, _ in given)
+        # As llhttp reads it: without a length or a final chunked coding, the body
+        # runs to the end of the connection.
+        codings = [v for k, v in given if k == b"transfer-encoding"]
+        chunked = bool(codings) and codings[-1].rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+        eof_ends = not declared and not no_body and not chunked
         if declared or no_body:
             mode = "raw"
         elif ex.version == "1.1":
@@ -412,13 +469,13 @@ class Client(asyncio.Protocol):
                          *[k + b": " + v + CRLF for k, v in headers], CRLF])
         return head, mode, eof_ends, close_after
 
-    def respond_body(self, upstream: "Upstream", data: bytes) -> None:
+    def respond_body(self, upstream: Upstream, data: bytes) -> None:
         if upstream.mode == "chunked":
             self.write(b"%x\r\n" % len(data) + data + CRLF)
         else:
             self.write(data)
 
-    def respond_end(self, upstream: "Upstream") -> None:
+    def respond_end(self, upstream: Upstream) -> None:
         ex = upstream.ex
         if ex is None:
             return
@@ -429,14 +486,14 @@ class Client(asyncio.Protocol):
         upstream.client = None
         if not ex.ended:
             self.close_after = True  # answered before the body was all sent: no reuse
-        if upstream.keep and ex.ended and upstream.mode != "close" and not upstream.eof_ends:
+        if upstream.reusable(ex):
             upstream.used = True
             self.gw.keep(upstream.key, upstream)
         else:
             upstream.close()
         self._finish(ex)
 
-    def upstream_lost(self, upstream: "Upstream") -> None:
+    def upstream_lost(self, upstream: Upstream) -> None:
         """The connection to the app (or the web process) ended mid-exchange."""
         ex = upstream.ex
         if ex is None or self.gone:
@@ -445,7 +502,7 @@ class Client(asyncio.Protocol):
             if upstream.eof_ends:
                 self.respond_end(upstream)  # a body that ends with the connection: done
             else:
-                self.transport.close()  # cut short: the client must see it was
+                self.transport.abort()  # cut short: the client must see it was
             return
         assert ex.route is not None
         if upstream.used and not upstream.got and not ex.retried and ex.ended \
@@ -461,7 +518,7 @@ class Client(asyncio.Protocol):
 
     def _too_large(self, ex: Exchange) -> None:
         if ex.answered:
-            self.transport.close()
+            self.transport.abort()
             return
         self.close_after = True
         self._answer(ex, 413, "too_large", f"Request bodies to a preview are capped at "
@@ -479,7 +536,7 @@ class Client(asyncio.Protocol):
         status, headers, body = pages.answer(
             status, code, message, json_wanted=pages.wants_json(dict(ex.headers)),
             title=title)
-        if not ex.ended or not ex.keep_alive:
+        if not ex.ended or not ex.keep_alive or ex.upgrade:
             self.close_after = True
         headers = [*headers, (b"content-length", b"%d" % len(body))]
         if self.close_after:
@@ -496,11 +553,14 @@ class Client(asyncio.Protocol):
 
     def _finish(self, ex: Exchange) -> None:
         self._uncount(ex)
+        ex.pending.clear()
         if self.queue and self.queue[0] is ex:
             self.queue.popleft()
-        if self.close_after:
-            self.transport.close()  # after what is buffered is written
+        if self.close_after or (self.no_more and not self.queue):
+            self.transport.close()  # after what is buffered is written (idle aborts)
             return
+        self._resume("upstream")  # that upstream's buffer is not this client's business now
+        self._resume("buffer")
         if len(self.queue) <= BACKLOG:
             self._resume("backlog")
         if self.queue:
@@ -510,120 +570,3 @@ class Client(asyncio.Protocol):
         if ex.counted and ex.route is not None and ex.route.target is not None:
             ex.counted = False
             self.gw.closed(ex.route.target)
-
-
-class Upstream(asyncio.Protocol):
-    """A connection from the gateway to a sandbox's app or to the web process: one
-    request at a time, then kept for the next (Gateway.keep) when both sides allow."""
-
-    def __init__(self, gateway: Gateway, key: Any) -> None:
-        self.gw = gateway
-        self.key = key
-        self.transport: Any = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.client: Client | None = None
-        self.ex: Exchange | None = None
-        self.tunnel: Client | None = None
-        self.open = True
-        self.used = self.got = self.skip = self.eof_ends = False
-        self.keep = True
-        self.mode = "raw"
-        self.reason = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        transport.set_write_buffer_limits(high=HIGH_WATER)
-
-    def usable(self) -> bool:
-        return self.open and not self.transport.is_closing()
-
-    def start(self, client: Client, ex: Exchange) -> None:
-        self.client, self.ex = client, ex
-        self.got = self.skip = self.eof_ends = False
-        self.keep = True
-        self.mode = "raw"
-
-    def write_body(self, data: bytes, chunked: bool) -> None:
-        self.transport.write(b"%x\r\n" % len(data) + data + CRLF if chunked else data)
-
-    def end_body(self, chunked: bool) -> None:
-        if chunked:
-            self.transport.write(b"0\r\n\r\n")
-
-    def close(self) -> None:
-        self.open = False
-        if self.transport is not None:
-            self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        if self.tunnel is not None:
-            self.tunnel.last = self.tunnel.loop.time()
-            self.tunnel.transport.write(data)
-            return
-        if self.ex is None or self.client is None:
-            self.close()  # bytes nobody asked for: this connection is not to be trusted
-            return
-        self.got = True
-        client = self.client
-        client.last = client.loop.time()
-        client.batch()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as e:
-            client.flush()
-            self.keep = False
-            self.close()
-            if self.ex is not None:
-                log.info("preview gateway: the app broke the protocol: %s", e)
-                client.upstream_lost(self)
-        else:
-            client.flush()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.open = False
-        self.gw.forget(self.key, self)
-        if self.tunnel is not None:
-            self.tunnel.transport.close()
-        elif self.client is not None and self.ex is not None:
-            self.client.upstream_lost(self)
-
-    def pause_writing(self) -> None:
-        if self.client is not None:
-            self.client._pause("upstream")
-
-    def resume_writing(self) -> None:
-        if self.client is not None:
-            self.client._resume("upstream")
-
-    # -- llhttp's callbacks for the answer ---------------------------------------------
-
-    def on_message_begin(self) -> None:
-        self.headers = []
-        self.reason = b""
-
-    def on_status(self, reason: bytes) -> None:
-        self.reason += reason
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
-
-    def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if status < 200:
-            self.skip = True  # 100 Continue, 103 Early Hints: the final answer follows
-            return
-        self.keep = self.parser.should_keep_alive()
-        if self.client is not None:
-            self.client.respond_head(self, status, self.reason, self.headers)
-
-    def on_body(self, body: bytes) -> None:
-        if not self.skip and self.client is not None and self.ex is not None:
-            self.client.respond_body(self, body)
-
-    def on_message_complete(self) -> None:
-        if self.skip:
-            self.skip = False
-            return
-        if self.client is not None:
-            self.client.respond_end(self)

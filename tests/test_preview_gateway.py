@@ -77,12 +77,32 @@ class App(BaseHTTPRequestHandler):
         elif self.path == "/slow":
             time.sleep(3)
             self.reply(b"late")
+        elif self.path.startswith("/big"):
+            size = int(self.path.split("kb=")[1]) * 1024
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            # All but the last 50 KB at once, the rest a moment later.
+            self.wfile.write(b"a" * (size - 50 * 1024))
+            self.wfile.flush()
+            time.sleep(0.3)
+            self.wfile.write(b"b" * 50 * 1024)
+        elif self.path == "/identity":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "identity")
+            self.end_headers()
+            self.wfile.write(b"until the end")
+            self.close_connection = True
         else:
             self.reply(json.dumps({"path": self.path, "headers": {
                 k.lower(): v for k, v in self.headers.items()}}).encode(),
                 ("Set-Cookie", "own=1; Path=/"), ("Set-Cookie", "x=1; Domain=localhost"))
 
     def do_POST(self) -> None:
+        if self.path == "/early":  # answers before reading the body, and hangs up
+            self.close_connection = True
+            self.reply(b"early")
+            return
         data = _read_body(self)
         self.reply(hashlib.sha256(data).hexdigest().encode(), ("X-Length", str(len(data))))
 
@@ -100,6 +120,7 @@ class Web(App):
 def serving(handler: type) -> Iterator[int]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
+    server.handle_error = lambda *args: None  # type: ignore[method-assign]  # a client gone
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield server.server_address[1]
@@ -109,7 +130,7 @@ def serving(handler: type) -> Iterator[int]:
 
 
 @contextmanager
-def gateway(app_port: int, web_port: int, public: bool = False) -> Iterator[Gateway]:
+def gateway(app_port: int, web_port: int, client: type = Client) -> Iterator[Gateway]:
     """A gateway on its own loop and thread, its caches saying: preview abc123 is ready
     on `app_port` in this process's namespace, and the cookie "good" may see it."""
     loop = asyncio.new_event_loop()
@@ -117,7 +138,7 @@ def gateway(app_port: int, web_port: int, public: bool = False) -> Iterator[Gate
     thread.start()
     gw = Gateway(("127.0.0.1", web_port))
     ns = Namespace(os.getpid(), os.stat(f"/proc/{os.getpid()}/ns/net").st_ino)
-    target = gate.Target(1, "abc123", 1, "probe", "ready", "", "", None, public, app_port, ns,
+    target = gate.Target(1, "abc123", 1, "probe", "ready", "", "", None, False, app_port, ns,
                          None)
     forever = time.monotonic() + 3600
     gw.proxy.targets["abc123"] = (forever, target)
@@ -127,7 +148,7 @@ def gateway(app_port: int, web_port: int, public: bool = False) -> Iterator[Gate
 
     async def start() -> asyncio.Server:
         return await asyncio.get_running_loop().create_server(
-            lambda: Client(gw), "127.0.0.1", 0)
+            lambda: client(gw), "127.0.0.1", 0)
 
     server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
     gw.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
@@ -190,11 +211,10 @@ def test_everything_else_goes_to_the_web_process_naming_the_real_client(gw):
         assert seen["x-berth-client"] == "127.0.0.1"
         assert seen["x-berth-gateway"] == gate.gateway_key().decode()
         assert seen["host"] == HOST
-    # The ticket path and other hosts too; Berth's own cookie comes back untouched.
+    # The ticket path too; Berth's own cookie comes back untouched.
     r = get(gw, gate.TICKET_PATH + "?t=x")
     assert r.json()["web"] is True
     assert r.headers["Set-Cookie"] == f"{gate.COOKIE_LAX}=set-by-berth; Path=/"
-    assert get(gw, "/", {"Host": "localhost"}).json()["web"] is True
 
 
 def test_pipelined_requests_are_answered_in_order(gw):
@@ -290,3 +310,121 @@ def test_daphne_trusts_the_client_named_only_with_the_gateway_key():
     scope["headers"][2] = (b"x-berth-gateway", gate.gateway_key())
     signed = gate.from_gateway(scope)
     assert signed["client"] == ("6.6.6.6", 0) and signed["headers"] == [(b"host", b"h")]
+
+
+def wait_until(condition, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_client_that_stops_reading_is_cut_at_the_idle_limit_and_frees_its_slot(gw, settings):
+    settings.PREVIEW_IDLE_CONNECTION_S = 1
+    stuck = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(3)]
+    for s in stuck:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b"GET /big?kb=20000 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+                  % (HOST.encode(), gate.COOKIE_LAX.encode()))
+    wait_until(lambda: gw.proxy.open.get("abc123", 0) == 3, "three requests in flight")
+    wait_until(lambda: gw.proxy.open.get("abc123", 0) == 0, "the stuck clients to be cut")
+    for s in stuck:
+        s.close()
+    assert get(gw, "/").status_code == 200
+
+
+class SmallBuffers(Client):
+    def connection_made(self, transport) -> None:
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        super().connection_made(transport)
+
+
+def test_a_connection_kept_after_a_slow_client_serves_the_next_request():
+    release.clear()
+    with serving(App) as app_port, serving(Web) as web_port, \
+            gateway(app_port, web_port, SmallBuffers) as gw:
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", gw.port))
+        slow.sendall(b"GET /big?kb=300 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+                     % (HOST.encode(), gate.COOKIE_LAX.encode()))
+        wait_until(lambda: any(gw.idle.values()), "the app's connection to be kept")
+        # The kept connection serves another client at once, not after the idle limit.
+        assert get(gw, "/after").json()["path"] == "/after"
+        slow.close()
+
+
+def test_an_app_answering_before_the_body_is_sent_leaves_nothing_behind(gw):
+    r = get(gw, "/early", method="POST", data=os.urandom(4 * 1024 * 1024))
+    assert r.status_code == 200 and r.text == "early"
+    assert get(gw, "/next").json()["path"] == "/next"
+
+
+def test_oversized_heads_odd_upgrades_and_other_hosts_are_refused(gw):
+    got = raw(gw, b"GET / HTTP/1.1\r\nHost: %s\r\nX-Big: %s\r\n\r\n"
+              % (HOST.encode(), b"a" * 100_000))
+    assert got.startswith(b"HTTP/1.1 431")
+    # Past what llhttp may hold of an unfinished header, the gateway stops reading.
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: %s\r\nX-Big: " % HOST.encode())
+        try:
+            for _ in range(64):  # up to 4 MB, never ending the header
+                s.sendall(b"a" * 65536)
+            while s.recv(65536):
+                pass  # a 431, then the end
+        except TimeoutError:
+            pytest.fail("the gateway kept reading a header that never ends")
+        except OSError:
+            pass  # reset: it closed with these bytes unread
+    got = raw(gw, b"GET /%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (b"a" * 100_000, HOST.encode()))
+    assert got.startswith(b"HTTP/1.1 431")
+    r = get(gw, "/", {"Host": "localhost", "Accept": "application/json"})
+    assert r.status_code == 421 and r.json()["error"]["code"] == "not_a_preview_host"
+    # An upgrade to anything but WebSocket is a plain request, and the connection's last.
+    got = raw(gw, b"GET /h2c HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nConnection: Upgrade"
+              b"\r\nUpgrade: h2c\r\n\r\nGET /second HTTP/1.1\r\nHost: localhost\r\n\r\n"
+              % (HOST.encode(), gate.COOKIE_LAX.encode()))
+    assert got.count(b"HTTP/1.1 ") == 1 and b'"/h2c"' in got and b"upgrade" not in got.lower()
+
+
+def test_what_was_asked_before_bad_input_or_a_half_close_is_still_answered(gw):
+    request = b"GET /first HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n" % (
+        HOST.encode(), gate.COOKIE_LAX.encode())
+    got = raw(gw, request + b"\r\nGARBAGE\r\n\r\n")
+    assert b'"/first"' in got and got.count(b"HTTP/1.1 ") == 1
+    got = raw(gw, request + b"Connection: close\r\n\r\nGET /b HTTP/1.1\r\n\r\n")
+    assert b'"/first"' in got and got.count(b"HTTP/1.1 ") == 1
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(request + b"\r\n")
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    assert b'"/first"' in got
+
+
+def test_an_answer_that_ends_with_the_connection_arrives_whole(gw):
+    r = get(gw, "/identity")
+    assert r.status_code == 200 and r.text == "until the end"
+
+
+def test_a_websocket_the_gateway_cannot_hand_on_ends_its_connection():
+    with serving(App) as app_port, socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        with gateway(app_port, unused.getsockname()[1]) as gw:
+            got = raw(gw, b"GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: "
+                      b"websocket\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                      % HOST.encode(), timeout=15)
+            assert got.startswith(b"HTTP/1.1 502") and b"connection: close" in got
+
+
+def test_expect_100_continue_is_passed_on(gw):
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        s.sendall(b"POST /post HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nContent-Length: 5\r\n"
+                  b"Expect: 100-continue\r\n\r\n" % (HOST.encode(), gate.COOKIE_LAX.encode()))
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(b"hello")
+        got = b""
+        while b"X-Length" not in got and b"x-length" not in got:
+            got += s.recv(4096)
+        assert b"200" in got.split(b"\r\n")[0]

@@ -1,0 +1,172 @@
+"""The preview gateway's side toward an app or the web process (previews.relay has
+the client's side): one request at a time over a connection, the answer parsed by
+llhttp and handed to the client's side as it comes; kept for the next request
+(Gateway.keep) only when nothing of the last one is left in either direction.
+"""
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import httptools
+
+from previews.gateway import Gateway
+
+if TYPE_CHECKING:
+    from previews.relay import Client, Exchange
+
+log = logging.getLogger("berth.previews")
+
+HIGH_WATER = 256 * 1024
+MAX_RAW_HEAD = 1024 * 1024  # bytes read while an answer's head is incomplete
+CRLF = b"\r\n"
+
+
+class Upstream(asyncio.Protocol):
+    """A connection from the gateway to a sandbox's app or to the web process: one
+    request at a time, then kept for the next (Gateway.keep) when both sides allow."""
+
+    def __init__(self, gateway: Gateway, key: Any) -> None:
+        self.gw = gateway
+        self.key = key
+        self.transport: Any = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.client: Client | None = None
+        self.ex: Exchange | None = None
+        self.tunnel: Client | None = None
+        self.open = True
+        self.used = self.got = self.skip = self.eof_ends = self.done = False
+        self.keep = True
+        self.mode = "raw"
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.headed = False  # the answer's head has been read
+        self.raw_head = 0
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        transport.set_write_buffer_limits(high=HIGH_WATER)
+
+    def usable(self) -> bool:
+        return self.open and not self.transport.is_closing()
+
+    def reusable(self, ex: "Exchange") -> bool:
+        """Fit for the next request: the answer ended cleanly, the request was all
+        sent (nothing of it still buffered), and the app keeps the connection."""
+        if not (self.keep and ex.ended and self.mode != "close" and not self.eof_ends
+                and self.usable() and self.transport.get_write_buffer_size() == 0):
+            return False
+        if not self.transport.is_reading():
+            self.transport.resume_reading()  # paused for the last client's sake
+        return True
+
+    def start(self, client: "Client", ex: "Exchange") -> None:
+        self.client, self.ex = client, ex
+        self.got = self.skip = self.eof_ends = self.done = self.headed = False
+        self.keep = True
+        self.mode = "raw"
+        self.raw_head = 0
+
+    def write_body(self, data: bytes, chunked: bool) -> None:
+        self.transport.write(b"%x\r\n" % len(data) + data + CRLF if chunked else data)
+
+    def end_body(self, chunked: bool) -> None:
+        if chunked:
+            self.transport.write(b"0\r\n\r\n")
+
+    def close(self) -> None:
+        self.open = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            self.tunnel.last = self.tunnel.loop.time()
+            self.tunnel.transport.write(data)
+            return
+        if self.ex is None or self.client is None:
+            self.close()  # bytes nobody asked for: this connection is not to be trusted
+            return
+        self.got = True
+        client = self.client
+        client.last = client.loop.time()
+        if not self.headed:
+            self.raw_head += len(data)
+            if self.raw_head > MAX_RAW_HEAD:
+                self._broken(client, "its answer's headers are too large")
+                return
+        client.batch()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            client.flush()
+            self._broken(client, str(e))
+            return
+        client.flush()
+        if self.done:
+            # Only now, with the whole read parsed: bytes after the answer mean the
+            # connection is not to be reused (on_message_begin said so).
+            self.done = False
+            client.respond_end(self)
+
+    def _broken(self, client: "Client", why: str) -> None:
+        self.keep = False
+        self.close()
+        if self.ex is not None:
+            log.info("preview gateway: the app broke the protocol: %s", why)
+            client.upstream_lost(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open = False
+        self.gw.forget(self.key, self)
+        if self.tunnel is not None:
+            self.tunnel.transport.close()
+        elif self.client is not None and self.ex is not None:
+            self.client.upstream_lost(self)
+
+    def pause_writing(self) -> None:
+        if self.client is not None:
+            self.client._pause("upstream")
+
+    def resume_writing(self) -> None:
+        if self.client is not None:
+            self.client._resume("upstream")
+
+    # -- llhttp's callbacks for the answer ---------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            self.keep = False  # a second answer to one request
+        self.headers = []
+        self.reason = b""
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:
+            # 100 Continue goes to a client that asked for it; other interim answers
+            # (103 Early Hints) are dropped: the final answer follows.
+            self.skip = True
+            if status == 100 and self.ex is not None and self.ex.expect \
+                    and self.client is not None:
+                self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            return
+        self.headed = True
+        self.keep = self.keep and self.parser.should_keep_alive()
+        if self.client is not None and not self.done:
+            self.client.respond_head(self, status, self.reason, self.headers)
+
+    def on_body(self, body: bytes) -> None:
+        if not self.skip and not self.done and self.client is not None:
+            self.client.respond_body(self, body)
+
+    def on_message_complete(self) -> None:
+        if self.skip:
+            self.skip = False
+            return
+        self.done = True  # answered: data_received ends the exchange after this read
