@@ -27,6 +27,7 @@ from runner.sandbox.netns import NamespaceGone
 log = logging.getLogger("berth.previews")
 
 BACKLOG = 8  # pipelined requests parsed ahead of their turn before reading stops
+LINGER_S = 5  # how long a body nobody will read is discarded before the connection ends
 MAX_HEAD = 64 * 1024  # a request's line and headers, as llhttp hands them over
 CRLF = b"\r\n"
 FRAMING = {b"content-length", b"transfer-encoding"}
@@ -75,6 +76,7 @@ class Client(asyncio.Protocol):
         self.gone = False
         self.close_after = False  # the answer being written ends the connection
         self.no_more = False  # no further request will be read: close once all are answered
+        self.lingering = False  # answered and ended our side; discarding what still comes
         self.in_head = True  # reading a request's line and headers
         self.head_size = 0
         self.raw_head = 0
@@ -119,7 +121,7 @@ class Client(asyncio.Protocol):
         if self.tunnel is not None:
             self.tunnel.transport.write(data)
             return
-        if self.no_more:
+        if self.no_more or self.lingering:
             return
         if self.in_head:
             # llhttp keeps a header it has not seen the end of: bound what it may keep.
@@ -151,7 +153,7 @@ class Client(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         """The client sent all it will (a half-close): answer what it asked, then close."""
-        if self.tunnel is not None or not self.queue:
+        if self.tunnel is not None or not self.queue or self.lingering:
             return False
         self.no_more = True
         return True
@@ -548,6 +550,8 @@ class Client(asyncio.Protocol):
         ex.answered = True
         if queued:
             self._finish(ex)
+        elif self.transport.can_write_eof():
+            self._linger()  # the rest of what it sent is unread
         else:
             self.transport.close()
 
@@ -557,7 +561,10 @@ class Client(asyncio.Protocol):
         if self.queue and self.queue[0] is ex:
             self.queue.popleft()
         if self.close_after or (self.no_more and not self.queue):
-            self.transport.close()  # after what is buffered is written (idle aborts)
+            if not ex.ended and self.transport.can_write_eof():
+                self._linger()
+            else:
+                self.transport.close()  # after what is buffered is written (idle aborts)
             return
         self._resume("upstream")  # that upstream's buffer is not this client's business now
         self._resume("buffer")
@@ -565,6 +572,19 @@ class Client(asyncio.Protocol):
             self._resume("backlog")
         if self.queue:
             self._dispatch(self.queue[0])
+
+    def _linger(self) -> None:
+        """End a connection whose client may still be sending a body nobody will read
+        (an early answer, a 413): closing now would reset it, and a reset can destroy
+        the answer before the client reads it. So: end our side after the answer,
+        discard what comes, and close when the client does, or after LINGER_S."""
+        self.lingering = True
+        self.transport.write_eof()
+        self.paused.clear()
+        self.transport.resume_reading()
+        if self.timer:
+            self.timer.cancel()
+        self.timer = self.loop.call_later(LINGER_S, self.transport.abort)
 
     def _uncount(self, ex: Exchange) -> None:
         if ex.counted and ex.route is not None and ex.route.target is not None:

@@ -2,6 +2,8 @@
 Docker engine."""
 
 import hashlib
+import http.client
+import json
 import os
 import socket
 import time
@@ -52,8 +54,8 @@ def ready(agent) -> Iterator[dict]:
     agent.post(preview, "stop")
 
 
-def opened(berth_server, agent, preview) -> Browser:
-    browser = Browser(berth_server)
+def opened(berth_server, agent, preview, via_daphne: bool = False) -> Browser:
+    browser = Browser(berth_server, via_daphne)
     browser.open(agent.link(preview))
     return browser
 
@@ -130,25 +132,34 @@ def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server, run
     assert asyncio.run(talk()) == ["echo:hello", "echo:hot reload"]
 
 
+# Through the gateway (the port preview URLs name), and through daphne's own proxy,
+# which serves preview hosts too and answers what the gateway hands on.
+doors = pytest.mark.parametrize("via_daphne", [False, True], ids=["gateway", "daphne"])
+
+
+@doors
 def test_berth_credentials_never_reach_the_app_and_forwarding_headers_are_set(
-        agent, ready, berth_server):
-    browser = opened(berth_server, agent, ready)
+        agent, ready, berth_server, via_daphne):
+    browser = opened(berth_server, agent, ready, via_daphne)
     r = browser.get(ready["url"] + "headers", headers={
         "Authorization": "Bearer berth_secret", "X-Forwarded-For": "6.6.6.6",
+        "X-Berth-Client": "6.6.6.6", "X-Berth-Gateway": "forged",
         "Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
         + "; sessionid=app-session; csrftoken=tok; mine=kept"})
     assert r.status_code == 200, r.text
     seen = r.json()
-    assert "authorization" not in seen
+    assert "authorization" not in seen and "x-berth-client" not in seen
+    assert "x-berth-gateway" not in seen
     assert seen["cookie"] == "mine=kept"
     assert seen["x-forwarded-for"] == "127.0.0.1"
     assert seen["x-forwarded-host"] == urlsplit(ready["url"]).netloc
     assert seen["x-forwarded-proto"] == "http"
 
 
+@doors
 def test_upstream_cookies_for_other_domains_are_dropped_and_redirects_returned(
-        agent, ready, berth_server):
-    browser = opened(berth_server, agent, ready)
+        agent, ready, berth_server, via_daphne):
+    browser = opened(berth_server, agent, ready, via_daphne)
     r = browser.get(ready["url"] + "cookies")
     cookies = r.raw.headers.getlist("Set-Cookie")
     assert cookies == ["own=2; Path=/"], cookies
@@ -230,10 +241,30 @@ def test_a_request_to_a_starting_preview_waits_for_the_app(agent, probe, cast, b
     write(probe, cast.carol, {"workspace.toml": probe_toml("python3 probe_app.py slow")})
     preview = agent.start()
     browser = opened(berth_server, agent, preview)
-    # Asked for while the app still sleeps: held until it is ready, then its own answer.
-    page = browser.get(preview["url"])
-    assert page.status_code == 200 and "probe app" in page.text
+    # Asked for while the app still sleeps: the gateway hands the request to daphne,
+    # which holds it until the app is ready, then gets the app's own answer. The app
+    # is told the real client (127.0.0.2 here), not the gateway (127.0.0.1).
+    assert _headers_from("127.0.0.2", berth_server, browser, preview)["x-forwarded-for"] \
+        == "127.0.0.2"
     assert agent.get(preview)["state"] == "ready"
+    page = browser.get(preview["url"])  # and now on the gateway's own fast path
+    assert page.status_code == 200 and "probe app" in page.text
+    assert _headers_from("127.0.0.2", berth_server, browser, preview)["x-forwarded-for"] \
+        == "127.0.0.2"
+
+
+def _headers_from(address: str, berth_server, browser: Browser, preview: dict) -> dict:
+    """What the app saw of a request sent from `address` (any 127.x is this machine)."""
+    conn = http.client.HTTPConnection("127.0.0.1", berth_server.gateway_port, timeout=60,
+                                      source_address=(address, 0))
+    conn.request("GET", "/headers", headers={
+        "Host": urlsplit(preview["url"]).netloc,
+        "Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items())})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    assert response.status == 200, body
+    return json.loads(body)
 
 
 def test_a_preview_that_stays_starting_answers_starting_after_the_hold(agent, probe, cast,
