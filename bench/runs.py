@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,13 +80,19 @@ def main() -> None:
         return json.loads(response.read())
 
     def berth_echo() -> dict:
+        sent = datetime.now(UTC)
         run = call("POST", "/api/v1/workspaces/app/runs", {"command": "echo hi"})
+        posted = datetime.now(UTC)
         # As a client would: one request that waits for the end (woken by its signal).
         while run["state"] in ("queued", "preparing", "running"):
             run = call("GET", f"/api/v1/runs/{run['id']}?wait=60")
+        woken = datetime.now(UTC)
         logs = call("GET", f"/api/v1/runs/{run['id']}/logs")
         assert run["state"] == "succeeded" and logs["complete"], (run, logs)
         assert [e["text"] for e in logs["entries"] if e["stream"] != "system"] == ["hi"], logs
+        # The client's side of it, on the same clock as the run's timestamps.
+        run["timings"].update(sent=sent.isoformat(), posted=posted.isoformat(),
+                              woken=woken.isoformat(), logs=datetime.now(UTC).isoformat())
         return run
 
     from runner.engine import engine
@@ -166,12 +172,16 @@ def main() -> None:
     print(f"{'bare docker-py sequence':40} {statistics.median(bare_ms):10.1f} "
           f"{p95(bare_ms):10.1f}")
     print("\nBerth phase breakdown (median ms)")
-    steps = [("queued -> worker picked up", "queued_at", "started_at"),
+    steps = [("client sends POST -> queued", "sent", "queued_at"),
+             ("queued -> POST answered", "queued_at", "posted"),
+             ("queued -> worker picked up", "queued_at", "started_at"),
              ("picked up -> hydrated (create, put_archive)", "started_at", "hydrated_at"),
              ("hydrated -> process started (setup: cache hit)", "hydrated_at",
               "process_started_at"),
              ("process started -> end written", "process_started_at",
-              "finished_at")]
+              "finished_at"),
+             ("end written -> the waiting GET answered", "finished_at", "woken"),
+             ("then: GET of the full log", "woken", "logs")]
     for label, a, b in steps:
         print(f"  {label:46} {statistics.median(seconds(p[a], p[b]) for p in phases):8.1f}")
     print("  (the last step includes reading /workspace back for changes and artifacts)")

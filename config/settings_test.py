@@ -20,12 +20,14 @@ os.environ["REDIS_URL"] = os.environ.get("TEST_REDIS_URL", urlunsplit(_redis._re
 # Preview and release hosts are served by a preview gateway on a port of its own
 # (tests.servers starts it next to daphne). Chosen here, once, and handed to every
 # subprocess through the environment, so the test process and the servers agree.
-if not os.environ.get("PREVIEW_PORT"):
+# TEST_PREVIEW_PORT, like TEST_DATA_DIR, so a dev server's PREVIEW_PORT is never used.
+if not os.environ.get("TEST_PREVIEW_PORT"):
     import socket
 
     with socket.socket() as _s:
         _s.bind(("127.0.0.1", 0))
-        os.environ["PREVIEW_PORT"] = str(_s.getsockname()[1])
+        os.environ["TEST_PREVIEW_PORT"] = str(_s.getsockname()[1])
+os.environ["PREVIEW_PORT"] = os.environ["TEST_PREVIEW_PORT"]
 
 from config.settings import *  # noqa: E402,F403
 from config.settings import DATA_DIR, DATABASES  # noqa: E402

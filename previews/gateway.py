@@ -88,9 +88,14 @@ class Gateway:
             return None
         now = time.monotonic()
         cached = self.proxy.targets.get(public_id)
-        if not cached or now - cached[0] >= TARGET_TTL_S:
+        if not cached or now - cached[0] >= 2 * TARGET_TTL_S:
             return None
         t = cached[1]
+        if now - cached[0] >= TARGET_TTL_S and public_id not in self.proxy.lookups:
+            # Past its second: looked up again in the background while this request
+            # goes on as the preview was (at most 2 s ago), so a busy preview's
+            # requests do not all stall on one lookup each second.
+            asyncio.get_running_loop().create_task(self._refresh(public_id))
         if t is None or not t.ready:
             return APP
         if not t.public:
@@ -109,6 +114,12 @@ class Gateway:
                 f"Request bodies to a preview are capped at "
                 f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB)."))
         return Route("sandbox", t)
+
+    async def _refresh(self, public_id: str) -> None:
+        try:
+            await self.proxy.target(public_id, fresh=True)
+        except Exception:
+            log.exception("preview gateway: looking up preview %s failed", public_id)
 
     async def look_up(self, ex: Any) -> Route:
         """Fill the caches this request needs (from the database), then decide."""

@@ -254,7 +254,9 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
         else:
             # In this transaction, under the lock already held: one round of admission
             # less per request, and the prepare task is sent the moment this commits.
-            quotas.admit()
+            if run.pk in quotas.admit():
+                # The answer says admitted (no queue place, nothing to count for one).
+                run.refresh_from_db(fields=["admitted_at"])
     return run
 
 

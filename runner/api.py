@@ -70,18 +70,23 @@ async def get_run(request: HttpRequest, run_id: str,
                   wait: int = Query(0, ge=0, le=MAX_WAIT_S)) -> dict[str, Any]:
     # Async so that a client's wait (instead of polling) holds no thread of Django's.
     actor = actor_of(request)
-    run = await database_sync_to_async(access_run)(actor, run_id)
-    await wait_for_end(run.public_id, wait)
 
-    def summary() -> dict[str, Any]:
-        try:
-            run.refresh_from_db()
-        except Run.DoesNotExist:  # its workspace was deleted while we waited
-            raise NotFound("No such run.") from None
+    def summary(waited: Run | None = None) -> dict[str, Any]:
+        # Read again after a wait, in one query (with what access_run selected).
+        run = access_run(actor, run_id) if waited is None else \
+            Run.objects.select_related("workspace__team", "requested_by", "token").filter(
+                pk=waited.pk).first()
+        if run is None:  # its workspace was deleted while we waited
+            raise NotFound("No such run.")
         return {**actions.run_summary(run),
                 "egress": actions.egress_summary(run, EVENTS_SHOWN)}
 
-    return await database_sync_to_async(summary)()
+    if not wait:
+        return await database_sync_to_async(summary)()
+    run = await database_sync_to_async(access_run)(actor, run_id)
+    if run.is_active:
+        await wait_for_end(run.public_id, wait)
+    return await database_sync_to_async(summary)(run)
 
 
 @router.post("/runs/{run_id}/commit-changes",

@@ -34,5 +34,7 @@ async def wait_for_end(public_id: str, seconds: float) -> None:
             # RECHECK_S without one, in case it was lost) is worth a look at the row.
             while (left := min(deadline, checked + RECHECK_S) - loop.time()) > 0:
                 message = await next_signal(left)
-                if message is None or message.get("ended"):
+                if message is not None and message.get("ended"):
+                    return  # sent by Run.finish once the end is committed: no need to look
+                if message is None:
                     break

@@ -51,6 +51,9 @@ def test_a_team_at_its_limit_waits_while_another_teams_run_goes(agents, cast):
     limits(cast.team_a, max_concurrent_runs=2)
     floods = [a.run("sleep 5") for _ in range(10)]
     theirs = b.run("echo from team b")
+    # The answer to a POST says where the run stands: admitted at once, or queued.
+    assert floods[0]["queue"] is None and floods[0]["timings"]["admitted_at"]
+    assert floods[-1]["queue"]["waiting_for"] == "team_limit"
     try:
         done = b.wait(theirs)
         assert done["state"] == "succeeded", done
