@@ -136,9 +136,15 @@ class Client(asyncio.Protocol):
             # tunnel, which opens when the request's turn comes.
             self.queue[-1].tail = data[e.args[0]:]
             self._pause("upgrade")
-        except httptools.HttpParserCallbackError:
-            self._refuse(431, "headers_too_large", f"A request's line and headers may take "
-                         f"{MAX_HEAD // 1024} KB at most.")
+        except httptools.HttpParserCallbackError as e:
+            if self.head_size > MAX_HEAD:
+                self._refuse(431, "headers_too_large", f"A request's line and headers may "
+                             f"take {MAX_HEAD // 1024} KB at most.")
+            else:  # a fault of the gateway's own: said once in its log, never hidden
+                log.error("preview gateway: handling a request failed",
+                          exc_info=e.__context__ or e)
+                self._refuse(500, "gateway_error", "The preview gateway failed on this "
+                             "request; try again.")
         except httptools.HttpParserError as e:
             self._refuse(400, "bad_request", f"This is not HTTP/1.1 the gateway can read ({e}).")
 
