@@ -73,6 +73,8 @@ class Gateway:
         # Read once: Django's settings object costs a lookup per attribute per request.
         self.max_connections = settings.PREVIEW_MAX_CONNECTIONS
         self.max_body = settings.PREVIEW_MAX_BODY_BYTES
+        # Behind a TLS proxy (BEHIND_TLS_PROXY) every request came in over https.
+        self.scheme = "https" if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) else "http"
 
     # -- deciding ----------------------------------------------------------------------
 

@@ -409,7 +409,7 @@ class Client(asyncio.Protocol):
     def _header_block(self, ex: Exchange) -> bytes:
         assert ex.route is not None
         if ex.route.kind == "sandbox":
-            headers = forwarded_headers(ex.headers, self.peer, "http")
+            headers = forwarded_headers(ex.headers, self.peer, self.gw.scheme)
         else:
             named = {t.strip().lower().encode() for k, v in ex.headers if k == b"connection"
                      for t in v.decode("latin-1").split(",")}

@@ -201,6 +201,7 @@ def test_the_fast_path_rewrites_headers_as_the_proxy_does(gw):
     assert headers["cookie"] == "mine=kept"
     assert headers["x-forwarded-for"] == "127.0.0.1"
     assert headers["x-forwarded-host"] == HOST
+    assert headers["x-forwarded-proto"] == "http"
     # The app's cookie for another domain is dropped; its own is kept.
     assert r.raw.headers.getlist("Set-Cookie") == ["own=1; Path=/"]
 
@@ -434,3 +435,10 @@ def test_expect_100_continue_is_passed_on(gw):
         while b"X-Length" not in got and b"x-length" not in got:
             got += s.recv(4096)
         assert b"200" in got.split(b"\r\n")[0]
+
+
+def test_behind_a_tls_proxy_the_app_is_told_https(settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # BEHIND_TLS_PROXY
+    with serving(App) as app_port, serving(Web) as web_port, \
+            gateway(app_port, web_port) as gw:
+        assert get(gw, "/h").json()["headers"]["x-forwarded-proto"] == "https"
