@@ -29,8 +29,14 @@ from typing import Any
 from django.conf import settings
 
 from previews import gate
-from previews.proxy import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Proxy, viewer_cookie
-from previews.proxy import _parse_cookies as parse_cookies
+from previews.proxy import (
+    TARGET_TTL_S,
+    TOUCH_EVERY_S,
+    VIEWER_TTL_S,
+    Proxy,
+    parse_cookies,
+    viewer_cookie,
+)
 from runner.sandbox.netns import Namespace, connect
 
 log = logging.getLogger("berth.previews")
@@ -48,6 +54,15 @@ class Route:
     status: int = 0
     code: str = ""
     message: str = ""
+    title: str = ""
+
+    @property
+    def key(self) -> Any:
+        """Which kept connections serve this route: the sandbox's port, or the app's."""
+        if self.kind == "sandbox":
+            assert self.target is not None
+            return (self.target.ns, self.target.port)
+        return "app"
 
 
 APP = Route("app")
@@ -73,6 +88,9 @@ class Gateway:
         # Read once: Django's settings object costs a lookup per attribute per request.
         self.max_connections = settings.PREVIEW_MAX_CONNECTIONS
         self.max_body = settings.PREVIEW_MAX_BODY_BYTES
+        self.too_large = Route("answer", status=413, code="too_large", title="Request too large",
+                               message=f"Request bodies to a preview are capped at "
+                               f"{self.max_body // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).")
         # Behind a TLS proxy (BEHIND_TLS_PROXY) every request came in over https.
         self.scheme = "https" if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) else "http"
 
@@ -112,9 +130,7 @@ class Gateway:
         if self.proxy.open.get(t.public_id, 0) >= self.max_connections:
             return BUSY
         if ex.length > self.max_body:
-            return Route("answer", status=413, code="too_large", message=(
-                f"Request bodies to a preview are capped at "
-                f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB)."))
+            return self.too_large
         return Route("sandbox", t)
 
     async def _refresh(self, public_id: str) -> None:

@@ -371,11 +371,11 @@ def _header(scope: dict[str, Any], name: bytes) -> str:
 
 def _cookies(scope: dict[str, Any]) -> dict[str, str]:
     header = b"; ".join(v for k, v in scope["headers"] if k == b"cookie")
-    return _parse_cookies(header) if header else {}
+    return parse_cookies(header) if header else {}
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_cookies(header: bytes) -> dict[str, str]:
+def parse_cookies(header: bytes) -> dict[str, str]:
     """Parsed once per distinct header: a browser sends the same one on every request."""
     jar: SimpleCookie = SimpleCookie()
     with contextlib.suppress(CookieError):  # malformed: as if there were none
@@ -399,6 +399,12 @@ def upstream_host(request: h11.Request) -> str:
     return ""
 
 
+def connection_named(headers: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
+    """Headers the `Connection` header names: hop-by-hop for this message only."""
+    return {t.strip().lower().encode() for k, v in headers if k == b"connection"
+            for t in v.decode("latin-1").split(",")}
+
+
 def viewer_cookie(cookies: dict[str, str]) -> str | None:
     return cookies.get(gate.COOKIE) or cookies.get(gate.COOKIE_LAX)
 
@@ -416,8 +422,7 @@ def forwarded_headers(given: Sequence[tuple[bytes, bytes]], client: str, scheme:
     """The client's headers (names in lower case) as the app gets them: no hop-by-hop
     ones, no Authorization, none of Berth's cookies, X-Forwarded-* from the real
     connection. Framing (Content-Length, Transfer-Encoding) is the caller's to add."""
-    named_hop = {t.strip().lower().encode() for k, v in given if k == b"connection"
-                 for t in v.decode("latin-1").split(",")}
+    named_hop = connection_named(given)
     berth = gate.berth_cookie_names()
     headers: list[tuple[bytes, bytes]] = []
     host = b""
@@ -442,8 +447,7 @@ def response_headers(headers: Sequence[tuple[bytes, bytes]], host: str
                      ) -> list[tuple[bytes, bytes]]:
     """The app's headers minus hop-by-hop ones and cookies it may not set: one with a
     Domain other than the preview's own host, or named like Berth's."""
-    named_hop = {t.strip().lower().encode() for k, v in headers if k == b"connection"
-                 for t in v.decode("latin-1").split(",")}
+    named_hop = connection_named(headers)
     out = []
     for key, value in headers:
         if key in HOP_BY_HOP or key in named_hop:

@@ -3,11 +3,9 @@ protocol around llhttp (httptools): `Client` parses requests, routes each (the f
 path to a sandbox, or the web process), and answers them in order; the side toward
 the app is previews.relay_upstream.
 
-Framing is redone on each hop, never copied: a body with a Content-Length keeps it;
-one without is re-chunked (or, to an HTTP/1.0 client, ends with the connection), so a
-header the app or client sent cannot make the two sides disagree on where a message
-ends. Backpressure both ways: a side whose send buffer passes HIGH_WATER stops the
-other side's reading until it drains, so a 50 MB answer never sits in memory.
+Framing is previews.framing's. Backpressure both ways: a side whose send buffer
+passes HIGH_WATER stops the other side's reading until it drains, so a 50 MB answer
+never sits in memory.
 """
 
 import asyncio
@@ -18,9 +16,9 @@ from typing import Any
 import httptools
 from django.conf import settings
 
-from previews import gate, pages
+from previews import pages
+from previews.framing import Exchange, answer_head, chunk, header_lines, request_header_block
 from previews.gateway import Gateway, Route
-from previews.proxy import HOP_BY_HOP, forwarded_headers, response_headers
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
 from runner.sandbox.netns import NamespaceGone
 
@@ -29,35 +27,7 @@ log = logging.getLogger("berth.previews")
 BACKLOG = 8  # pipelined requests parsed ahead of their turn before reading stops
 LINGER_S = 5  # how long a body nobody will read is discarded before the connection ends
 MAX_HEAD = 64 * 1024  # a request's line and headers, as llhttp hands them over
-CRLF = b"\r\n"
-FRAMING = {b"content-length", b"transfer-encoding"}
-
-
-class Exchange:
-    """One request from the client and the state of its answer."""
-
-    __slots__ = ("answered", "body_seen", "chunked", "cookie", "counted", "ended",
-                 "expect", "headers", "host", "hosts", "keep_alive", "length", "method",
-                 "pending", "pending_size", "retried", "route", "tail", "target", "upgrade",
-                 "upstream", "version")
-
-    def __init__(self) -> None:
-        self.target = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.host = ""
-        self.hosts = 0
-        self.cookie = b""
-        self.length = 0
-        self.chunked = self.expect = self.upgrade = False
-        self.method = b""
-        self.version = "1.1"
-        self.keep_alive = True
-        self.ended = self.answered = self.counted = self.retried = False
-        self.pending: list[bytes] = []
-        self.pending_size = self.body_seen = 0
-        self.route: Route | None = None
-        self.upstream: Upstream | None = None
-        self.tail = b""
+HEAD_TOO_LARGE = f"A request's line and headers may take {MAX_HEAD // 1024} KB at most."
 
 
 class Client(asyncio.Protocol):
@@ -82,12 +52,9 @@ class Client(asyncio.Protocol):
         self.raw_head = 0
         self.last = 0.0
         self.timer: asyncio.TimerHandle | None = None
-        # What one read from the upstream produced, written at once: a head and a
-        # small body in one send, not two.
-        self.out: list[bytes] | None = None
-        # The last request's header block and answer's head, by what made them: a
-        # client sends the same headers on each request of a connection, and the app
-        # answers alike, so most requests rebuild neither.
+        self.out: list[bytes] | None = None  # one read's writes, sent at once (batch)
+        # The last header block and answer head, by what made them: a client repeats
+        # its headers on a connection, and the app its answer, so most are not rebuilt.
         self.sent: tuple[Any, bytes] = (None, b"")
         self.answered: tuple[Any, tuple[bytes, str, bool, bool]] = (None, (b"", "", False, False))
 
@@ -127,7 +94,7 @@ class Client(asyncio.Protocol):
             # llhttp keeps a header it has not seen the end of: bound what it may keep.
             self.raw_head += len(data)
             if self.raw_head > MAX_RAW_HEAD:
-                self._refuse(431, "headers_too_large", "The request's headers are too large.")
+                self._refuse(431, "headers_too_large", HEAD_TOO_LARGE)
                 return
         try:
             self.parser.feed_data(data)
@@ -138,8 +105,7 @@ class Client(asyncio.Protocol):
             self._pause("upgrade")
         except httptools.HttpParserCallbackError as e:
             if self.head_size > MAX_HEAD:
-                self._refuse(431, "headers_too_large", f"A request's line and headers may "
-                             f"take {MAX_HEAD // 1024} KB at most.")
+                self._refuse(431, "headers_too_large", HEAD_TOO_LARGE)
             else:  # a fault of the gateway's own: said once in its log, never hidden
                 log.error("preview gateway: handling a request failed",
                           exc_info=e.__context__ or e)
@@ -328,7 +294,7 @@ class Client(asyncio.Protocol):
             route = Route("answer", status=400, code="bad_request",
                           message="A WebSocket handshake has no body.")
         if route.kind == "answer":
-            self._answer(ex, route.status, route.code, route.message)
+            self._answer(ex, route.status, route.code, route.message, route.title)
             return
         if route.kind == "sandbox":
             assert route.target is not None
@@ -337,21 +303,14 @@ class Client(asyncio.Protocol):
             if ex.chunked and ex.body_seen > self.gw.max_body:
                 self._too_large(ex)
                 return
-        upstream = None if ex.upgrade else self.gw.take(self._key(route))
+        upstream = None if ex.upgrade else self.gw.take(route.key)
         if upstream is not None:
             self._send(ex, upstream)
         else:
             self.loop.create_task(self._connect(ex, route))
 
-    @staticmethod
-    def _key(route: Route) -> Any:
-        if route.kind == "sandbox":
-            assert route.target is not None
-            return (route.target.ns, route.target.port)
-        return "app"
-
     async def _connect(self, ex: Exchange, route: Route) -> None:
-        key = self._key(route)
+        key = route.key
         try:
             upstream = await self.gw.open_upstream(route, lambda: Upstream(self.gw, key))
         except NamespaceGone:
@@ -391,8 +350,8 @@ class Client(asyncio.Protocol):
             upstream.tunnel = self
             self._resume("upgrade")
             return
-        for chunk in ex.pending:
-            upstream.write_body(chunk, ex.chunked)
+        for piece in ex.pending:
+            upstream.write_body(piece, ex.chunked)
         ex.pending.clear()
         ex.pending_size = 0
         self._resume("buffer")
@@ -403,26 +362,8 @@ class Client(asyncio.Protocol):
         assert ex.route is not None
         key = (ex.route.kind, ex.upgrade, ex.chunked, ex.length, ex.method, ex.headers)
         if key != self.sent[0]:
-            self.sent = (key, self._header_block(ex))
+            self.sent = (key, request_header_block(ex, self.peer, self.gw))
         return b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", self.sent[1]))
-
-    def _header_block(self, ex: Exchange) -> bytes:
-        assert ex.route is not None
-        if ex.route.kind == "sandbox":
-            headers = forwarded_headers(ex.headers, self.peer, self.gw.scheme)
-        else:
-            named = {t.strip().lower().encode() for k, v in ex.headers if k == b"connection"
-                     for t in v.decode("latin-1").split(",")}
-            drop = FRAMING | set(gate.GATEWAY_HEADERS) | (
-                set() if ex.upgrade else HOP_BY_HOP | named)
-            headers = [(k, v) for k, v in ex.headers if k not in drop]
-            headers += [(b"x-berth-gateway", self.gw.key),
-                        (b"x-berth-client", self.peer.encode())]
-        if ex.chunked:
-            headers.append((b"transfer-encoding", b"chunked"))
-        elif ex.length or ex.method in (b"POST", b"PUT", b"PATCH"):
-            headers.append((b"content-length", b"%d" % ex.length))
-        return b"".join([*[k + b": " + v + CRLF for k, v in headers], CRLF])
 
     # -- answers -----------------------------------------------------------------------
 
@@ -433,7 +374,7 @@ class Client(asyncio.Protocol):
         key = (status, reason, given, ex.route.kind, ex.host, ex.method == b"HEAD", ex.version,
                ex.keep_alive, self.close_after)
         if key != self.answered[0]:
-            self.answered = (key, self._answer_head(ex, status, reason, given))
+            self.answered = (key, answer_head(ex, status, reason, given, self.close_after))
         head, upstream.mode, upstream.eof_ends, self.close_after = self.answered[1]
         self.write(head)
         ex.answered = True
@@ -441,45 +382,9 @@ class Client(asyncio.Protocol):
             upstream.keep = False  # llhttp cannot be told the answer had no body
             upstream.done = True
 
-    def _answer_head(self, ex: Exchange, status: int, reason: bytes,
-                     given: list[tuple[bytes, bytes]]) -> tuple[bytes, str, bool, bool]:
-        """The head for the client, how its body is framed, whether the app's answer ends
-        with its connection, and whether the client's connection ends after it."""
-        assert ex.route is not None
-        close_after = self.close_after
-        if ex.route.kind == "sandbox":
-            headers = response_headers(given, ex.host.split(":")[0])
-        else:  # Berth's own answer (it sets the preview cookie): framing redone only
-            named = {t.strip().lower().encode() for k, v in given if k == b"connection"
-                     for t in v.decode("latin-1").split(",")}
-            headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in named]
-        declared = any(k == b"content-length" for k, _ in headers)
-        no_body = ex.method == b"HEAD" or status in (204, 304)
-        # As llhttp reads it: without a length or a final chunked coding, the body
-        # runs to the end of the connection.
-        codings = [v for k, v in given if k == b"transfer-encoding"]
-        chunked = bool(codings) and codings[-1].rsplit(b",", 1)[-1].strip().lower() == b"chunked"
-        eof_ends = not declared and not no_body and not chunked
-        if declared or no_body:
-            mode = "raw"
-        elif ex.version == "1.1":
-            mode = "chunked"
-            headers.append((b"transfer-encoding", b"chunked"))
-        else:
-            mode = "close"  # an HTTP/1.0 client: the body ends with the connection
-        if not ex.keep_alive or mode == "close":
-            close_after = True
-        if close_after:
-            headers.append((b"connection", b"close"))
-        elif ex.version == "1.0":
-            headers.append((b"connection", b"keep-alive"))
-        head = b"".join([b"HTTP/1.1 %d " % status, reason, CRLF,
-                         *[k + b": " + v + CRLF for k, v in headers], CRLF])
-        return head, mode, eof_ends, close_after
-
     def respond_body(self, upstream: Upstream, data: bytes) -> None:
         if upstream.mode == "chunked":
-            self.write(b"%x\r\n" % len(data) + data + CRLF)
+            self.write(chunk(data))
         else:
             self.write(data)
 
@@ -529,9 +434,8 @@ class Client(asyncio.Protocol):
             self.transport.abort()
             return
         self.close_after = True
-        self._answer(ex, 413, "too_large", f"Request bodies to a preview are capped at "
-                     f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB "
-                     "(PREVIEW_MAX_BODY_MB).", title="Request too large")
+        too_large = self.gw.too_large
+        self._answer(ex, too_large.status, too_large.code, too_large.message, too_large.title)
 
     def _answer(self, ex: Exchange, status: int, code: str, message: str, title: str = "",
                 queued: bool = True) -> None:
@@ -550,16 +454,12 @@ class Client(asyncio.Protocol):
         if self.close_after:
             headers.append((b"connection", b"close"))
         self.flush()
-        self.transport.write(b"".join([b"HTTP/1.1 %d \r\n" % status,
-                                       *[k + b": " + v + CRLF for k, v in headers], CRLF,
-                                       body]))
+        self.transport.write(b"HTTP/1.1 %d \r\n" % status + header_lines(headers) + body)
         ex.answered = True
         if queued:
             self._finish(ex)
-        elif self.transport.can_write_eof():
-            self._linger()  # the rest of what it sent is unread
         else:
-            self.transport.close()
+            self._close(unread=True)  # the rest of what it sent is unread
 
     def _finish(self, ex: Exchange) -> None:
         self._uncount(ex)
@@ -567,10 +467,7 @@ class Client(asyncio.Protocol):
         if self.queue and self.queue[0] is ex:
             self.queue.popleft()
         if self.close_after or (self.no_more and not self.queue):
-            if not ex.ended and self.transport.can_write_eof():
-                self._linger()
-            else:
-                self.transport.close()  # after what is buffered is written (idle aborts)
+            self._close(unread=not ex.ended)
             return
         self._resume("upstream")  # that upstream's buffer is not this client's business now
         self._resume("buffer")
@@ -579,11 +476,16 @@ class Client(asyncio.Protocol):
         if self.queue:
             self._dispatch(self.queue[0])
 
-    def _linger(self) -> None:
-        """End a connection whose client may still be sending a body nobody will read
-        (an early answer, a 413): closing now would reset it, and a reset can destroy
-        the answer before the client reads it. So: end our side after the answer,
+    def _close(self, unread: bool) -> None:
+        """End the connection once what is buffered is written (idle aborts it).
+
+        With a body the client may still be sending and nobody will read (an early
+        answer, a 413), closing would reset the connection, and a reset can destroy the
+        answer before the client reads it. So then: end our side after the answer,
         discard what comes, and close when the client does, or after LINGER_S."""
+        if not unread or not self.transport.can_write_eof():
+            self.transport.close()
+            return
         self.lingering = True
         self.transport.write_eof()
         self.paused.clear()

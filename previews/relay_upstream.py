@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import httptools
 
+from previews.framing import chunk
 from previews.gateway import Gateway
 
 if TYPE_CHECKING:
-    from previews.relay import Client, Exchange
+    from previews.framing import Exchange
+    from previews.relay import Client
 
 log = logging.getLogger("berth.previews")
 
 HIGH_WATER = 256 * 1024
 MAX_RAW_HEAD = 1024 * 1024  # bytes read while an answer's head is incomplete
-CRLF = b"\r\n"
 
 
 class Upstream(asyncio.Protocol):
@@ -68,7 +69,7 @@ class Upstream(asyncio.Protocol):
         self.raw_head = 0
 
     def write_body(self, data: bytes, chunked: bool) -> None:
-        self.transport.write(b"%x\r\n" % len(data) + data + CRLF if chunked else data)
+        self.transport.write(chunk(data) if chunked else data)
 
     def end_body(self, chunked: bool) -> None:
         if chunked:

@@ -1,0 +1,111 @@
+"""How the preview gateway (previews.relay) frames what it forwards: the state of one
+request, the header block it sends on, and the head of the answer it gives back.
+
+Framing is redone on each hop, never copied: a body with a Content-Length keeps it;
+one without is re-chunked (or, to an HTTP/1.0 client, ends with the connection), so a
+header the app or client sent cannot make the two sides disagree on where a message
+ends.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from previews import gate
+from previews.proxy import HOP_BY_HOP, connection_named, forwarded_headers, response_headers
+
+if TYPE_CHECKING:
+    from previews.gateway import Route
+    from previews.relay_upstream import Upstream
+
+CRLF = b"\r\n"
+FRAMING = {b"content-length", b"transfer-encoding"}
+
+
+class Exchange:
+    """One request from the client and the state of its answer."""
+
+    __slots__ = ("answered", "body_seen", "chunked", "cookie", "counted", "ended",
+                 "expect", "headers", "host", "hosts", "keep_alive", "length", "method",
+                 "pending", "pending_size", "retried", "route", "tail", "target", "upgrade",
+                 "upstream", "version")
+
+    def __init__(self) -> None:
+        self.target = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.host = ""
+        self.hosts = 0
+        self.cookie = b""
+        self.length = 0
+        self.chunked = self.expect = self.upgrade = False
+        self.method = b""
+        self.version = "1.1"
+        self.keep_alive = True
+        self.ended = self.answered = self.counted = self.retried = False
+        self.pending: list[bytes] = []
+        self.pending_size = self.body_seen = 0
+        self.route: Route | None = None
+        self.upstream: Upstream | None = None
+        self.tail = b""
+
+
+
+def chunk(data: bytes) -> bytes:
+    """`data` as one chunk of a chunked body."""
+    return b"%x\r\n" % len(data) + data + CRLF
+
+
+def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """Headers as sent on the wire, with the blank line that ends them."""
+    return b"".join([*[k + b": " + v + CRLF for k, v in headers], CRLF])
+
+
+def request_header_block(ex: Exchange, peer: str, gw: Any) -> bytes:
+    """The headers `ex` goes on with: to a sandbox, as the proxy's rules make them; to
+    the web process, as the client sent them plus the gateway's key and the client."""
+    assert ex.route is not None
+    if ex.route.kind == "sandbox":
+        headers = forwarded_headers(ex.headers, peer, gw.scheme)
+    else:
+        drop = FRAMING | set(gate.GATEWAY_HEADERS) | (
+            set() if ex.upgrade else HOP_BY_HOP | connection_named(ex.headers))
+        headers = [(k, v) for k, v in ex.headers if k not in drop]
+        headers += [(b"x-berth-gateway", gw.key), (b"x-berth-client", peer.encode())]
+    if ex.chunked:
+        headers.append((b"transfer-encoding", b"chunked"))
+    elif ex.length or ex.method in (b"POST", b"PUT", b"PATCH"):
+        headers.append((b"content-length", b"%d" % ex.length))
+    return header_lines(headers)
+
+
+def answer_head(ex: Exchange, status: int, reason: bytes, given: list[tuple[bytes, bytes]],
+                close_after: bool) -> tuple[bytes, str, bool, bool]:
+    """The head for the client, how its body is framed ("raw", "chunked" or "close"),
+    whether the app's answer ends with its connection, and whether the client's
+    connection ends after it (`close_after`: it already does)."""
+    assert ex.route is not None
+    if ex.route.kind == "sandbox":
+        headers = response_headers(given, ex.host.split(":")[0])
+    else:  # Berth's own answer (it sets the preview cookie): framing redone only
+        named = connection_named(given)
+        headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in named]
+    declared = any(k == b"content-length" for k, _ in headers)
+    no_body = ex.method == b"HEAD" or status in (204, 304)
+    # As llhttp reads it: without a length or a final chunked coding, the body runs to
+    # the end of the connection.
+    codings = [v for k, v in given if k == b"transfer-encoding"]
+    chunked = bool(codings) and codings[-1].rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+    eof_ends = not declared and not no_body and not chunked
+    if declared or no_body:
+        mode = "raw"
+    elif ex.version == "1.1":
+        mode = "chunked"
+        headers.append((b"transfer-encoding", b"chunked"))
+    else:
+        mode = "close"  # an HTTP/1.0 client: the body ends with the connection
+    if not ex.keep_alive or mode == "close":
+        close_after = True
+    if close_after:
+        headers.append((b"connection", b"close"))
+    elif ex.version == "1.0":
+        headers.append((b"connection", b"keep-alive"))
+    return b"HTTP/1.1 %d " % status + reason + CRLF + header_lines(headers), mode, eof_ends, \
+        close_after
