@@ -59,6 +59,35 @@ def seconds(a: str | None, b: str | None) -> float:
     return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() * 1000
 
 
+def engine_pids() -> dict[str, int]:
+    """dockerd and containerd, found by name in /proc (they are not ours to start)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                name = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if name in ("dockerd", "containerd") and name not in found:
+                found[name] = int(entry.name)
+    return found
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    """CPU ms used so far by each process, its waited-for children included."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out[name] = sum(int(f) for f in fields[11:15]) * 1000 / hz
+    return out
+
+
+def add(total: dict[str, float], before: dict[str, float], after: dict[str, float]) -> None:
+    for name in total:
+        total[name] += after[name] - before[name]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
@@ -106,9 +135,10 @@ def main() -> None:
     with open_store(workspace) as store:
         tarball = tree_tarball(store, store.branch_head("main") or "")
 
-    def bare_echo(i: int) -> None:
+    def bare_echo(i: int) -> dict[str, float]:
         """The same work with docker-py alone: volume, create (same hardening),
-        put_archive of the same tree, start, wait, logs, remove."""
+        put_archive of the same tree, start, wait, logs, remove; the time of each step."""
+        marks = {"begun": time.perf_counter()}
         template = Run(limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048,
                                "pids": 256, "nofile": 4096}, runtime="runc")
         template.public_id = f"bare{i:08d}"
@@ -118,11 +148,17 @@ def main() -> None:
             "berth-sandbox:bookworm", ["sh", "-c", "echo hi"], name=name,
             **_host_config(template, "runc"))
         container.put_archive("/workspace", tarball)
+        marks["hydrated"] = time.perf_counter()
         container.start()
+        marks["started"] = time.perf_counter()
         container.wait()
+        marks["exited"] = time.perf_counter()
         assert container.logs() == b"hi\n"
+        marks["logs"] = time.perf_counter()
         container.remove(force=True)
         engine().volumes.get(name).remove(force=True)
+        marks["removed"] = time.perf_counter()
+        return marks
 
     try:
         deadline = time.monotonic() + 60
@@ -131,15 +167,23 @@ def main() -> None:
             time.sleep(0.1)
         berth_echo()  # warm up: first connections, first container of the session
         bare_echo(0)
-        berth_ms, bare_ms, phases = [], [], []
+        berth_ms, bare_ms, phases, bare_phases = [], [], [], []
+        watched = {"daphne": procs[0].pid, "worker": procs[1].pid, "agent": procs[2].pid,
+                   "bench": os.getpid(), **engine_pids()}
+        berth_cpu = dict.fromkeys(watched, 0.0)
+        bare_cpu = dict.fromkeys(watched, 0.0)
         for i in range(args.runs):  # interleaved: both see the same machine noise
+            before = cpu_of(watched)
             t = time.perf_counter()
             run = berth_echo()
             berth_ms.append((time.perf_counter() - t) * 1000)
+            add(berth_cpu, before, cpu_of(watched))
             phases.append(run["timings"])
+            before = cpu_of(watched)
             t = time.perf_counter()
-            bare_echo(i + 1)
+            bare_phases.append(bare_echo(i + 1))
             bare_ms.append((time.perf_counter() - t) * 1000)
+            add(bare_cpu, before, cpu_of(watched))
 
         run = call("POST", "/api/v1/workspaces/app/runs",
                    {"command": f"seq 1 {args.lines}"})
@@ -185,6 +229,15 @@ def main() -> None:
     for label, a, b in steps:
         print(f"  {label:46} {statistics.median(seconds(p[a], p[b]) for p in phases):8.1f}")
     print("  (the last step includes reading /workspace back for changes and artifacts)")
+    print("\nbare phase breakdown (median ms)")
+    marks = ["begun", "hydrated", "started", "exited", "logs", "removed"]
+    labels = ["volume, create, put_archive", "start", "wait", "logs", "remove container, volume"]
+    for label, a, b in zip(labels, marks, marks[1:], strict=False):
+        print(f"  {label:46} {statistics.median((p[b] - p[a]) * 1000 for p in bare_phases):8.1f}")
+    print("\nCPU per run by process (ms; children included: runc, shims)")
+    print(f"  {'process':12} {'Berth':>8} {'bare':>8}")
+    for name in watched:
+        print(f"  {name:12} {berth_cpu[name] / args.runs:8.1f} {bare_cpu[name] / args.runs:8.1f}")
     rate = args.lines / (last - first) if last > first else float("inf")
     print(f"\n{args.lines:,} lines of `seq` over the WebSocket: {rate:,.0f} lines/s, "
           f"0 lost, in order")

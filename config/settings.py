@@ -101,13 +101,14 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "config.middleware.BodySizeLimitMiddleware",
     "config.middleware.ApiErrorShapeMiddleware",
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Django's own, with the hooks that block on nothing run on daphne's loop.
+    "config.loop_middleware.SecurityMiddleware",
+    "config.loop_middleware.SessionMiddleware",
+    "config.loop_middleware.CommonMiddleware",
+    "config.loop_middleware.CsrfViewMiddleware",
+    "config.loop_middleware.AuthenticationMiddleware",
+    "config.loop_middleware.MessageMiddleware",
+    "config.loop_middleware.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -143,6 +144,11 @@ DATABASES = {
         conn_max_age=envint("DB_CONN_MAX_AGE", 0),
     )
 }
+# The runner agent is one long-lived process with a few threads, which look at the
+# database several times a second: they keep their connections (checked before reuse)
+# rather than open one per look. Web requests keep DB_CONN_MAX_AGE: under ASGI each
+# request has a thread of its own, and a kept connection would outlive it unused.
+AGENT_DB_CONN_MAX_AGE = envint("AGENT_DB_CONN_MAX_AGE", 300)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = _SQLITE_OPTIONS
 

@@ -38,7 +38,9 @@ def _db(fn: Any) -> Any:
 
 
 class Watcher:
-    TICK_S = 0.1
+    # Ready previews' health and idleness; a starting one is looked at as soon as its
+    # container starts (the agent wakes the watcher on that event).
+    TICK_S = 1.0
     STARTING_PROBE_S = 0.01  # how often a starting preview is probed: time until usable
 
     def __init__(self) -> None:

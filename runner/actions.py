@@ -198,6 +198,8 @@ def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
 def _check_grants(workspace: Workspace, actor: Actor, names: list[str],
                   env: dict[str, str]) -> list[str]:
     names = sorted(set(names))
+    if not names:
+        return []
     known = set(Secret.objects.filter(workspace=workspace, name__in=names)
                 .values_list("name", flat=True))
     unknown = [n for n in names if n not in known]
@@ -243,20 +245,21 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
             # Under admission's lock: requests at once cannot all pass the queue limit.
             quotas.lock()
             quotas.check_submission(workspace.team)
+            if quotas.admits_at_once(workspace.team):
+                run.admitted_at = timezone.now()
         run.save()
         record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
                f"run:{run.public_id}", workspace.slug, command=run.command[:200],
                commit=run.commit, runtime=run.runtime, secrets=run.secret_names,
                **({"purpose": run.purpose} if run.purpose != "run" else {}),
                **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
-        if run.purpose != "run":
+        if run.admitted_at is not None:
+            # Sent the moment this commits.
             transaction.on_commit(lambda: prepare_run.delay(run.pk))
-        else:
-            # In this transaction, under the lock already held: one round of admission
-            # less per request, and the prepare task is sent the moment this commits.
-            if run.pk in quotas.admit():
-                # The answer says admitted (no queue place, nothing to count for one).
-                run.refresh_from_db(fields=["admitted_at"])
+        elif run.pk in quotas.admit():
+            # Others wait, or no slot was free: admission decides among them, in this
+            # transaction, under the lock already held. The answer says admitted.
+            run.refresh_from_db(fields=["admitted_at"])
     return run
 
 

@@ -12,6 +12,7 @@ It carries every live run container of this instance to its end:
 """
 
 import asyncio
+import contextlib
 import logging
 import threading
 from datetime import timedelta
@@ -90,6 +91,9 @@ class Agent:
         self.last_disk_check = 0.0
         self.background: set[asyncio.Task[None]] = set()
         self.egress = Egress(_db)
+        # Set when a container starts: a preview's server may be starting, and its
+        # first health probe should not wait for the watcher's next round.
+        self.previews_due = asyncio.Event()
 
     def _spawn(self, coro: Any) -> None:
         """A fire-and-forget task, kept referenced until done (asyncio holds weak refs)."""
@@ -111,7 +115,8 @@ class Agent:
         watcher = Watcher()
         tasks = [asyncio.create_task(self._consume(events)),
                  asyncio.create_task(self._every(TICK_S, self.tick, stop)),
-                 asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop)),
+                 asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop,
+                                                 self.previews_due)),
                  asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop)),
                  asyncio.create_task(self._every(settings.RUN_CPU_SAMPLE_S, self.sample_cpu,
                                                  stop))]
@@ -121,9 +126,16 @@ class Agent:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.egress.close()
 
-    async def _every(self, seconds: float, job: Any, stop: asyncio.Event) -> None:
+    async def _every(self, seconds: float, job: Any, stop: asyncio.Event,
+                     woken: asyncio.Event | None = None) -> None:
+        """`job` every `seconds`, or at once when `woken` is set."""
         while not stop.is_set():
-            await asyncio.sleep(seconds)
+            if woken is None:
+                await asyncio.sleep(seconds)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), seconds)
+                woken.clear()
             await self._safely(job)
 
     async def _safely(self, job: Any) -> None:
@@ -164,6 +176,7 @@ class Agent:
                 if status == "reconcile":
                     await self.reconcile()
                 elif status == "start" and owner and name:
+                    self.previews_due.set()
                     # First: the sandbox's command waits for its egress proxy.
                     self._spawn(self._safely(
                         lambda o=owner, n=name, p=phase: self.egress.offer(o, n, p)))
@@ -196,13 +209,14 @@ class Agent:
         self.finalizing.add(container)
         outputs: asyncio.Future[Any] | None = None
         try:
-            # The exit code and OOM flag are final once the container died; with them
-            # known, a run's files are read back while its log drains.
+            # A run's files are final once its container died: they are read back while
+            # the engine is asked for the exit code and OOM flag, and the log drains (a
+            # container found gone ends worker_lost, and what was read goes unused).
+            if phase != "setup":
+                outputs = asyncio.ensure_future(_thread(ending.early_outputs)(run_id))
             facts = await asyncio.to_thread(sandbox.finalize_facts, container)
             if facts is not None and facts.get("running"):
                 return  # restarted meanwhile: not an exit
-            if phase != "setup" and facts is not None:
-                outputs = asyncio.ensure_future(_thread(ending.early_outputs)(run_id))
             follower = self.followers.get(container)
             if follower is not None:
                 # The end is written only once the whole log is stored, however long a

@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
+from django.db import connection
 from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
@@ -81,12 +82,20 @@ async def get_run(request: HttpRequest, run_id: str,
         return {**actions.run_summary(run),
                 "egress": actions.egress_summary(run, EVENTS_SHOWN)}
 
+    def look() -> Run:
+        run = access_run(actor, run_id)
+        if run.is_active:
+            connection.close()  # not held through the wait
+        return run
+
+    # In the request's thread, on the connection its authentication opened (Django
+    # closes it when the request ends).
     if not wait:
-        return await database_sync_to_async(summary)()
-    run = await database_sync_to_async(access_run)(actor, run_id)
+        return await sync_to_async(summary)()
+    run = await sync_to_async(look)()
     if run.is_active:
         await wait_for_end(run.public_id, wait)
-    return await database_sync_to_async(summary)(run)
+    return await sync_to_async(summary)(run)
 
 
 @router.post("/runs/{run_id}/commit-changes",

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import docker
-from django.db import close_old_connections
+from django.db import connection
 
 from runner import logstore, secrets
 from runner.engine import engine
@@ -131,7 +131,7 @@ class Follower(threading.Thread):
                 "secrets_sealed", flat=True).first()
             values = secrets.unseal(sealed or "")
         finally:
-            close_old_connections()
+            connection.close()  # this thread asks nothing more of the database
         return secrets.Masker(values.values())
 
     def _follow(self, writer: logstore.LogWriter) -> None:

@@ -26,7 +26,7 @@ from workspaces.store import open_store
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
 # Engine calls a run's preparation makes side by side (each waits on the engine).
-_BACKGROUND = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="sandbox")
+_BACKGROUND = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="sandbox")
 
 
 class SandboxError(Exception):
@@ -180,6 +180,8 @@ def prepare_and_start(run: Run, env: dict[str, str],
     for container in existing:
         remove_sandbox(container.name)
     in_app = run.purpose in ("build", "release")
+    # Read from Git while the engine works on the calls below.
+    source = None if run.purpose == "release" else _BACKGROUND.submit(_source, run)
     volume = None
     if not in_app:
         # The engine answers two calls at once: the volume is made while the image is
@@ -215,19 +217,16 @@ def prepare_and_start(run: Run, env: dict[str, str],
         labels=_labels(run, phase="main"), environment={**env, **_proxy_env(run)},
         **_host_config(run, runtime, deps, shares))
     first = first or main
-    if setup.get("hit"):
-        _check_cache_volume(setup["volume"])
-    if run.purpose == "build":
-        # Into the writable root layer, before start: the tree becomes /app.
-        with open_store(run.workspace) as store:
-            tarball = tree_tarball(store, run.commit, under="app")
-        if not first.put_archive("/", tarball):
-            raise SandboxError("sandbox_failed", detail="the source could not be copied in")
-    elif not in_app:  # a release's source is already in its image
-        with open_store(run.workspace) as store:
-            tarball = tree_tarball(store, run.commit)
-        if not first.put_archive("/workspace", tarball):
-            raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    # Checked while the source goes in.
+    checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) \
+        if setup.get("hit") else None
+    # A build's source goes into the writable root layer, before start (the tree
+    # becomes /app); a run's into the /workspace volume; a release's is in its image.
+    if source is not None and not first.put_archive("/" if in_app else "/workspace",
+                                                    source.result()):
+        raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    if checked is not None:
+        checked.result()
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(
         image_id=image_id, hydrated_at=now, isolation=_isolation(main, run), setup=setup,
@@ -242,6 +241,12 @@ def prepare_and_start(run: Run, env: dict[str, str],
         logstore.note(run.public_id, _setup_note(setup))
     first.start()
     return True
+
+
+def _source(run: Run) -> bytes:
+    """The commit's tree as a tar stream: under app/ for a build, else as it is."""
+    with open_store(run.workspace) as store:
+        return tree_tarball(store, run.commit, under="app" if run.purpose == "build" else "")
 
 
 def _setup_note(setup: dict[str, Any]) -> str:

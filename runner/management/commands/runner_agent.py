@@ -2,7 +2,9 @@ import asyncio
 import signal
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import connections
 
 from runner.agent import Agent
 
@@ -21,6 +23,9 @@ class Command(BaseCommand):
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:
+        for alias in connections:
+            connections.settings[alias].update(CONN_MAX_AGE=settings.AGENT_DB_CONN_MAX_AGE,
+                                               CONN_HEALTH_CHECKS=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
