@@ -167,7 +167,11 @@ class Run(models.Model):
         updated = Run.objects.filter(pk=self.pk, state__in=from_states).update(state=to,
                                                                                 **fields)
         if updated:
-            self.refresh_from_db()
+            # The run's own values, read again; the related rows it was loaded with
+            # (an update of a run never changes which they are) are kept, not looked
+            # up again by whoever goes on with this instance.
+            self.refresh_from_db(fields=[f.attname for f in Run._meta.concrete_fields
+                                         if not f.is_relation])
         return bool(updated)
 
     def finish(self, state: str, reason: str, message: str, exit_code: int | None = None,
