@@ -9,10 +9,13 @@ import os
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
+from config.request_threads import RequestThreads
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Daphne serves Berth's few static files itself: one process to run, nothing to
-# collect, and the files are small and change only with a release.
-django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
+# collect, and the files are small and change only with a release. Each request's sync
+# code runs on a kept thread (config.request_threads), not on one made for it.
+django_asgi_app = RequestThreads(ASGIStaticFilesHandler(get_asgi_application()))
 
 # Imported after Django is set up: consumers import models.
 from channels.auth import AuthMiddlewareStack  # noqa: E402

@@ -141,13 +141,14 @@ _SQLITE_OPTIONS = {
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{DATA_DIR / 'berth.sqlite3'}"),
-        conn_max_age=envint("DB_CONN_MAX_AGE", 0),
+        # Kept by each thread that asks (web requests run on kept threads:
+        # config.request_threads), checked before reuse after an error.
+        conn_max_age=envint("DB_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
     )
 }
 # The runner agent is one long-lived process with a few threads, which look at the
-# database several times a second: they keep their connections (checked before reuse)
-# rather than open one per look. Web requests keep DB_CONN_MAX_AGE: under ASGI each
-# request has a thread of its own, and a kept connection would outlive it unused.
+# database several times a second: they keep their connections longer.
 AGENT_DB_CONN_MAX_AGE = envint("AGENT_DB_CONN_MAX_AGE", 300)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = _SQLITE_OPTIONS

@@ -34,6 +34,12 @@ from config.settings import DATA_DIR, DATABASES  # noqa: E402
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# The test process itself keeps no connection past a request or a task: a helper
+# thread's kept connection would stop PostgreSQL from dropping the test database at
+# the end. The servers it starts keep theirs, as in production (tests.servers).
+if "DB_CONN_MAX_AGE" not in os.environ:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+
 # A file, not an in-memory database, so a worker or a server subprocess can share it.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}

@@ -56,6 +56,9 @@ def subprocess_env() -> dict[str, str]:
         "TEST_DATA_DIR": str(settings.DATA_DIR),
         "TEST_REDIS_URL": settings.REDIS_URL,
         "PYTHONUNBUFFERED": "1",
+        # Servers keep their database connections, as in production (the test process
+        # itself does not: config.settings_test).
+        "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "60"),
         "GIT_MAX_PUSH_MB": "5",  # small enough for a test to push past it
         "RUN_ARTIFACTS_MAX_MB": "5",  # likewise for a run's artifacts
         # A name no engine has, allowed so a test can reach `image_missing`.
