@@ -3,7 +3,6 @@
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connection
 from django.http import FileResponse, HttpRequest
 from ninja import Field, Query, Router, Schema, Status
 from pydantic import ConfigDict
@@ -82,17 +81,12 @@ async def get_run(request: HttpRequest, run_id: str,
         return {**actions.run_summary(run),
                 "egress": actions.egress_summary(run, EVENTS_SHOWN)}
 
-    def look() -> Run:
-        run = access_run(actor, run_id)
-        if run.is_active:
-            connection.close()  # not held through the wait
-        return run
-
-    # In the request's thread, on the connection its authentication opened (Django
-    # closes it when the request ends).
+    # In the request's thread, on the connection its authentication opened. Through a
+    # wait that connection is kept only where threads keep theirs (DB_CONN_MAX_AGE):
+    # the wait's own look at the row closes it otherwise.
     if not wait:
         return await sync_to_async(summary)()
-    run = await sync_to_async(look)()
+    run = await sync_to_async(access_run)(actor, run_id)
     if run.is_active:
         await wait_for_end(run.public_id, wait)
     return await sync_to_async(summary)(run)

@@ -361,9 +361,10 @@ def finalize_facts(name: str) -> dict[str, Any] | None:
 
 def remove_sandbox(name: str) -> None:
     """Remove a run's container and its volume of the same name (if any); gone already
-    is fine."""
-    for remove in (lambda: engine().containers.get(name).remove(force=True),
-                   lambda: engine().volumes.get(name).remove(force=True)):
+    is fine. One engine call each, by name (no look-up first)."""
+    api = engine().api
+    for remove in (lambda: api.remove_container(name, force=True),
+                   lambda: api.remove_volume(name, force=True)):
         with contextlib.suppress(docker.errors.NotFound):
             remove()
 
