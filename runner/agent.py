@@ -34,6 +34,7 @@ from runner.outcomes import describe
 log = logging.getLogger("berth.runner_agent")
 
 RECONCILE_EVERY_S = settings.RUN_RECONCILE_EVERY_S
+EXIT_SIGKILL = 137
 TICK_S = 0.5
 DISK_EVERY_S = 2.0
 # A queued run no worker has picked up by then is sent again (the task is idempotent).
@@ -94,6 +95,7 @@ class Agent:
         # Set when a container starts: a preview's server may be starting, and its
         # first health probe should not wait for the watcher's next round.
         self.previews_due = asyncio.Event()
+        self.oom_seen: set[str] = set()  # containers the engine reported an OOM kill in
 
     def _spawn(self, coro: Any) -> None:
         """A fire-and-forget task, kept referenced until done (asyncio holds weak refs)."""
@@ -151,7 +153,7 @@ class Agent:
         (and asks for a reconcile, since events may have been missed meanwhile)."""
         assert self.loop is not None
         filters = {"type": "container", "label": _label_filters(),
-                   "event": ["start", "die"]}
+                   "event": ["start", "oom", "die"]}
         delay = 0.5
         while not stop.is_set():
             try:
@@ -181,12 +183,15 @@ class Agent:
                     self._spawn(self._safely(
                         lambda o=owner, n=name, p=phase: self.egress.offer(o, n, p)))
                     self.follow(owner, name)
+                elif status == "oom" and name:
+                    self.oom_seen.add(name)  # sent before the container's die, if at all
                 elif status == "die" and owner and name:
                     self._spawn(self._safely(
                         lambda o=owner, n=name: self.egress.withdraw(o, n)))
                     self.follow(owner, name)  # drain what the engine kept, if not yet
+                    facts = self._facts_of_die(name, attrs)
                     self._spawn(self._safely(
-                        lambda o=owner, n=name, p=phase: self.finalize(o, n, p)))
+                        lambda o=owner, n=name, p=phase, f=facts: self.finalize(o, n, p, f)))
             except Exception:
                 log.exception("handling %s of %s failed", status, name)
 
@@ -201,20 +206,36 @@ class Agent:
         self.followers[container] = follower
         follower.start()
 
-    async def finalize(self, run_id: str, container: str, phase: str = "main") -> None:
+    def _facts_of_die(self, name: str, attrs: dict[str, str]) -> dict[str, Any] | None:
+        """The exit as the die event tells it, or None to ask the engine. An exit by
+        SIGKILL (137) is always asked about: it may be an OOM kill whose oom event this
+        agent did not see (it restarted in between)."""
+        oom = name in self.oom_seen
+        self.oom_seen.discard(name)
+        code = attrs.get("exitCode", "")
+        if not code.isdigit() or int(code) == EXIT_SIGKILL:
+            return None
+        return {"running": False, "exit_code": int(code), "oom_killed": oom,
+                "status": "exited"}
+
+    async def finalize(self, run_id: str, container: str, phase: str = "main",
+                       facts: dict[str, Any] | None = None) -> None:
         """After an exit: wait for the whole log, then either go on to the command
-        (a setup step that succeeded) or write the end and remove the sandbox."""
+        (a setup step that succeeded) or write the end and remove the sandbox.
+        `facts`: the exit code and OOM flag as the die event told them; else the
+        engine is asked (one call less per run, when it is busiest with the exit)."""
         if container in self.finalizing:
             return
         self.finalizing.add(container)
         outputs: asyncio.Future[Any] | None = None
         try:
             # A run's files are final once its container died: they are read back while
-            # the engine is asked for the exit code and OOM flag, and the log drains (a
-            # container found gone ends worker_lost, and what was read goes unused).
+            # the exit is looked at and the log drains (a container found gone ends
+            # worker_lost, and what was read goes unused).
             if phase != "setup":
                 outputs = asyncio.ensure_future(_thread(ending.early_outputs)(run_id))
-            facts = await asyncio.to_thread(sandbox.finalize_facts, container)
+            if facts is None:
+                facts = await asyncio.to_thread(sandbox.finalize_facts, container)
             if facts is not None and facts.get("running"):
                 return  # restarted meanwhile: not an exit
             follower = self.followers.get(container)
