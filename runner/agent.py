@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import docker
@@ -271,24 +271,33 @@ class Agent:
         if check_disk and self.loop is not None:
             self.last_disk_check = self.loop.time()
         for run in running:
-            # The wall clock covers setup and command alike, from the first start.
-            clock = run.hydrated_at or run.process_started_at
-            target = run.setup_container_name if run.phase == "setup" else run.container_name
-            # A service (a preview's server) runs until stopped: its owner ends it.
-            if not run.stop_reason and clock and not run.is_service and \
-                    now > clock + timedelta(seconds=run.timeout_s):
-                await _db(self._request_stop)(run, "timeout")
-            elif not run.stop_reason and check_disk:
-                used = await asyncio.to_thread(self._disk_used, run)
-                if used > int(run.limits["disk_mb"]) * 1024 * 1024:
-                    await _db(self._request_stop)(run, "disk_quota_exceeded")
-            if run.stop_reason and run.stop_signalled_at is None:
-                await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGTERM")
-                await _db(lambda r=run: Run.objects.filter(pk=r.pk).update(
-                    stop_signalled_at=timezone.now()))()
-            elif run.stop_signalled_at and \
-                    now > run.stop_signalled_at + timedelta(seconds=settings.RUN_STOP_GRACE_S):
-                await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGKILL")
+            try:
+                await self._tick_run(run, now, check_disk)
+            except (docker.errors.DockerException, OSError):
+                raise  # the engine: _safely says so once, and the next tick retries
+            except Exception:
+                # One run's fault never keeps the others' timeouts and stops from applying.
+                log.exception("checking run %s failed", run.public_id)
+
+    async def _tick_run(self, run: Run, now: datetime, check_disk: bool) -> None:
+        # The wall clock covers setup and command alike, from the first start.
+        clock = run.hydrated_at or run.process_started_at
+        target = run.setup_container_name if run.phase == "setup" else run.container_name
+        # A service (a preview's server) runs until stopped: its owner ends it.
+        if not run.stop_reason and clock and not run.is_service and \
+                now > clock + timedelta(seconds=run.timeout_s):
+            await _db(self._request_stop)(run, "timeout")
+        elif not run.stop_reason and check_disk and "disk_mb" in run.limits:
+            used = await asyncio.to_thread(self._disk_used, run)
+            if used > int(run.limits["disk_mb"]) * 1024 * 1024:
+                await _db(self._request_stop)(run, "disk_quota_exceeded")
+        if run.stop_reason and run.stop_signalled_at is None:
+            await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGTERM")
+            await _db(lambda r=run: Run.objects.filter(pk=r.pk).update(
+                stop_signalled_at=timezone.now()))()
+        elif run.stop_signalled_at and \
+                now > run.stop_signalled_at + timedelta(seconds=settings.RUN_STOP_GRACE_S):
+            await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGKILL")
 
     async def sample_cpu(self) -> None:
         """The team's CPU budget counts what each container used (runner.quotas); its

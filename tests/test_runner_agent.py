@@ -1,11 +1,20 @@
-"""The runner agent reconciles: it removes this instance's orphans and nothing else."""
+"""The runner agent reconciles: it removes this instance's orphans and nothing else; and
+one run's fault never stops it looking after the others."""
+
+import asyncio
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.utils import timezone
 
+from accounts.access import Actor
 from accounts.ids import new_id
+from runner.agent import Agent
 from runner.engine import engine, instance_label, resource_name
+from runner.models import Run, RunState
+from workspaces import actions as workspace_actions
 
 pytestmark = pytest.mark.docker
 
@@ -31,3 +40,28 @@ def test_it_removes_this_instances_orphans_but_not_another_instances(transaction
         theirs.remove(force=True)
         if mine.name in {c["Names"][0].lstrip("/") for c in engine().api.containers(all=True)}:
             mine.remove(force=True)
+
+
+def test_one_runs_fault_never_keeps_another_runs_timeout_from_applying(transactional_db, cast):
+    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop",
+                                                   "shop")
+    long_ago = timezone.now() - timedelta(hours=1)
+
+    def running(limits: dict, since=long_ago) -> Run:
+        return Run.objects.create(workspace=workspace, commit="a" * 40, command="sleep 1h",
+                                  image=settings.SANDBOX_IMAGE, runtime="runc", limits=limits,
+                                  state=RunState.RUNNING, hydrated_at=since)
+
+    # Rows no door makes, that a bug might: a timeout that is not a number, limits
+    # without disk_mb. The overdue run sits between two broken ones, whatever the order.
+    broken = [running({"timeout_s": "soon"})]
+    overdue = running({"cpus": 1.0, "timeout_s": 60, "disk_mb": 2048})
+    broken.append(running({"timeout_s": "soon"}))
+    no_disk_limit = running({"timeout_s": 3600}, since=timezone.now())
+    asyncio.run(Agent().tick())
+    overdue.refresh_from_db()
+    assert overdue.stop_reason == "timeout"  # asked to stop, though the others failed
+    assert overdue.stop_signalled_at is not None
+    for run in [*broken, no_disk_limit]:
+        run.refresh_from_db()
+        assert run.stop_reason == ""
