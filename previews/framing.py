@@ -10,7 +10,7 @@ ends.
 from typing import TYPE_CHECKING, Any
 
 from previews import gate
-from previews.proxy import HOP_BY_HOP, connection_named, forwarded_headers, response_headers
+from previews.headers import HOP_BY_HOP, connection_named, forwarded_headers, response_headers
 
 if TYPE_CHECKING:
     from previews.gateway import Route

@@ -29,14 +29,8 @@ from typing import Any
 from django.conf import settings
 
 from previews import gate
-from previews.proxy import (
-    TARGET_TTL_S,
-    TOUCH_EVERY_S,
-    VIEWER_TTL_S,
-    Proxy,
-    parse_cookies,
-    viewer_cookie,
-)
+from previews.headers import parse_cookies, viewer_cookie
+from previews.proxy import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Proxy
 from runner.sandbox.netns import Namespace, connect
 
 log = logging.getLogger("berth.previews")

@@ -15,13 +15,9 @@ each request:
 """
 
 import asyncio
-import contextlib
-import functools
 import logging
 import re
 import time
-from collections.abc import Sequence
-from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -32,18 +28,18 @@ from django.conf import settings
 from config import fanout
 from previews import gate, pages
 from previews.backpressure import Backpressure
+from previews.headers import (
+    forwarded_headers,
+    parse_cookies,
+    response_headers,
+    viewer_cookie,
+)
 from previews.upstream import Pool, Upstream, UpstreamClosed
 from previews.websocket import proxy_websocket
 from runner.sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
 
-HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
-              b"transfer-encoding", b"upgrade", b"proxy-authenticate", b"proxy-authorization"}
-# Never forwarded: Berth's credentials, and forwarding headers a client could forge.
-DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"content-length", b"expect", b"forwarded",
-                             b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
-                             b"x-forwarded-port", b"x-real-ip", *gate.GATEWAY_HEADERS}
 TARGET_TTL_S = 1.0
 VIEWER_TTL_S = 30.0
 TOUCH_EVERY_S = 1.0
@@ -374,15 +370,6 @@ def _cookies(scope: dict[str, Any]) -> dict[str, str]:
     return parse_cookies(header) if header else {}
 
 
-@functools.lru_cache(maxsize=4096)
-def parse_cookies(header: bytes) -> dict[str, str]:
-    """Parsed once per distinct header: a browser sends the same one on every request."""
-    jar: SimpleCookie = SimpleCookie()
-    with contextlib.suppress(CookieError):  # malformed: as if there were none
-        jar.load(header.decode("latin-1"))
-    return {k: m.value for k, m in jar.items()}
-
-
 def app_url(scope: dict[str, Any]) -> str:
     """Where Berth's app is, for links from a preview host: APP_URL, else localhost on
     the port this request came in on (the default PREVIEW_DOMAIN is a *.localhost)."""
@@ -399,74 +386,12 @@ def upstream_host(request: h11.Request) -> str:
     return ""
 
 
-def connection_named(headers: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
-    """Headers the `Connection` header names: hop-by-hop for this message only."""
-    return {t.strip().lower().encode() for k, v in headers if k == b"connection"
-            for t in v.decode("latin-1").split(",")}
-
-
-def viewer_cookie(cookies: dict[str, str]) -> str | None:
-    return cookies.get(gate.COOKIE) or cookies.get(gate.COOKIE_LAX)
-
-
 def request_headers(scope: dict[str, Any], body: bytes) -> list[tuple[bytes, bytes]]:
     client = (scope.get("client") or ("", 0))[0]
     headers = forwarded_headers(scope["headers"], str(client), scope.get("scheme", "http"))
     if body or scope["method"] in ("POST", "PUT", "PATCH"):
         headers.append((b"content-length", str(len(body)).encode()))
     return headers
-
-
-def forwarded_headers(given: Sequence[tuple[bytes, bytes]], client: str, scheme: str
-                      ) -> list[tuple[bytes, bytes]]:
-    """The client's headers (names in lower case) as the app gets them: no hop-by-hop
-    ones, no Authorization, none of Berth's cookies, X-Forwarded-* from the real
-    connection. Framing (Content-Length, Transfer-Encoding) is the caller's to add."""
-    named_hop = connection_named(given)
-    berth = gate.berth_cookie_names()
-    headers: list[tuple[bytes, bytes]] = []
-    host = b""
-    for key, value in given:
-        if key == b"host":
-            host = value
-        if key in DROP_REQUEST or key in named_hop:
-            continue
-        if key == b"cookie":
-            kept = [part for part in value.decode("latin-1").split(";")
-                    if part.split("=", 1)[0].strip() not in berth and part.strip()]
-            if not kept:
-                continue
-            value = ";".join(kept).strip().encode("latin-1")
-        headers.append((key, value))
-    headers += [(b"x-forwarded-for", client.encode()), (b"x-forwarded-proto", scheme.encode()),
-                (b"x-forwarded-host", host)]
-    return headers
-
-
-def response_headers(headers: Sequence[tuple[bytes, bytes]], host: str
-                     ) -> list[tuple[bytes, bytes]]:
-    """The app's headers minus hop-by-hop ones and cookies it may not set: one with a
-    Domain other than the preview's own host, or named like Berth's."""
-    named_hop = connection_named(headers)
-    out = []
-    for key, value in headers:
-        if key in HOP_BY_HOP or key in named_hop:
-            continue
-        if key == b"set-cookie" and not cookie_allowed(value.decode("latin-1"), host):
-            continue
-        out.append((bytes(key), bytes(value)))
-    return out
-
-
-def cookie_allowed(header: str, host: str) -> bool:
-    name, _, rest = header.partition("=")
-    if name.strip() in gate.berth_cookie_names():
-        return False
-    for attribute in rest.split(";")[1:]:
-        key, _, value = attribute.partition("=")
-        if key.strip().lower() == "domain" and value.strip().lstrip(".").lower() != host:
-            return False
-    return True
 
 
 async def _read_body(receive: Any) -> bytes | None:
