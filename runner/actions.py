@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from config.errors import Conflict, Forbidden, Invalid, NotFound
+from config.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
 from runner import secrets
 from runner.egress import policy as egress_policy
 from runner.limits import effective_limits
@@ -55,6 +55,8 @@ def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None 
     command = command.strip()
     if not command:
         raise Invalid("Give a command to run.", {"field": "command"})
+    if commit_changes:
+        _require_ref_writer(actor)
     with open_store(workspace) as store:
         commit = store.resolve(ref or workspace.default_branch)
     config = load_config(workspace, commit)
@@ -77,6 +79,8 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
     runtime, setup, artifacts, env and secret names. Env values are not kept past a
     run's end, so the caller gives them again; secrets are granted again by name."""
     _only_runs(run)
+    if run.commit_changes:
+        _require_ref_writer(actor)
     env = env or {}
     missing = sorted(set(run.env_names) - set(env))
     extra = sorted(set(env) - set(run.env_names))
@@ -158,6 +162,7 @@ def commit_run_changes(run: Run, actor: Actor) -> str:
     from runner.ending import commit_tree
 
     _only_runs(run)
+    _require_ref_writer(actor)
     if run.is_active:
         raise Conflict("The run is still going; its changes are known once it ends.")
     if run.changes_commit:
@@ -173,6 +178,19 @@ def commit_run_changes(run: Run, actor: Actor) -> str:
     Run.objects.filter(pk=run.pk).update(changes_commit=sha)
     run.changes_commit = sha
     return sha
+
+
+def _require_ref_writer(actor: Actor) -> None:
+    """Committing a run's changes writes the branch `runs/<id>`: whatever door asks (a
+    run request's `commit_changes`, a rerun that copies it, commit-changes afterwards),
+    writing a ref needs `workspace:write`, which the `run` scope alone never grants."""
+    try:
+        actor.require_scope("workspace:write")
+    except MissingScope as e:
+        raise MissingScope(
+            "Committing a run's changes writes the branch runs/<id>, which needs the "
+            "`workspace:write` scope; ask without commit_changes, or use a token that has "
+            "it.", e.details) from None
 
 
 def _only_runs(run: Run) -> None:

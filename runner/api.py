@@ -97,7 +97,6 @@ async def get_run(request: HttpRequest, run_id: str,
 def commit_changes(request: HttpRequest, run_id: str) -> dict[str, Any]:
     actor = actor_of(request)
     run = access_run(actor, run_id)
-    actor.require_scope("workspace:write")
     actions.commit_run_changes(run, actor)
     return actions.run_summary(run)
 

@@ -95,7 +95,7 @@ def _files_at_head(workspace) -> set[str]:
         return {e["name"] for e in store.list_dir(head, "")}
 
 
-@pytest.mark.parametrize("name", [".git", ".GIT", ".."])
+@pytest.mark.parametrize("name", [".git", ".GIT", "..", "invoice\u202etxt.exe", "a\u200bb"])
 def test_a_push_of_a_tree_with_a_forbidden_name_is_refused(berth_server, cast, shop, tmp_path,
                                                             name):
     _, secret = cast.token(cast.carol)
@@ -117,6 +117,8 @@ def test_a_push_of_a_tree_with_a_forbidden_name_is_refused(berth_server, cast, s
     assert result.returncode != 0
     assert "[remote rejected]" in result.stderr
     assert _files_at_head(shop) == before
+    if not name.startswith("."):
+        assert "invisible character" in result.stderr
 
 
 def test_a_force_push_to_the_default_branch_is_refused(berth_server, cast, shop, tmp_path):

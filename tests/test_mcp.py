@@ -210,6 +210,9 @@ def test_bad_input_and_abuse_get_clear_errors_and_change_nothing(berth_server, c
         error = await agent.error("write_files", workspace="shop", message="x", changes=[
             {"op": "write", "path": "../etc/passwd", "content": "a"}])
         assert error["code"] == "invalid_path", error
+        error = await agent.error("write_files", workspace="shop", message="x", changes=[
+            {"op": "write", "path": "invoice\u202etxt.exe", "content": "a"}])
+        assert error["code"] == "invalid_path" and "U+202E" in error["message"], error
         ok = await agent("write_files", workspace="shop", message="moves on", changes=[
             {"op": "write", "path": "a.txt", "content": "a"}], base_commit=head)
         error = await agent.error("write_files", workspace="shop", message="stale", changes=[

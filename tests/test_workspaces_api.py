@@ -87,7 +87,12 @@ def test_a_stale_base_commit_is_a_conflict_and_changes_nothing(agent, shop):
 
 @pytest.mark.parametrize("path", ["", "/etc/passwd", "a/../b", "../x", ".git/config",
                                   "a/.GIT/x", "a\\b", "a\x00b", "a\nb", "a//b", "./a",
-                                  "x" * 1025, "/".join(["d"] * 33)])
+                                  "x" * 1025, "/".join(["d"] * 33),
+                                  # Invisible to a reviewer: right-to-left override (the
+                                  # name reads "evilexe.txt"), a zero-width space, a C1
+                                  # control, a BOM, a line separator.
+                                  "evil\u202etxt.exe", "a\u200bb", "a\x85b", "\ufeffa",
+                                  "a\u2028b"])
 def test_bad_paths_are_refused_and_nothing_is_written(agent, shop, path):
     r = agent.post("/workspaces/shop/commits", {"message": "x", "changes": [
         {"op": "write", "path": path, "content": "x"}]})

@@ -10,6 +10,12 @@ from config.errors import Invalid
 
 MAX_PATH_BYTES = 1024
 MAX_DEPTH = 32
+# Characters a reader cannot see: C1 controls (Cc past ASCII), format characters (Cf:
+# the bidirectional overrides and isolates U+202A-202E and U+2066-2069, zero-width
+# spaces and joiners, the BOM, soft hyphens) and line/paragraph separators. A U+202E in
+# a file name makes a diff show a different name than the one stored, so a reviewer
+# approving a deploy could be shown a misleading path.
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
 class InvalidPath(Invalid):
@@ -20,7 +26,8 @@ def clean_path(raw: str | bytes, *, what: str = "path") -> str:
     """A normalised, safe relative path ("src/app.py"), or InvalidPath saying why.
 
     Rejected: empty, absolute, `.`/`..` or empty components, `.git` as any component
-    (any case), NUL and control characters, backslashes, over 1024 bytes or 32 levels,
+    (any case), NUL and control characters, invisible and text-direction characters,
+    backslashes, over 1024 bytes or 32 levels,
     non-UTF-8 names. Unicode is normalised to NFC so one name has one spelling.
     """
     if isinstance(raw, bytes):
@@ -63,6 +70,13 @@ def check_entry_name(name: str, *, what: str = "path", path: str = "") -> None:
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise InvalidPath(f"The {what} {shown!r} contains a control character.",
                           {"field": what})
+    hidden = next((c for c in name if unicodedata.category(c) in _INVISIBLE), None)
+    if hidden is not None:
+        raise InvalidPath(
+            f"The {what} {shown!r} contains the invisible character U+{ord(hidden):04X} "
+            f"({unicodedata.name(hidden, 'unnamed')}); rename it without invisible or "
+            "text-direction characters.",
+            {"field": what, "character": f"U+{ord(hidden):04X}"})
     if "/" in name or "\\" in name:
         raise InvalidPath(f"The name {name!r} contains a path separator.", {"field": what})
 
