@@ -159,3 +159,13 @@ def test_the_dashboard_says_what_is_going_on_in_each_workspace(signed_in, cast, 
                            image=settings.SANDBOX_IMAGE, state=state)
     page = signed_in(cast.carol).get("/t/team-a/").content.decode()
     assert ">2 runs going</a>" in page and "Deploys to review" in page
+
+
+def test_a_latin_1_file_is_reviewed_as_text_not_binary(signed_in, cast, shop):
+    workspace_actions.commit_changes(shop, Actor(cast.alice), [workspace_actions.Change(
+        "write", "menu.txt", "Caf\u00e9 cr\u00e8me\n".encode("latin-1"))], "A latin-1 menu")
+    token, _ = cast.token(cast.carol, ["deploy:request"])
+    asked = actions.request_deploy(shop, Actor(cast.carol, token))
+    review = signed_in(cast.bob).get(f"{PAGE}{asked.public_id}/").content.decode()
+    assert "Caf\u00e9 cr\u00e8me" in review
+    assert "Binary file; not shown." not in review

@@ -87,15 +87,21 @@ def diff_trees(store: GitStore, old_tree: bytes | None, new_tree: bytes) -> dict
                                 "path": new_path or old_path, "old_path": old_path,
                                 "additions": 0, "deletions": 0, "binary": False,
                                 "too_large": False, "patch": ""}
+        if MODE_SUBMODULE in (getattr(old_entry, "mode", None), getattr(new_entry, "mode", None)):
+            _submodule_item(item, old_entry, new_entry)
+            additions += item["additions"]
+            deletions += item["deletions"]
+            files.append(item)
+            continue
         old = store.blob(old_entry.sha) if old_entry else b""
         new = store.blob(new_entry.sha) if new_entry else b""
         if len(old) > MAX_DIFF_BYTES or len(new) > MAX_DIFF_BYTES:
             item["too_large"] = True
-        elif not (is_text(old) and is_text(new)):
+        elif (old_text := _diff_text(old)) is None or (new_text := _diff_text(new)) is None:
             item["binary"] = True
         else:
             lines = list(difflib.unified_diff(
-                old.decode().splitlines(keepends=True), new.decode().splitlines(keepends=True),
+                old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
                 f"a/{old_path}" if old_path else "/dev/null",
                 f"b/{new_path}" if new_path else "/dev/null", n=3))
             item["patch"] = "".join(line if line.endswith("\n") else line + "\n"
@@ -107,6 +113,37 @@ def diff_trees(store: GitStore, old_tree: bytes | None, new_tree: bytes) -> dict
         files.append(item)
     return {"files": files,
             "stats": {"files": len(files), "additions": additions, "deletions": deletions}}
+
+
+def _diff_text(data: bytes) -> str | None:
+    """A blob as text for a diff, or None when it is binary. Git's rule decides (a NUL
+    near the start): a Latin-1 or other 8-bit file is text a reviewer must be able to
+    read, shown byte for byte as Latin-1 when it is not UTF-8."""
+    if b"\0" in data[:8000]:
+        return None
+    return data.decode("utf-8") if is_text(data) else data.decode("latin-1")
+
+
+def _submodule_item(item: dict[str, Any], old_entry: Any, new_entry: Any) -> None:
+    """A gitlink names a commit of another repository, which this store does not hold:
+    shown the way git shows it (`Subproject commit <sha>`), never read as a blob. A
+    path that turned from a file into a submodule (or back) shows both sides."""
+    item["submodule"] = True
+    lines = []
+    for sign, entry in (("-", old_entry), ("+", new_entry)):
+        if entry is None:
+            continue
+        if entry.mode == MODE_SUBMODULE:
+            lines.append(f"{sign}Subproject commit {entry.sha.decode()}\n")
+        else:
+            lines.append(f"{sign}(a {'symlink' if entry.mode == MODE_LINK else 'file'}, "
+                         f"blob {entry.sha.decode()[:12]})\n")
+    header = [f"--- a/{item['old_path']}\n" if item["old_path"] else "--- /dev/null\n",
+              f"+++ b/{item['path']}\n" if new_entry else "+++ /dev/null\n",
+              f"@@ -{1 if old_entry else 0} +{1 if new_entry else 0} @@\n"]
+    item["patch"] = "".join(header + lines)
+    item["additions"] = sum(1 for ln in lines if ln.startswith("+"))
+    item["deletions"] = sum(1 for ln in lines if ln.startswith("-"))
 
 
 def commit_detail(store: GitStore, sha: str) -> dict[str, Any]:
