@@ -243,6 +243,10 @@ LOGGING = {
 # Workspaces: the largest file a commit may hold, and the largest push (after gzip).
 WORKSPACE_MAX_FILE_BYTES = envint("WORKSPACE_MAX_FILE_MB", 10) * 1024 * 1024
 GIT_MAX_PUSH_BYTES = envint("GIT_MAX_PUSH_MB", 100) * 1024 * 1024
+# What one commit's tree may expand to, a name repeated counting each time it appears
+# (workspaces.treesize): checked on every door that makes a commit and at hydration.
+WORKSPACE_MAX_TREE_ENTRIES = envint("WORKSPACE_MAX_TREE_ENTRIES", 100_000)
+WORKSPACE_MAX_TREE_BYTES = envint("WORKSPACE_MAX_TREE_MB", 2048) * 1024 * 1024
 
 # Runs: the operator's maxima (workspace.toml values above are clamped with a warning,
 # API values above are refused), fixed sandbox limits, and the images runs may use.

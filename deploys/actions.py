@@ -30,7 +30,7 @@ from previews.models import LIVE_STATES, Preview, PreviewState
 from runner import actions as runner_actions
 from runner.models import Run
 from workspaces.models import Workspace
-from workspaces.store import open_store
+from workspaces.store import open_store, pin_commit
 
 RELEASES_KEPT = 3
 
@@ -53,6 +53,7 @@ def request_deploy(workspace: Workspace, actor: Actor, ref: str | None = None,
                            requested_by=actor.user, token=actor.token)
     with transaction.atomic():
         deploy.save()
+        pin_commit(workspace, commit)
         record(workspace.team, actor, "deploy.requested", f"deploy:{deploy.public_id}",
                workspace.slug, commit=commit, ref=ref)
     return deploy

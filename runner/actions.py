@@ -18,7 +18,7 @@ from runner.outputs import clean_artifact_paths
 from workspaces import config as workspace_config
 from workspaces.gitstore import MODE_TREE
 from workspaces.models import Workspace
-from workspaces.store import open_store
+from workspaces.store import open_store, pin_commit
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RESERVED_ENV = {"PATH", "HOME", "USER", "HOSTNAME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
@@ -266,6 +266,7 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
             if quotas.admits_at_once(workspace.team):
                 run.admitted_at = timezone.now()
         run.save()
+        pin_commit(workspace, run.commit)
         record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
                f"run:{run.public_id}", workspace.slug, command=run.command[:200],
                commit=run.commit, runtime=run.runtime, secrets=run.secret_names,

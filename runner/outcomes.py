@@ -30,6 +30,9 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
         "cancelled_by_user": (RunState.CANCELLED, f"Cancelled by {f.get('who', 'a user')}."),
         "service_stopped": (RunState.CANCELLED,
                             f"Stopped with its preview ({f.get('who', 'a user')})."),
+        "source_too_large": (RunState.FAILED,
+                             f"The commit's files were not copied in: {f.get('detail')} "
+                             "Nothing ran; make a commit without them and run that."),
         "image_missing": (RunState.ERROR,
                           f"The image {f.get('image')} is not on this Docker host; run `make "
                           "run` (it builds the sandbox image) or pull the image."),

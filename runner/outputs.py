@@ -31,7 +31,7 @@ from django.conf import settings
 from dulwich.ignore import IgnoreFilter
 from dulwich.objects import Blob, Tree
 
-from config.errors import Invalid
+from config.errors import BerthError, Invalid
 from runner.secrets import Masker
 from workspaces.gitstore import (
     MODE_EXEC,
@@ -44,6 +44,7 @@ from workspaces.gitstore import (
 )
 from workspaces.history import diff_trees
 from workspaces.paths import clean_path
+from workspaces.treesize import check_tree
 
 MAX_SKIPPED_LISTED = 50
 
@@ -111,6 +112,9 @@ class _Reader:
         self.refused: list[dict[str, str]] = []
         self.artifact_bytes = 0
         self.dest = artifacts_dir(run.public_id)
+        # Past the tree caps (hard links to one big file, a million empty ones) the
+        # volume is not turned into a tree at all: nothing to diff, nothing to commit.
+        self.over_caps: str | None = None
 
     def _flatten(self, tree_sha: bytes, prefix: str) -> dict[str, tuple[int, bytes]]:
         out: dict[str, tuple[int, bytes]] = {}
@@ -149,6 +153,12 @@ class _Reader:
         self.refused.append({"path": self.masker.text(path), "why": why})
 
     def _put(self, path: str, entry: tuple[int, bytes]) -> None:
+        if self.over_caps:
+            return
+        if len(self.seen) >= settings.WORKSPACE_MAX_TREE_ENTRIES:
+            self.over_caps = (f"more than {settings.WORKSPACE_MAX_TREE_ENTRIES:,} paths")
+            self.root = Node(dirty=True)
+            return
         node = self.root
         parts = path.encode().split(b"/")
         for part in parts[:-1]:
@@ -187,7 +197,7 @@ class _Reader:
         wanted = self._wanted_by(path)
         if wanted:
             self.found_wanted.add(wanted)
-        if member.isdir():
+        if member.isdir() or (self.over_caps and not wanted):
             return
         data = None
         if member.isfile():
@@ -270,6 +280,18 @@ class _Reader:
             if entry[0] == MODE_SUBMODULE:
                 self._put(path, entry)  # never placed in /workspace, so not deleted
         tree = self.store.write_node(self.root)
+        if not self.over_caps:
+            try:
+                check_tree(self.store.repo.object_store, tree)
+            except BerthError as e:
+                self.over_caps = e.message
+        if self.over_caps:
+            changes = {**empty_changes(), "skipped": self.skipped,
+                       "skipped_count": self.skipped_count,
+                       "error": "The files the run left in /workspace are past what a "
+                                f"workspace may hold ({self.over_caps}); they are not kept "
+                                "as changes and cannot be committed."}
+            return Outputs(changes, self.artifacts, self.refused, None)
         changes = self._changes(tree)
         return Outputs(changes, self.artifacts, self.refused,
                        tree if tree != self.input_tree else None)

@@ -69,6 +69,30 @@ def test_anonymous_git_gets_401_with_a_challenge(berth_server, cast, shop, tmp_p
     assert result.returncode != 0 and not (tmp_path / "x").exists()
 
 
+def test_only_the_smart_protocol_is_served_never_an_object_by_its_path(berth_server, cast,
+                                                                       shop, tmp_path):
+    """The dumb protocol's paths hand out any stored object by id, reachable or not (a
+    refused push's, a run's unpublished tree): they are not served."""
+    import base64
+    import urllib.error
+    import urllib.request
+    _, secret = cast.token(cast.carol, ["workspace:read"])
+    auth = "Basic " + base64.b64encode(f"x:{secret}".encode()).decode()
+    from workspaces.store import open_store
+    with open_store(shop) as store:
+        head = store.branch_head("main")
+        tree = store.commit(head).tree.decode()
+    base = f"{berth_server.url}/git/team-a/shop.git"
+    for path in (f"objects/{tree[:2]}/{tree[2:]}", f"objects/{head[:2]}/{head[2:]}",
+                 "objects/info/packs", "info/refs", "HEAD", "info/refs?service=git-x"):
+        request = urllib.request.Request(f"{base}/{path}", headers={"Authorization": auth})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=10)
+        assert e.value.code == 404, path
+        assert b"smart HTTP protocol only" in e.value.read()
+    git("clone", url(berth_server, secret), "work", cwd=tmp_path)  # the smart door works
+
+
 def test_a_read_only_token_can_clone_but_not_push(berth_server, cast, shop, tmp_path):
     _, secret = cast.token(cast.carol, ["workspace:read"])
     git("clone", url(berth_server, secret), "work", cwd=tmp_path)

@@ -16,7 +16,7 @@ from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Team
 from accounts.slugs import validate_slug
-from config.errors import BerthError, Conflict, Invalid, NotFound
+from config.errors import Conflict, Invalid, NotFound
 from workspaces import config as workspace_config
 from workspaces import starters
 from workspaces.changes import Change, TreeEditor
@@ -25,11 +25,7 @@ from workspaces.models import Workspace
 from workspaces.paths import clean_path
 from workspaces.signals import announce_branch_moved
 from workspaces.store import author_of, open_store
-
-
-class FileTooLarge(BerthError):
-    status = 413
-    code = "file_too_large"
+from workspaces.treesize import FileTooLarge
 
 
 @dataclass

@@ -3,28 +3,78 @@
 Only what Git stores goes in — regular files (0644 or 0755), folders and symlinks (as
 links; nothing on the host is ever followed). Submodules are skipped. Entries belong to
 the sandbox user so the command can change them.
+
+The tree is measured first (workspaces.treesize: refused past the caps, whatever an
+older commit holds), then streamed: a chunk per entry, so what is held at once is one
+file, never the whole tree.
 """
 
 import io
 import tarfile
+from collections.abc import Iterator
+from typing import Any
 
 from dulwich.objects import Tree
 
 from workspaces.gitstore import MODE_EXEC, MODE_LINK, MODE_SUBMODULE, MODE_TREE, GitStore
+from workspaces.treesize import Size, check_tree
 
 SANDBOX_UID = 1000
+# A tree whose files add up to less than this is built in one piece (one engine write,
+# which the run's hot path prefers); past it, streamed.
+SMALL_TREE_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 256 * 1024
+
+
+class _Spout(io.RawIOBase):
+    """What tarfile writes into: handed on chunk by chunk by `tree_tar_stream`."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.offset = self.pending = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.chunks.append(bytes(data))
+        self.offset += len(data)
+        self.pending += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.offset
+
+    def take(self) -> bytes:
+        out, self.chunks, self.pending = b"".join(self.chunks), [], 0
+        return out
+
+    def full(self) -> bool:
+        return self.pending >= CHUNK_BYTES
+
+
+def measure_commit(store: GitStore, commit_sha: str) -> Size:
+    """The commit's tree against the caps (TreeTooLarge, FileTooLarge, InvalidPath)."""
+    return check_tree(store.repo.object_store, store.commit(commit_sha).tree)
+
+
+def tree_tar_stream(store: GitStore, commit_sha: str, under: str = "") -> Iterator[bytes]:
+    """The commit's tree as tar chunks; `under` puts it in a folder of that name (made
+    with the sandbox user as owner), for a place that does not exist yet. Measure the
+    commit first (`measure_commit`): this expands whatever the tree names."""
+    commit = store.commit(commit_sha)
+    spout = _Spout()
+    with tarfile.open(fileobj=spout, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        if under:
+            tar.addfile(_info(under, tarfile.DIRTYPE, 0o755, commit.commit_time))
+        yield from _add_tree(tar, spout, store, commit.tree, f"{under}/" if under else "",
+                             commit.commit_time)
+    yield spout.take()
 
 
 def tree_tarball(store: GitStore, commit_sha: str, under: str = "") -> bytes:
-    """The commit's tree as a tar stream; `under` puts it in a folder of that name (made
-    with the sandbox user as owner), for a place that does not exist yet."""
-    commit = store.commit(commit_sha)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        if under:
-            tar.addfile(_info(under, tarfile.DIRTYPE, 0o755, commit.commit_time))
-        _add_tree(tar, store, commit.tree, f"{under}/" if under else "", commit.commit_time)
-    return buffer.getvalue()
+    """The same stream in one piece, for a tree measured to be small."""
+    return b"".join(tree_tar_stream(store, commit_sha, under))
 
 
 def _info(name: str, kind: bytes, mode: int, mtime: int) -> tarfile.TarInfo:
@@ -35,15 +85,15 @@ def _info(name: str, kind: bytes, mode: int, mtime: int) -> tarfile.TarInfo:
     return info
 
 
-def _add_tree(tar: tarfile.TarFile, store: GitStore, tree_sha: bytes, prefix: str,
-              mtime: int) -> None:
+def _add_tree(tar: tarfile.TarFile, spout: _Spout, store: GitStore, tree_sha: bytes,
+              prefix: str, mtime: int) -> Iterator[bytes]:
     tree = store.repo[tree_sha]
     assert isinstance(tree, Tree)
     for entry in tree.iteritems():
         name = prefix + entry.path.decode("utf-8")
         if entry.mode == MODE_TREE:
             tar.addfile(_info(name, tarfile.DIRTYPE, 0o755, mtime))
-            _add_tree(tar, store, entry.sha, name + "/", mtime)
+            yield from _add_tree(tar, spout, store, entry.sha, name + "/", mtime)
         elif entry.mode == MODE_SUBMODULE:
             continue
         elif entry.mode == MODE_LINK:
@@ -56,3 +106,6 @@ def _add_tree(tar: tarfile.TarFile, store: GitStore, tree_sha: bytes, prefix: st
                          mtime)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+            del data
+        if spout.full():
+            yield spout.take()

@@ -64,6 +64,19 @@ def _token_from(header: str) -> str | None:
     return decoded.partition(":")[2] or None
 
 
+_SERVICES = ("git-upload-pack", "git-receive-pack")
+
+
+def _smart(request: HttpRequest, rest: str) -> bool:
+    """Only Git's smart protocol: its ref advertisement and its two services. dulwich
+    would also serve the dumb protocol's paths (`objects/ab/cdef…`, packs, HEAD), which
+    hand out any object by its id, reachable or not: a refused push's objects, a run's
+    unpublished tree. Those are never served."""
+    if request.method == "GET":
+        return rest == "info/refs" and request.GET.get("service") in _SERVICES
+    return request.method == "POST" and rest in _SERVICES
+
+
 def _is_push(request: HttpRequest, rest: str) -> bool:
     return rest.endswith("git-receive-pack") or request.GET.get("service") == "git-receive-pack"
 
@@ -160,6 +173,9 @@ async def git_http(request: HttpRequest, team: str, slug: str, rest: str) -> Htt
     header = request.headers.get("Authorization", "")
     if not header:
         return _challenge("Authentication required: use an API token as the password.")
+    if not _smart(request, rest):
+        return _text(404, "Berth serves Git's smart HTTP protocol only; use git 1.6.6 or "
+                          "later to clone, fetch and push.")
     try:
         actor, workspace = await sync_to_async(_authorize)(header, team, slug, scope)
         body = _body(request) if request.method == "POST" else b""

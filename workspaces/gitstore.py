@@ -7,7 +7,7 @@ never follows a symlink stored in a tree: trees are read and written as objects 
 import fcntl
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +16,12 @@ from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
 from config.errors import Conflict, Invalid, NotFound
+from workspaces.modes import MODE_EXEC as MODE_EXEC
+from workspaces.modes import MODE_FILE as MODE_FILE
+from workspaces.modes import MODE_LINK, MODE_SUBMODULE, MODE_TREE
+from workspaces.treesize import check_tree
 
 ZERO_SHA = b"0" * 40
-MODE_FILE, MODE_EXEC, MODE_LINK = 0o100644, 0o100755, 0o120000
-MODE_TREE, MODE_SUBMODULE = 0o040000, 0o160000
 
 
 def entry_type(mode: int) -> str:
@@ -78,8 +80,11 @@ class Node:
 class GitStore:
     """One workspace's bare repository."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, pinned: Callable[[str], bool] | None = None) -> None:
         self.path = path
+        # Whether a Berth record pinned a commit (workspaces.models.PinnedCommit): such a
+        # commit stays usable after a force-push or a branch deletion.
+        self.pinned = pinned
         self.repo = Repo(str(path), bare=True)
         # Belt and braces: nothing can write a hook here, but never run one anyway.
         self.repo.hooks.clear()
@@ -125,16 +130,38 @@ class GitStore:
             if sha:
                 return self._peel(sha)
         if re.fullmatch(r"[0-9a-f]{7,40}", ref):
-            if len(ref) == 40 and raw in self.repo.object_store:
-                return self._peel(raw)
-            matches = list(self.repo.object_store.iter_prefix(raw)) if len(ref) < 40 else []
+            if len(ref) == 40:
+                matches = [raw] if raw in self.repo.object_store else []
+            else:
+                matches = list(self.repo.object_store.iter_prefix(raw))
             commits = [m for m in matches if self.repo[m].type_name in (b"commit", b"tag")]
-            if len(commits) == 1:
-                return self._peel(commits[0])
-            if len(commits) > 1:
+            # Only what a branch or tag reaches, or a Berth record pinned: the store also
+            # holds the objects of refused pushes, which no door may hand out.
+            usable = {self._peel(m) for m in commits if self.usable(self._peel(m))}
+            if len(usable) == 1:
+                return usable.pop()
+            if len(usable) > 1:
                 raise Invalid(f"{ref!r} is ambiguous; give more characters.", {"ref": ref},
                               code="ambiguous_ref")
         raise NotFound(f"No branch, tag or commit {ref!r}.", {"ref": ref}, code="ref_not_found")
+
+    def usable(self, sha: str) -> bool:
+        """A commit reachable from a branch or a tag, or pinned by a Berth record.
+
+        Walks back from the tips newest first and stops at the commit, so a recent one
+        costs a few reads; only an unreachable one costs the whole history."""
+        tips = set()
+        for name, value in self.repo.refs.as_dict().items():
+            if name.startswith((b"refs/heads/", b"refs/tags/")) and value in self.repo:
+                try:
+                    tips.add(self._peel(value))
+                except NotFound:  # a tag of a tree or a blob names no commit
+                    continue
+        if sha in tips or (self.pinned is not None and self.pinned(sha)):
+            return True
+        wanted = sha.encode()
+        return any(entry.commit.id == wanted
+                   for entry in self.repo.get_walker(include=[t.encode() for t in tips]))
 
     def _peel(self, sha: bytes) -> str:
         obj = self.repo[sha]
@@ -230,6 +257,9 @@ class GitStore:
         return blob.id
 
     def make_commit(self, tree: bytes, parents: list[str], author: Author, message: str) -> str:
+        """Every commit Berth itself makes: its tree is measured against the caps first
+        (TreeTooLarge, FileTooLarge), whatever door or process asked for it."""
+        check_tree(self.repo.object_store, tree)
         commit = Commit()
         commit.tree = tree
         commit.parents = [p.encode() for p in parents]  # type: ignore[misc]

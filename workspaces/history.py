@@ -10,6 +10,7 @@ from dulwich.diff_tree import RenameDetector, tree_changes
 from config.errors import Invalid, NotFound
 from workspaces import contract
 from workspaces.gitstore import MODE_LINK, MODE_SUBMODULE, MODE_TREE, GitStore, is_text
+from workspaces.treesize import FileTooLarge
 
 MAX_DIFF_BYTES = 512 * 1024  # per file: past this a diff says "too large" instead
 
@@ -43,7 +44,6 @@ def read_file(store: GitStore, commit: str, path: str) -> dict[str, Any]:
         return {**info, "type": "symlink", "size": len(data), "content": None, "encoding": None,
                 "target": data.decode("utf-8", "replace")}
     if len(data) > settings.WORKSPACE_MAX_FILE_BYTES:
-        from workspaces.actions import FileTooLarge
         raise FileTooLarge(f"{path!r} is larger than the read limit.", {"path": path})
     text = is_text(data)
     return {**info, "type": "file", "size": len(data), "raw": data,
@@ -166,4 +166,4 @@ def require_commit(store: GitStore, sha: str) -> str:
     try:
         return store.resolve(sha)
     except NotFound:
-        raise NotFound(f"No commit {sha!r}.", {"sha": sha}, code="commit_not_found") from None
+        raise NotFound(f"No commit {sha!r}.", {"sha": sha}, code="ref_not_found") from None

@@ -48,3 +48,19 @@ class Workspace(models.Model):
         """Previews starting or ready (the previews app's rows, by their related name:
         workspaces never imports it)."""
         return list(self.previews.filter(state__in=("starting", "ready"), kind="preview")[:5])
+
+
+class PinnedCommit(models.Model):
+    """A commit a Berth record refers to (a run's input, a deploy request): it stays
+    usable by its SHA after a force-push or a branch deletion leaves it unreachable.
+    Pinned only while reachable, so a refused push's objects can never be pinned."""
+
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="pins")
+    sha = models.CharField(max_length=40)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("workspace", "sha", name="pinned_commit_once")]
+
+    def __str__(self) -> str:
+        return f"{self.workspace_id}@{self.sha[:12]}"

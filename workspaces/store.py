@@ -5,16 +5,25 @@ from contextlib import contextmanager
 
 from accounts.access import Actor
 from workspaces.gitstore import Author, GitStore
-from workspaces.models import Workspace
+from workspaces.models import PinnedCommit, Workspace
 
 
 @contextmanager
 def open_store(workspace: Workspace) -> Iterator[GitStore]:
-    store = GitStore(workspace.repo_path)
+    def pinned(sha: str) -> bool:
+        return PinnedCommit.objects.filter(workspace=workspace, sha=sha).exists()
+
+    store = GitStore(workspace.repo_path, pinned)
     try:
         yield store
     finally:
         store.close()
+
+
+def pin_commit(workspace: Workspace, sha: str) -> None:
+    """Keep `sha` usable for as long as the record that names it (see PinnedCommit)."""
+    PinnedCommit.objects.bulk_create([PinnedCommit(workspace=workspace, sha=sha)],
+                                     ignore_conflicts=True)
 
 
 def author_of(actor: Actor) -> Author:

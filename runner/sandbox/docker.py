@@ -8,7 +8,7 @@ import concurrent.futures
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import docker
@@ -16,12 +16,13 @@ from django.conf import settings
 from django.utils import timezone
 from docker.types import LogConfig, Mount, Ulimit
 
+from config.errors import BerthError
 from runner import logstore
 from runner.egress.policy import PROXY_PORT
 from runner.engine import engine
 from runner.models import Run
 from runner.sandbox_image import EGRESS_WAIT
-from workspaces.archive import tree_tarball
+from workspaces.archive import SMALL_TREE_BYTES, measure_commit, tree_tar_stream, tree_tarball
 from workspaces.store import open_store
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
@@ -243,10 +244,27 @@ def prepare_and_start(run: Run, env: dict[str, str],
     return True
 
 
-def _source(run: Run) -> bytes:
-    """The commit's tree as a tar stream: under app/ for a build, else as it is."""
+def _source(run: Run) -> bytes | Iterator[bytes]:
+    """The commit's tree as a tar stream: under app/ for a build, else as it is.
+
+    The tree is measured first: an older commit past the caps (made before them, or by
+    hand in the store) ends the run `source_too_large` before anything is copied. A
+    small tree is built here at once (while the engine works on the other calls); a
+    large one is streamed into the engine entry by entry, never held whole."""
+    under = "app" if run.purpose == "build" else ""
     with open_store(run.workspace) as store:
-        return tree_tarball(store, run.commit, under="app" if run.purpose == "build" else "")
+        try:
+            size = measure_commit(store, run.commit)
+        except BerthError as e:
+            raise SandboxError("source_too_large", detail=e.message) from None
+        if size.bytes <= SMALL_TREE_BYTES:
+            return tree_tarball(store, run.commit, under=under)
+
+    def stream() -> Iterator[bytes]:
+        with open_store(run.workspace) as store:
+            yield from tree_tar_stream(store, run.commit, under=under)
+
+    return stream()
 
 
 def _setup_note(setup: dict[str, Any]) -> str:

@@ -1,0 +1,4 @@
+"""Git's tree entry modes, as Berth names them."""
+
+MODE_FILE, MODE_EXEC, MODE_LINK = 0o100644, 0o100755, 0o120000
+MODE_TREE, MODE_SUBMODULE = 0o040000, 0o160000

@@ -1,0 +1,156 @@
+"""How big a tree really is: every path it expands to, counted with multiplicity.
+
+A tree object may name the same subtree or blob many times. Seven tree objects that
+each name the one below ten times expand to 10⁷ paths, and one 10 MB blob named 2,400
+times to 24 GB, from a push of a few kilobytes. Whatever expands a tree — hydrating a
+sandbox, diffing, building a release — would take that on, so every commit Berth
+creates or accepts is measured here first (`check_tree`), and refused past the caps
+(`WORKSPACE_MAX_TREE_ENTRIES`, `WORKSPACE_MAX_TREE_MB`).
+
+Each tree object is read once: its figures are memoised by id (objects are immutable,
+so the memo never goes stale), which makes a fan-out bomb cost as many reads as it has
+objects, not as many as it has paths.
+"""
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from dulwich.objects import Tree
+
+from config.errors import BerthError
+from workspaces.modes import MODE_LINK, MODE_SUBMODULE, MODE_TREE
+from workspaces.paths import MAX_DEPTH, MAX_PATH_BYTES, InvalidPath, check_entry_name
+
+
+@dataclass(frozen=True)
+class Size:
+    """What one tree expands to: paths (files, links, folders and submodules), bytes of
+    file and link content, the deepest level, the longest path and the largest file
+    below it."""
+
+    entries: int
+    bytes: int
+    depth: int
+    path_bytes: int
+    largest: int
+
+
+class TreeTooLarge(BerthError):
+    status = 422
+    code = "tree_too_large"
+
+
+class FileTooLarge(BerthError):
+    status = 413
+    code = "file_too_large"
+
+
+# Figures per tree id, kept across calls in this process (bounded: oldest dropped).
+_MEMO: OrderedDict[bytes, Size] = OrderedDict()
+_MEMO_MAX = 200_000
+# Blob sizes per id: one blob named a thousand times is read once per measurement.
+_BLOBS: OrderedDict[bytes, int] = OrderedDict()
+_BLOBS_MAX = 200_000
+
+
+def limits() -> tuple[int, int]:
+    return settings.WORKSPACE_MAX_TREE_ENTRIES, settings.WORKSPACE_MAX_TREE_BYTES
+
+
+def measure(object_store: Any, tree_sha: bytes) -> Size:
+    """The tree's expanded figures, stopping (TreeTooLarge) as soon as a subtree alone
+    is past a cap, so a bomb is never expanded even in counts. Names are checked with
+    the path rules once per tree object (InvalidPath)."""
+    return _measure(object_store, tree_sha, 0, *limits())
+
+
+def check_tree(object_store: Any, tree_sha: bytes) -> Size:
+    """`measure`, then the caps and the path rules on the whole: what every door that
+    creates a commit (push, file API, MCP, a run's changes) and hydration calls."""
+    size = measure(object_store, tree_sha)
+    if size.depth > MAX_DEPTH or size.path_bytes > MAX_PATH_BYTES:
+        raise InvalidPath(f"A path in this tree is longer than {MAX_PATH_BYTES} bytes or "
+                          f"deeper than {MAX_DEPTH} folders.",
+                          {"maximum_depth": MAX_DEPTH, "maximum_bytes": MAX_PATH_BYTES})
+    limit = settings.WORKSPACE_MAX_FILE_BYTES
+    if size.largest > limit:
+        path = _path_of_large(object_store, tree_sha, limit)
+        raise FileTooLarge(f"{path} is larger than {limit // 2**20} MB; keep large files out "
+                           "of the workspace.", {"path": path, "limit_bytes": limit})
+    return size
+
+
+def _path_of_large(store: Any, sha: bytes, limit: int, prefix: str = "") -> str:
+    """The first file past `limit`, for the message: only into folders whose memoised
+    figures hold one, so this never walks more than one path's worth of trees."""
+    for entry in store[sha].iteritems():
+        path = prefix + entry.path.decode("utf-8", "replace")
+        if entry.mode == MODE_TREE:
+            if _MEMO[entry.sha].largest > limit:
+                return _path_of_large(store, entry.sha, limit, path + "/")
+        elif entry.mode != MODE_SUBMODULE and _BLOBS.get(entry.sha, 0) > limit:
+            return path
+    return prefix or "a file"
+
+
+def _too_large(entries: int, nbytes: int) -> TreeTooLarge:
+    max_entries, max_bytes = limits()
+    return TreeTooLarge(
+        f"This tree expands to more than {max_entries:,} paths or {max_bytes // 2**20:,} "
+        "MB of files (a name repeated counts each time it appears); keep generated and "
+        "vendored files out of the workspace.",
+        {"entries_at_least": entries, "bytes_at_least": nbytes,
+         "max_entries": max_entries, "max_bytes": max_bytes})
+
+
+def _measure(store: Any, sha: bytes, depth: int, max_entries: int, max_bytes: int) -> Size:
+    if (known := _MEMO.get(sha)) is not None:
+        _MEMO.move_to_end(sha)
+        return known
+    if depth > MAX_DEPTH:  # deeper than any accepted path: the memo never sees it
+        raise InvalidPath(f"This tree is nested deeper than {MAX_DEPTH} folders.",
+                          {"maximum_depth": MAX_DEPTH})
+    tree = store[sha]
+    if not isinstance(tree, Tree):
+        raise InvalidPath("A tree entry that should be a folder is not a tree.")
+    entries = nbytes = deepest = longest = largest = 0
+    for entry in tree.iteritems():
+        try:
+            name = entry.path.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidPath("A name in this tree is not valid UTF-8.") from None
+        check_entry_name(name)
+        entries += 1
+        longest = max(longest, len(entry.path))
+        if entry.mode == MODE_TREE:
+            below = _measure(store, entry.sha, depth + 1, max_entries, max_bytes)
+            entries += below.entries
+            nbytes += below.bytes
+            deepest = max(deepest, below.depth + 1)
+            longest = max(longest, len(entry.path) + 1 + below.path_bytes)
+            largest = max(largest, below.largest)
+        elif entry.mode != MODE_SUBMODULE:  # a gitlink names another repository's commit
+            blob = _blob_size(store, entry.sha, entry.mode == MODE_LINK)
+            nbytes += blob
+            largest = max(largest, blob)
+        if entries > max_entries or nbytes > max_bytes:
+            raise _too_large(entries, nbytes)
+    size = Size(entries, nbytes, deepest, longest, largest)
+    _MEMO[sha] = size
+    if len(_MEMO) > _MEMO_MAX:
+        _MEMO.popitem(last=False)
+    return size
+
+
+def _blob_size(store: Any, sha: bytes, link: bool) -> int:
+    if (known := _BLOBS.get(sha)) is not None:
+        return known
+    kind, data = store.get_raw(sha)
+    if kind != 3 and not link:  # 3: a blob
+        raise InvalidPath("A file entry in this tree is not a blob.")
+    _BLOBS[sha] = size = len(data)
+    if len(_BLOBS) > _BLOBS_MAX:
+        _BLOBS.popitem(last=False)
+    return size
