@@ -9,7 +9,7 @@ from pydantic import ConfigDict
 
 from config.errors import NotFound
 from runner import actions, quotas
-from runner.access import access_run
+from runner.access import access_run, may_see_outputs
 from runner.artifacts import open_artifact
 from runner.models import Run
 from runner.waiting import MAX_WAIT_S, wait_for_end
@@ -54,7 +54,8 @@ def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str
     workspace = workspace_for(request, slug, "run")
     runs = Run.objects.filter(workspace=workspace, purpose="run").select_related(
         "workspace", "requested_by", "token", "rerun_of")[: max(1, min(limit, 200))]
-    return [actions.run_summary(r) for r in runs]
+    actor = actor_of(request)
+    return [actions.run_summary(r) for r in runs if may_see_outputs(actor, r)]
 
 
 @router.get("/usage", summary="The token's team: live usage against each quota")

@@ -114,7 +114,7 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
 def _outputs(run: Run) -> dict[str, Any]:
     """Changes and artifacts of a stopped run; a failure to read them is reported on the
     run, never allowed to keep it from ending."""
-    masker = secrets.Masker(secrets.unseal(run.secrets_sealed).values())
+    masker = secrets.Masker(secrets.unseal(run.secrets_sealed))
     try:
         root = sandbox.workspace_host_path(run.container_name)
         chunks = None if root else sandbox.get_workspace_archive(run.container_name)
@@ -133,7 +133,7 @@ def _outputs(run: Run) -> dict[str, Any]:
     if run.commit_changes and out.tree:
         try:
             with open_store(run.workspace) as store:
-                sha = commit_tree(store, run, out.tree)
+                sha = commit_tree(store, run, out.tree, withheld=out.changes["withheld"])
         except Exception as e:
             # The changes and artifacts are still reported: only the commit is missing.
             log.exception("run %s: committing its changes failed", run.public_id)
@@ -143,17 +143,25 @@ def _outputs(run: Run) -> dict[str, Any]:
             "artifacts_refused": out.refused, "changes_commit": sha}
 
 
-def commit_tree(store: Any, run: Run, tree: bytes, actor: Actor | None = None) -> str:
+def commit_tree(store: Any, run: Run, tree: bytes, actor: Actor | None = None,
+                withheld: list[dict[str, Any]] | None = None) -> str:
     """The run's changes as one commit on a new branch `runs/<id>`, authored by the run
-    on behalf of whoever asked for it (or `actor`, committing them afterwards)."""
+    on behalf of whoever asked for it (or `actor`, committing them afterwards). Files
+    withheld for holding a secret's value are named in the message."""
+    if withheld is None:
+        withheld = (run.changes or {}).get("withheld") or []
     asked = run.token.name if run.token else (run.requested_by.username
                                               if run.requested_by else "someone")
     email = (run.requested_by.email if run.requested_by else "") or "runs@berth.invalid"
     first_line = run.command.strip().splitlines()[0][:72] if run.command.strip() else ""
+    message = f"Changes from run {run.public_id}\n\n$ {first_line}"
+    if withheld:
+        message += "\n\nWithheld (they hold a granted secret's value; left as they were):\n" \
+            + "\n".join(f"- {w['path']} ({', '.join(w['secrets'])})" for w in withheld)
     with store.write_lock():
         sha = store.make_commit(tree, [run.commit],
                                 Author(f"run {run.public_id} (asked by {asked})", email),
-                                f"Changes from run {run.public_id}\n\n$ {first_line}")
+                                message)
         store.advance(run.changes_branch, None, sha)
     by = actor or (Actor(run.requested_by, run.token) if run.requested_by else None)
     if by is not None:

@@ -135,30 +135,49 @@ class Follower(threading.Thread):
         return secrets.Masker(values.values())
 
     def _follow(self, writer: logstore.LogWriter) -> None:
+        response = self._logs(writer, follow=True)
+        if response is None:
+            return
+        # A quiet command is not a dead connection: no read timeout while following.
         api = engine().api
-        last = ts_ns(writer.last_ts) if writer.last_ts else None
-        params: dict[str, object] = {"follow": 1, "stdout": 1, "stderr": 1, "timestamps": 1}
-        if last is not None:
-            params["since"] = str(Decimal(last) / Decimal(1_000_000_000))
+        api._disable_socket_timeout(api._get_raw_response_socket(response))
+        # Asked for only now: the engine takes a while to answer the request above
+        # (longer than a short command runs), and nothing is read before this.
+        self.masker = self._masker()
+        writer.batching = True
+        self._store(response, writer)
+        # Docker 20.10's follow stream can end before it has sent a flood's last lines
+        # when the container exits (its follow code was rewritten in 23.0): once it
+        # ends, whatever the engine kept past the last stored line is read once more.
+        catch_up = self._logs(writer, follow=False)
+        if catch_up is not None:
+            self._store(catch_up, writer)
+
+    def _logs(self, writer: logstore.LogWriter, follow: bool) -> Any:
+        """The engine's log stream, from just after the last stored line (None: the
+        container is gone)."""
+        api = engine().api
+        params: dict[str, object] = {"follow": int(follow), "stdout": 1, "stderr": 1,
+                                     "timestamps": 1}
+        if writer.last_ts:
+            params["since"] = str(Decimal(ts_ns(writer.last_ts)) / Decimal(1_000_000_000))
         try:
             response = api._get(api._url("/containers/{0}/logs", self.container),
                                 params=params, stream=True)
             api._raise_for_status(response)
         except docker.errors.NotFound:
-            return
-        # A quiet command is not a dead connection: no read timeout while following.
-        api._disable_socket_timeout(api._get_raw_response_socket(response))
-        # Asked for only now: the engine takes a while to answer the request above
-        # (longer than a short command runs), and nothing is read before this.
-        self.masker = self._masker()
+            return None
+        return response
+
+    def _store(self, response: Any, writer: logstore.LogWriter) -> None:
+        last = ts_ns(writer.last_ts) if writer.last_ts else None
         signalled_at = 0.0
-        writer.batching = True
         for frame in _frames(_blocks(response)):
             if frame is not None:
                 stream, payload = frame
                 ts, _, data = payload.partition(b" ")
                 if last is not None and ts_ns(ts) <= last:
-                    continue  # already stored before a restart
+                    continue  # already stored (before a restart, or by the follow stream)
                 if self.masker:
                     data = self.masker.bytes(data)
                 writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())

@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,7 @@ class _Reader:
         # Past the tree caps (hard links to one big file, a million empty ones) the
         # volume is not turned into a tree at all: nothing to diff, nothing to commit.
         self.over_caps: str | None = None
+        self.withheld: list[dict[str, Any]] = []
 
     def _flatten(self, tree_sha: bytes, prefix: str) -> dict[str, tuple[int, bytes]]:
         out: dict[str, tuple[int, bytes]] = {}
@@ -199,7 +201,17 @@ class _Reader:
             self.found_wanted.add(wanted)
         if member.isdir() or (self.over_caps and not wanted):
             return
-        data = None
+        in_name = self.masker.scanner()
+        in_name.feed(path.encode())
+        if member.issym():
+            in_name.feed(b"\0" + member.linkname.encode())
+        if in_name.names():
+            # A name (or a link's target) holding a value would put it in a tree object.
+            if wanted:
+                self._refuse(path, "its path contains a granted secret's value")
+            self._withhold(path, in_name.names())
+            return
+        data, holds = None, list[str]()
         if member.isfile():
             if member.size > settings.WORKSPACE_MAX_FILE_BYTES and not wanted:
                 self._skip(path, f"larger than {settings.WORKSPACE_MAX_FILE_BYTES >> 20} MB")
@@ -208,10 +220,15 @@ class _Reader:
                 return
             with opener() as source:
                 if wanted:
-                    data = self._keep_artifact(path, member, source)
+                    data, holds = self._keep_artifact(path, member, source)
                 elif member.size <= settings.WORKSPACE_MAX_FILE_BYTES:
                     data = source.read()
-            if data is not None:
+                    scanner = self.masker.scanner()
+                    scanner.feed(data)
+                    holds = scanner.names()
+            if holds:
+                self._withhold(path, holds)
+            elif data is not None:
                 self._record(path, MODE_EXEC if member.mode & 0o100 else MODE_FILE, data)
             else:
                 self._skip(path, f"larger than {settings.WORKSPACE_MAX_FILE_BYTES >> 20} MB")
@@ -240,9 +257,12 @@ class _Reader:
             self.store.repo.object_store.add_object(blob)
         self._put(path, (mode, blob.id))
 
-    def _keep_artifact(self, path: str, member: tarfile.TarInfo, source: Any) -> bytes | None:
+    def _keep_artifact(self, path: str, member: tarfile.TarInfo,
+                       source: Any) -> tuple[bytes | None, list[str]]:
         """Copy one artifact file into DATA_DIR; return its bytes when they are small
-        enough to also diff (else None). A refused one is still read for the diff."""
+        enough to also diff (else None), and the names of the granted secrets it holds.
+        It is read through a scanner into an unnamed temporary file first: one holding a
+        granted value is never written to DATA_DIR (nor, as a blob, to the store)."""
         small = member.size <= settings.WORKSPACE_MAX_FILE_BYTES
         why = None
         if len(self.artifacts) >= settings.RUN_ARTIFACTS_MAX_FILES:
@@ -251,26 +271,38 @@ class _Reader:
             why = (f"{member.size} bytes would pass the cap of "
                    f"{settings.RUN_ARTIFACTS_MAX_BYTES >> 20} MB of artifacts per run "
                    "(RUN_ARTIFACTS_MAX_MB)")
-        elif self.masker.text(path) != path:
-            # Listed masked, it could never be downloaded by its name: refuse it plainly.
-            why = "its path contains a granted secret's value"
-        if why:
-            self._refuse(path, why)
-            return source.read() if small else None
-        target = self.dest / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        digest, kept = hashlib.sha256(), bytearray()
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as out:
+        scanner, digest, kept = self.masker.scanner(), hashlib.sha256(), bytearray()
+        with tempfile.TemporaryFile() as spool:
             while block := source.read(1 << 16):
-                out.write(block)
-                digest.update(block)
+                scanner.feed(block)
                 if small:
                     kept += block
+                if not why:
+                    spool.write(block)
+                    digest.update(block)
+            holds = scanner.names()
+            if holds:
+                why = f"it contains the value of {', '.join(holds)}"
+            if why:
+                self._refuse(path, why)
+                return (bytes(kept) if small else None), holds
+            target = self.dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            spool.seek(0)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(spool, out, 1 << 16)
         self.artifact_bytes += member.size
         self.artifacts.append({"path": path, "size": member.size,
                                "sha256": digest.hexdigest()})
-        return bytes(kept) if small else None
+        return (bytes(kept) if small else None), []
+
+    def _withhold(self, path: str, names: list[str]) -> None:
+        """A file holding a granted secret's value keeps its input version in the tree
+        (or stays absent if new): its content is never stored, diffed or committed."""
+        self.withheld.append({"path": self.masker.text(path), "secrets": names})
+        if path in self.old:
+            self._put(path, self.old[path])
 
     def finish(self) -> Outputs:
         for wanted in self.wanted:
@@ -286,13 +318,14 @@ class _Reader:
             except BerthError as e:
                 self.over_caps = e.message
         if self.over_caps:
-            changes = {**empty_changes(), "skipped": self.skipped,
+            changes = {**empty_changes(), "skipped": self.skipped, "withheld": self.withheld,
                        "skipped_count": self.skipped_count,
                        "error": "The files the run left in /workspace are past what a "
                                 f"workspace may hold ({self.over_caps}); they are not kept "
                                 "as changes and cannot be committed."}
             return Outputs(changes, self.artifacts, self.refused, None)
         changes = self._changes(tree)
+        changes["withheld"] = self.withheld
         return Outputs(changes, self.artifacts, self.refused,
                        tree if tree != self.input_tree else None)
 
@@ -406,4 +439,4 @@ def _open_regular(name: str, dir_fd: int) -> Any:
 def empty_changes() -> dict[str, Any]:
     return {"added": [], "modified": [], "deleted": [], "renamed": [], "binary": [],
             "stats": {"files": 0, "additions": 0, "deletions": 0}, "diff": "",
-            "truncated": False, "skipped": [], "skipped_count": 0}
+            "truncated": False, "skipped": [], "skipped_count": 0, "withheld": []}

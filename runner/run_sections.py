@@ -138,6 +138,7 @@ def changes_section(run: Run) -> dict[str, Any] | None:
         "skipped": skipped,
         "skipped_more": max(0, int(changes.get("skipped_count") or 0) - len(skipped)),
         "error": changes.get("error") or "",
+        "withheld": changes.get("withheld") or [],
         "commit": run.changes_commit, "branch": run.changes_branch,
         "can_commit": bool(changes.get("tree")) and not run.changes_commit,
     }

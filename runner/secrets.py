@@ -67,12 +67,16 @@ class Masker:
 
     Longest values first, so a value that contains another is masked whole. Values
     shorter than 4 characters are still masked (the issue says any exact occurrence),
-    which can hide innocent text: a reason to grant only what a run needs.
+    which can hide innocent text: a reason to grant only what a run needs. Given names
+    (a dict of name to value), it also says which secrets a piece of output holds.
     """
 
-    def __init__(self, values: Iterable[str]) -> None:
-        self.values = sorted({v for v in values if v}, key=len, reverse=True)
+    def __init__(self, values: Iterable[str] | dict[str, str]) -> None:
+        named = values if isinstance(values, dict) else {
+            f"#{i}": v for i, v in enumerate(values)}
+        self.values = sorted({v for v in named.values() if v}, key=len, reverse=True)
         self.raw = [v.encode() for v in self.values]
+        self.named = sorted((name, value.encode()) for name, value in named.items() if value)
 
     def __bool__(self) -> bool:
         return bool(self.values)
@@ -86,6 +90,30 @@ class Masker:
         for value in self.raw:
             data = data.replace(value, MASK.encode())
         return data
+
+    def scanner(self) -> "SecretScanner":
+        return SecretScanner(self.named)
+
+
+class SecretScanner:
+    """Finds granted values in a stream fed chunk by chunk: the last bytes of each chunk
+    are kept and searched with the next, so a value split across two chunks is found."""
+
+    def __init__(self, named: list[tuple[str, bytes]]) -> None:
+        self.named = named
+        self.keep = max((len(v) for _, v in named), default=1) - 1
+        self.tail = b""
+        self.found: set[str] = set()
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.named:
+            return
+        window = self.tail + chunk
+        self.found.update(name for name, value in self.named if value in window)
+        self.tail = window[-self.keep:] if self.keep else b""
+
+    def names(self) -> list[str]:
+        return sorted(self.found)
 
 
 def seal(values: dict[str, str]) -> str:

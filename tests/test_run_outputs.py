@@ -158,11 +158,13 @@ def test_artifacts_are_kept_byte_for_byte_and_links_fifos_and_oversize_refused(a
         assert r.status_code == 404 and r.json()["error"]["code"] == "artifact_not_found"
 
 
-def test_a_granted_secret_is_masked_in_the_changes_diff(agent, shop, cast):
+def test_a_file_holding_a_granted_secret_is_withheld_from_the_changes(agent, shop, cast):
     Secret.objects.create(workspace=shop, name="API_KEY", ciphertext=encrypt("s3cr3t-value-42"))
-    done = agent.wait(agent.run('echo "token=$API_KEY" > out.txt', secrets=["API_KEY"]))
+    done = agent.wait(agent.run('echo "token=$API_KEY" > out.txt; echo plain > other.txt',
+                                secrets=["API_KEY"]))
     assert done["state"] == "succeeded" and done["secrets"] == ["API_KEY"]
-    assert "+token=***" in done["changes"]["diff"]
+    assert done["changes"]["withheld"] == [{"path": "out.txt", "secrets": ["API_KEY"]}]
+    assert done["changes"]["added"] == ["other.txt"] and "out.txt" not in done["changes"]["diff"]
     assert "s3cr3t-value-42" not in str(done)
 
 

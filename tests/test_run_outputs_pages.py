@@ -166,6 +166,15 @@ def test_after_retention_the_page_says_so_and_serves_nothing(data_dir, carol, ca
     assert carol.get(f"{RUNS}{run.public_id}/artifacts/dist/out.txt").status_code == 404
 
 
+def test_files_withheld_for_holding_a_secret_are_named_with_it(data_dir, carol, cast, shop):
+    run = with_outputs(shop, cast, changes={**CHANGES, "tree": "a" * 40, "withheld": [
+        {"path": "leaked.txt", "secrets": ["API_KEY"]}]})
+    html = page(carol, run)
+    assert "<strong>Withheld:</strong>" in html
+    assert "<code>leaked.txt</code> — API_KEY" in html
+    assert "is not in the commit" in html
+
+
 def test_committed_changes_link_to_their_commit_and_branch(data_dir, carol, cast, shop):
     run = with_outputs(shop, cast, commit_changes=True, changes_commit="c" * 40,
                        changes={**CHANGES, "truncated": True})

@@ -262,7 +262,9 @@ def test_a_granted_secret_reaches_the_run_and_is_masked_everywhere(client, cast,
     assert agent.output(done) == ["key=***", str(len(VALUE) + 1)]
     assert all(VALUE not in e["text"] for e in agent.log(done))
     assert done["secrets"] == ["API_KEY"] and done["env"] == []
-    assert done["changes"]["added"] == ["leaked.txt"] and "+***" in done["changes"]["diff"]
+    # A file holding the value is withheld, not stored: named with the secret it holds.
+    assert done["changes"]["added"] == [] and VALUE not in done["changes"]["diff"]
+    assert done["changes"]["withheld"] == [{"path": "leaked.txt", "secrets": ["API_KEY"]}]
     assert VALUE not in agent.get(f"/runs/{done['id']}").content.decode()
     assert VALUE not in json.dumps(list(Activity.objects.values("detail")))
 
@@ -284,4 +286,5 @@ def test_a_secret_changed_during_a_run_stays_masked_with_the_value_the_run_got(
     done = agent.wait(run, timeout=60)
     assert done["state"] == "succeeded", done
     assert "late=***" in agent.output(done)
-    assert "+***" in done["changes"]["diff"] and VALUE not in json.dumps(done)
+    assert done["changes"]["withheld"] == [{"path": "leaked.txt", "secrets": ["API_KEY"]}]
+    assert VALUE not in json.dumps(done)

@@ -160,8 +160,8 @@ class GitStore:
         if sha in tips or (self.pinned is not None and self.pinned(sha)):
             return True
         wanted = sha.encode()
-        return any(entry.commit.id == wanted
-                   for entry in self.repo.get_walker(include=[t.encode() for t in tips]))
+        heads = [t.encode() for t in tips]
+        return any(entry.commit.id == wanted for entry in self.repo.get_walker(include=heads))
 
     def _peel(self, sha: bytes) -> str:
         obj = self.repo[sha]
