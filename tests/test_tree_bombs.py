@@ -110,7 +110,7 @@ def test_the_file_api_refuses_a_commit_past_the_tree_caps(client, cast, shop, se
     assert client.get("/api/v1/workspaces/shop", **bearer(secret)).json()["head"] == head
 
 
-def older_commit(shop, tree: bytes) -> str:
+def older_commit(shop, tree):
     """A commit made before the caps existed: written straight into the store, on a
     branch of its own, the way an old repository might hold one."""
     with open_store(shop) as store:
@@ -126,7 +126,7 @@ def older_commit(shop, tree: bytes) -> str:
         return commit.id.decode()
 
 
-def blob_bomb(shop, names: int) -> bytes:
+def blob_bomb(shop, names):
     with open_store(shop) as store:
         blob = store.add_blob(b"\0" * (BLOB_MB << 20))
         tree = Tree()
@@ -136,7 +136,7 @@ def blob_bomb(shop, names: int) -> bytes:
         return tree.id
 
 
-def fan_out(shop, levels: int = 7) -> bytes:
+def fan_out(shop, levels=7):
     with open_store(shop) as store:
         below = store.add_blob(b"boom\n")
         mode = MODE_FILE
