@@ -101,9 +101,11 @@ class Client(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as e:
             # The upgrade request is queued whole; what follows its head belongs to the
-            # tunnel, which opens when the request's turn comes.
-            self.queue[-1].tail = data[e.args[0]:]
-            self._pause("upgrade")
+            # tunnel, which opens when the request's turn comes (unless it was refused
+            # already, at once: then the connection ends with that answer).
+            self.parsing.tail = data[e.args[0]:]
+            if not self.parsing.answered:
+                self._pause("upgrade")
         except httptools.HttpParserCallbackError as e:
             if self.head_size > MAX_HEAD:
                 self._refuse(431, "headers_too_large", HEAD_TOO_LARGE)
