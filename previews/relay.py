@@ -451,8 +451,9 @@ class Client(asyncio.Protocol):
             ex.upstream.close()
             ex.upstream = None
         status, headers, body = pages.answer(
-            status, code, message, json_wanted=pages.wants_json(dict(ex.headers)),
-            title=title)
+            status, code, message, title=title,
+            # A refused upgrade is read by a script, not shown: the error shape.
+            json_wanted=ex.upgrade or pages.wants_json(dict(ex.headers)))
         if not ex.ended or not ex.keep_alive or ex.upgrade:
             self.close_after = True
         if (frames := self.gw.frames_for(ex.route)) is not None:
