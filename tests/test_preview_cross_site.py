@@ -19,18 +19,18 @@ from websockets.typing import Origin
 
 from accounts.access import Actor
 from previews.models import Preview
-from tests import servers
+from tests import servers, test_previews
 from tests.browser import chromium_page
 from tests.previews import PROBE_APP, Browser, PreviewAgent, probe_toml, write
 from tests.test_browser_runs import sign_in_as_carol
-from tests.test_previews import ENDED, doors, opened
-from tests.test_previews import agent as _agent  # noqa: F401  (fixtures: pytest knows them
-from tests.test_previews import probe as _probe  # noqa: F401  by their own names, agent,
-from tests.test_previews import ready as _ready  # noqa: F401  probe, ready and runtime)
-from tests.test_previews import runtime as _runtime  # noqa: F401
+from tests.test_previews import ENDED, both_runtimes, doors, opened
 from workspaces.actions import create_workspace
 
 pytestmark = pytest.mark.docker
+
+# test_previews' fixtures: carol's probe workspace, her agent, its ready preview.
+runtime, probe, agent, ready = (test_previews.runtime, test_previews.probe,
+                                test_previews.agent, test_previews.ready)
 
 REFUSED = "cross_origin_refused"
 
@@ -64,9 +64,10 @@ async def _talk(port: int, url: str, origin: str, cookie: str) -> str:
         return str(await asyncio.wait_for(ws.recv(), 10))
 
 
+@both_runtimes
 @doors
 def test_a_private_preview_refuses_other_pages_writes_sockets_and_loads(
-        agent, ready, berth_server, via_daphne):
+        agent, ready, berth_server, via_daphne, runtime):
     browser = opened(berth_server, agent, ready, via_daphne)
     cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
     url, own = ready["url"], _origin(ready["id"])
