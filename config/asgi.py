@@ -20,15 +20,18 @@ django_asgi_app = RequestThreads(ASGIStaticFilesHandler(get_asgi_application()))
 # Imported after Django is set up: consumers import models.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from config.routing import route_by_host, websocket_urlpatterns  # noqa: E402
+from config.routing import (  # noqa: E402
+    BerthOriginValidator,
+    route_by_host,
+    websocket_urlpatterns,
+)
 
 application = ProtocolTypeRouter(
     {
         "http": route_by_host(django_asgi_app),
         "websocket": route_by_host(
-            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+            BerthOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

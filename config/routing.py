@@ -1,4 +1,8 @@
 from typing import Any
+from urllib.parse import ParseResult
+
+from channels.security.websocket import OriginValidator
+from django.conf import settings
 
 from accounts.routing import websocket_urlpatterns as activity_websockets
 from previews.routing import websocket_urlpatterns as preview_websockets
@@ -36,3 +40,22 @@ def route_by_host(app: Any) -> Any:
         await app(scope, receive, send)
 
     return router
+
+
+class BerthOriginValidator(OriginValidator):
+    """Berth's own WebSockets (logs, activity) take an Origin among ALLOWED_HOSTS, as
+    channels' AllowedHostsOriginValidator does, but never a preview or release host:
+    ALLOWED_HOSTS names those domains (their requests reach this process too), and
+    where they share a site with Berth, a preview's page would otherwise open Berth's
+    sockets with its visitor's session cookie."""
+
+    def __init__(self, application: Any) -> None:
+        super().__init__(application, settings.ALLOWED_HOSTS)
+        self.foreign = tuple(d.lower().strip(".") for d in (settings.PREVIEW_DOMAIN,
+                                                            settings.APPS_DOMAIN))
+
+    def valid_origin(self, parsed_origin: ParseResult | None) -> bool:
+        host = (parsed_origin.hostname or "") if parsed_origin is not None else ""
+        if any(host == d or host.endswith("." + d) for d in self.foreign):
+            return False
+        return bool(super().valid_origin(parsed_origin))

@@ -308,6 +308,11 @@ PREVIEW_MAX_WS_MESSAGE_BYTES = envint("PREVIEW_MAX_WS_MESSAGE_MB", 4) * 1024 * 1
 PREVIEW_IDLE_CONNECTION_S = envint("PREVIEW_IDLE_CONNECTION_S", 300)
 PREVIEW_TICKET_S = envint("PREVIEW_TICKET_S", 60)
 PREVIEW_COOKIE_S = envint("PREVIEW_COOKIE_S", 12 * 3600)
+# A private preview or release refuses other sites' requests and frames (previews/
+# headers.py, "what a private target takes from other sites"). Always on: it is no
+# environment setting. Only the tests turn it off (config.settings_test), to show the
+# attacks it stops working without it.
+PREVIEW_CROSS_SITE_GUARD = True
 
 CELERY_BEAT_SCHEDULE = {
     "apply-retention": {"task": "runner.tasks.apply_retention", "schedule": 3600.0},

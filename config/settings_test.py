@@ -50,5 +50,9 @@ from config.settings import BERTH_INSTANCE  # noqa: E402
 CELERY_TASK_DEFAULT_QUEUE = f"celery-{BERTH_INSTANCE}"
 CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": f"runner-{BERTH_INSTANCE}"}}
 
+# Off only where a test starts servers with TEST_PREVIEW_CROSS_SITE_GUARD_OFF=1, to
+# show that the attacks the guard stops do work without it (test_preview_cross_site.py).
+PREVIEW_CROSS_SITE_GUARD = os.environ.get("TEST_PREVIEW_CROSS_SITE_GUARD_OFF") != "1"
+
 # Admission: room for the fairness tests' two teams, whatever this machine's cores.
 RUNNER_SLOTS = 6

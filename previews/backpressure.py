@@ -28,7 +28,9 @@ class Backpressure:
 
     @classmethod
     def of(cls, send: Any) -> "Backpressure":
-        """For daphne's `send` (functools.partial(server.handle_reply, request))."""
+        """For daphne's `send` (functools.partial(server.handle_reply, request)), or a
+        wrapper of it that names it in `__wrapped__`."""
+        send = getattr(send, "__wrapped__", send)
         request = send.args[0] if isinstance(send, functools.partial) and send.args else None
         if request is None or not hasattr(request, "registerProducer") or \
                 getattr(request, "producer", None) is not None:

@@ -10,7 +10,13 @@ ends.
 from typing import TYPE_CHECKING, Any
 
 from previews import gate
-from previews.headers import HOP_BY_HOP, connection_named, forwarded_headers, response_headers
+from previews.headers import (
+    HOP_BY_HOP,
+    connection_named,
+    forwarded_headers,
+    response_headers,
+    with_frame_ancestors,
+)
 
 if TYPE_CHECKING:
     from previews.gateway import Route
@@ -77,13 +83,17 @@ def request_header_block(ex: Exchange, peer: str, gw: Any) -> bytes:
 
 
 def answer_head(ex: Exchange, status: int, reason: bytes, given: list[tuple[bytes, bytes]],
-                close_after: bool) -> tuple[bytes, str, bool, bool]:
+                close_after: bool, frames: bytes | None = None
+                ) -> tuple[bytes, str, bool, bool]:
     """The head for the client, how its body is framed ("raw", "chunked" or "close"),
     whether the app's answer ends with its connection, and whether the client's
-    connection ends after it (`close_after`: it already does)."""
+    connection ends after it (`close_after`: it already does). `frames`: Berth's
+    origins, when only they may frame the answer (a non-public target)."""
     assert ex.route is not None
     if ex.route.kind == "sandbox":
         headers = response_headers(given, ex.host.split(":")[0])
+        if frames is not None:
+            headers = with_frame_ancestors(headers, frames)
     else:  # Berth's own answer (it sets the preview cookie): framing redone only
         named = connection_named(given)
         headers = [(k, v) for k, v in given if k not in HOP_BY_HOP and k not in named]

@@ -8,9 +8,11 @@ against ~75,000 straight into the sandbox. Here a request is parsed by llhttp
 
 What it serves itself (the fast path): a plain HTTP request to a ready preview whose
 cookie the caches already allow, using the daphne proxy's caches, lookups and header
-rules (previews.proxy): Berth's cookies and any Authorization removed, X-Forwarded-*
-from the real connection, hop-by-hop headers and foreign Set-Cookie dropped, redirects
-passed back untouched, bodies streamed both ways under backpressure.
+rules (previews.proxy, previews.headers): Berth's cookies and any Authorization
+removed, X-Forwarded-* from the real connection, hop-by-hop headers and foreign
+Set-Cookie dropped, redirects passed back untouched, bodies streamed both ways under
+backpressure; for a non-public target, another site's requests refused (a WebSocket
+too, before it is handed on) and every answer framed by Berth's pages only.
 
 Everything else goes to the web process on the same connection (previews.relay): the
 ticket exchange, a request without a known cookie, a preview that is not ready (typed
@@ -23,13 +25,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
 
 from previews import gate
-from previews.headers import parse_cookies, viewer_cookie
+from previews.headers import (
+    REFUSED,
+    berth_origins,
+    own_origin,
+    parse_cookies,
+    refusal,
+    viewer_cookie,
+)
 from previews.proxy import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Proxy
 from runner.sandbox.netns import Namespace, connect
 
@@ -86,7 +95,12 @@ class Gateway:
                                message=f"Request bodies to a preview are capped at "
                                f"{self.max_body // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).")
         # Behind a TLS proxy (BEHIND_TLS_PROXY) every request came in over https.
-        self.scheme = "https" if getattr(settings, "SECURE_PROXY_SSL_HEADER", None) else "http"
+        self.scheme = "https" if self.proxy.tls else "http"
+        self.guard = self.proxy.guard
+        # Who may frame a non-public target: Berth's pages, on the web process's port
+        # unless APP_URL says where Berth is (as the proxy's app_url does).
+        self.frames = berth_origins(settings.APP_URL.rstrip("/") if settings.APP_URL
+                                    else f"http://localhost:{app[1]}")
 
     # -- deciding ----------------------------------------------------------------------
 
@@ -95,7 +109,7 @@ class Gateway:
         public_id = self._public_id(ex.host)
         if public_id is MISDIRECTED:
             return MISDIRECTED
-        if public_id is None or ex.upgrade or ex.expect or not ex.target.startswith(b"/") \
+        if public_id is None or not ex.target.startswith(b"/") \
                 or ex.target.split(b"?", 1)[0] == gate.TICKET_PATH.encode():
             return APP  # nothing released there, or a request the web process answers
         if public_id == LOOK_UP:
@@ -110,8 +124,16 @@ class Gateway:
             # goes on as the preview was (at most 2 s ago), so a busy preview's
             # requests do not all stall on one lookup each second.
             asyncio.get_running_loop().create_task(self._refresh(public_id))
-        if t is None or not t.ready:
-            return APP
+        if t is not None and not t.public and self.guard:
+            # Here too, not only in the web process it hands the rest to: a refused
+            # WebSocket then gets Berth's error shape, which daphne cannot give it.
+            why = refusal(ex.headers, ex.method.decode("latin-1"), ex.upgrade,
+                          own_origin(self.scheme, ex.host))
+            if why is not None:
+                return Route("answer", t, 403, REFUSED, why, "Refused: a request from "
+                             "another site")
+        if t is None or not t.ready or ex.upgrade or ex.expect:
+            return APP  # typed pages, the hold, WebSockets and `Expect`: the web process
         if not t.public:
             value = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
             if not value:
@@ -122,10 +144,16 @@ class Gateway:
             if not seen[1]:
                 return APP
         if self.proxy.open.get(t.public_id, 0) >= self.max_connections:
-            return BUSY
+            return replace(BUSY, target=t)  # the target: its answer's frame-ancestors
         if ex.length > self.max_body:
-            return self.too_large
+            return replace(self.too_large, target=t)
         return Route("sandbox", t)
+
+    def frames_for(self, route: Route | None) -> bytes | None:
+        """Who may frame an answer on `route` (frame-ancestors): Berth only, for a
+        non-public target; None where that is the app's own business (or no target's)."""
+        t = route.target if route is not None else None
+        return self.frames if t is not None and not t.public and self.guard else None
 
     async def _refresh(self, public_id: str) -> None:
         try:

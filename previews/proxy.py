@@ -4,10 +4,13 @@
 each request:
 1. `/__berth/ticket?t=…&next=/…` exchanges a single-use ticket for the preview's
    cookie (previews.gate) and redirects to `next` on the same host;
-2. a private preview needs that cookie (a browser without it is sent to the app's
+2. a non-public preview or release takes no request from another site's pages but a
+   navigation, and is framed by Berth's pages only (previews.headers: `refusal`, 403
+   `cross_origin_refused`, and `with_frame_ancestors` on every answer);
+3. a private preview needs that cookie (a browser without it is sent to the app's
    `/previews/<id>/open`, which checks access and comes back with a ticket);
-3. a preview that is not ready gets a typed answer (previews.pages), 503;
-4. everything else is forwarded into the sandbox over a socket created in its network
+4. a preview that is not ready gets a typed answer (previews.pages), 503;
+5. everything else is forwarded into the sandbox over a socket created in its network
    namespace (previews.upstream), with Berth's cookies and any Authorization header
    removed, X-Forwarded-* set from the real connection, and the answer streamed back
    untouched except for hop-by-hop headers and Set-Cookie for other domains. Redirects
@@ -29,10 +32,15 @@ from config import fanout
 from previews import gate, pages
 from previews.backpressure import Backpressure
 from previews.headers import (
+    REFUSED,
+    berth_origins,
     forwarded_headers,
+    own_origin,
     parse_cookies,
+    refusal,
     response_headers,
     viewer_cookie,
+    with_frame_ancestors,
 )
 from previews.upstream import Pool, Upstream, UpstreamClosed
 from previews.websocket import proxy_websocket
@@ -63,6 +71,10 @@ class Proxy:
         self.viewers: dict[tuple[str, str], tuple[float, bool]] = {}
         self.touched: dict[int, float] = {}
         self.open: dict[str, int] = {}
+        # Read once: Django's settings object costs a lookup per attribute per request.
+        self.guard = settings.PREVIEW_CROSS_SITE_GUARD
+        # Behind a TLS proxy (BEHIND_TLS_PROXY) every request came in over https.
+        self.tls = bool(getattr(settings, "SECURE_PROXY_SSL_HEADER", None))
 
     def preview_of(self, scope: dict[str, Any]) -> str | None:
         host = _header(scope, b"host").lower()
@@ -161,6 +173,19 @@ class Proxy:
             await _reply(send, *pages.answer(404, "not_found", "No such preview.",
                                              json_wanted=json_wanted, title="No such preview"))
             return
+        if not t.public and self.guard:
+            send = framed(send, berth_origins(app_url(scope)))
+            why = refusal(scope["headers"], scope.get("method", "GET"),
+                          scope["type"] == "websocket", self.own_origin(scope))
+            if why is not None:
+                if scope["type"] == "websocket":
+                    # Refused before the handshake: daphne answers it 403 (ASGI gives a
+                    # refused handshake no body; the gateway's refusal has one).
+                    await send({"type": "websocket.close", "code": 4403})
+                    return
+                await _reply(send, *pages.answer(403, REFUSED, why, json_wanted=json_wanted,
+                                                 title="Refused: a request from another site"))
+                return
         if not await self.allowed(scope, t):
             await self.refuse(scope, send, t, json_wanted)
             return
@@ -189,6 +214,10 @@ class Proxy:
             return
         await self.touch(t)
         await self.counted(t, send, lambda: self.forward(scope, send, t, body, json_wanted))
+
+    def own_origin(self, scope: dict[str, Any]) -> str:
+        return own_origin("https" if self.tls else scope.get("scheme", "http"),
+                          _header(scope, b"host").lower())
 
     async def hold(self, t: gate.Target) -> gate.Target:
         """A request to a preview on its way up waits for it (up to PREVIEW_HOLD_S),
@@ -392,6 +421,19 @@ def request_headers(scope: dict[str, Any], body: bytes) -> list[tuple[bytes, byt
     if body or scope["method"] in ("POST", "PUT", "PATCH"):
         headers.append((b"content-length", str(len(body)).encode()))
     return headers
+
+
+def framed(send: Any, berth: bytes) -> Any:
+    """`send`, with every answer's head drawn in a frame only by Berth's pages (or the
+    target's own): for a non-public target, whatever answers it, app or Berth."""
+    async def framed_send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": with_frame_ancestors(list(message["headers"]),
+                                                                 berth)}
+        await send(message)
+
+    framed_send.__wrapped__ = send  # type: ignore[attr-defined]  # for Backpressure.of
+    return framed_send
 
 
 async def _read_body(receive: Any) -> bytes | None:

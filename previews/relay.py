@@ -19,6 +19,7 @@ from django.conf import settings
 from previews import pages
 from previews.framing import Exchange, answer_head, chunk, header_lines, request_header_block
 from previews.gateway import Gateway, Route
+from previews.headers import with_frame_ancestors
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
 from runner.sandbox.netns import NamespaceGone
 
@@ -100,9 +101,11 @@ class Client(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as e:
             # The upgrade request is queued whole; what follows its head belongs to the
-            # tunnel, which opens when the request's turn comes.
-            self.queue[-1].tail = data[e.args[0]:]
-            self._pause("upgrade")
+            # tunnel, which opens when the request's turn comes (unless it was refused
+            # already, at once: then the connection ends with that answer).
+            self.parsing.tail = data[e.args[0]:]
+            if not self.parsing.answered:
+                self._pause("upgrade")
         except httptools.HttpParserCallbackError as e:
             if self.head_size > MAX_HEAD:
                 self._refuse(431, "headers_too_large", HEAD_TOO_LARGE)
@@ -371,10 +374,12 @@ class Client(asyncio.Protocol):
                      given: list[tuple[bytes, bytes]]) -> None:
         ex = upstream.ex
         assert ex is not None and ex.route is not None
+        frames = self.gw.frames_for(ex.route) if ex.route.kind == "sandbox" else None
         key = (status, reason, given, ex.route.kind, ex.host, ex.method == b"HEAD", ex.version,
-               ex.keep_alive, self.close_after)
+               ex.keep_alive, self.close_after, frames)
         if key != self.answered[0]:
-            self.answered = (key, answer_head(ex, status, reason, given, self.close_after))
+            self.answered = (key, answer_head(ex, status, reason, given, self.close_after,
+                                              frames))
         head, upstream.mode, upstream.eof_ends, self.close_after = self.answered[1]
         self.write(head)
         ex.answered = True
@@ -446,10 +451,13 @@ class Client(asyncio.Protocol):
             ex.upstream.close()
             ex.upstream = None
         status, headers, body = pages.answer(
-            status, code, message, json_wanted=pages.wants_json(dict(ex.headers)),
-            title=title)
+            status, code, message, title=title,
+            # A refused upgrade is read by a script, not shown: the error shape.
+            json_wanted=ex.upgrade or pages.wants_json(dict(ex.headers)))
         if not ex.ended or not ex.keep_alive or ex.upgrade:
             self.close_after = True
+        if (frames := self.gw.frames_for(ex.route)) is not None:
+            headers = with_frame_ancestors(headers, frames)
         headers = [*headers, (b"content-length", b"%d" % len(body))]
         if self.close_after:
             headers.append((b"connection", b"close"))

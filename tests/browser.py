@@ -11,14 +11,28 @@ CHROMIUM_ARGS = [
     # Without these Chromium keeps calling home, which this closed network refuses.
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
+# Playwright turns Chromium's storage partitioning off (its --disable-features list,
+# playwright#32230), and without it a third-party frame's localStorage is refused
+# outright ("Access is denied") where third-party cookies are blocked, as in these
+# contexts. Chrome ships with it on: a frame of another site gets storage of its own,
+# keyed by the top-level site. The last --disable-features on a command line wins, so
+# this one (Playwright's list minus ThirdPartyStoragePartitioning) restores it.
+AS_CHROME_SHIPS = [
+    "--disable-features=AvoidUnnecessaryBeforeUnloadCheckSync,DestroyProfileOnBrowserClose,"
+    "HttpsUpgrades,HttpsFirstBalancedModeAutoEnable,LensOverlay,MediaRouter,PaintHolding,"
+    "AvoidCorsURLLoaderRestartOnRedirect,OptimizationHints,NetworkTimeServiceQuerying,"
+    "PreconnectToSearch"]
 
 
 @contextmanager
-def chromium_page() -> Iterator[Page]:
+def chromium_page(partitioned_storage: bool = False) -> Iterator[Page]:
+    """A page in a fresh context; `partitioned_storage`: with third-party frames'
+    storage as Chrome ships it (AS_CHROME_SHIPS)."""
     executable = which("chromium") or which("chromium-browser")
     assert executable, "Chromium is not installed; `make test` installs it"
+    args = CHROMIUM_ARGS + (AS_CHROME_SHIPS if partitioned_storage else [])
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=executable, args=args)
         try:
             page = browser.new_page()
             page.set_default_timeout(15_000)

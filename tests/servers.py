@@ -96,11 +96,12 @@ class Server:
 
 
 @contextmanager
-def running(cmd: list[str], log_path: Path, ready, what: str) -> Iterator[subprocess.Popen]:
+def running(cmd: list[str], log_path: Path, ready, what: str, env: dict[str, str] | None = None
+            ) -> Iterator[subprocess.Popen]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**subprocess_env(), **(env or {})},
+                                stdout=log, stderr=subprocess.STDOUT)
     try:
         def up():
             if proc.poll() is not None:
@@ -118,9 +119,12 @@ def running(cmd: list[str], log_path: Path, ready, what: str) -> Iterator[subpro
 
 
 @contextmanager
-def daphne() -> Iterator[Server]:
+def daphne(env: dict[str, str] | None = None, gateway_port: int = 0, name: str = "daphne"
+           ) -> Iterator[Server]:
+    """Daphne and a preview gateway in front of it (on PREVIEW_PORT, or `gateway_port`
+    for a second pair started with settings of its own, `env`)."""
     port = free_port()
-    server = Server(f"http://localhost:{port}", port, settings.DATA_DIR / "daphne.log")
+    server = Server(f"http://localhost:{port}", port, settings.DATA_DIR / f"{name}.log")
 
     def ready() -> bool:
         try:
@@ -130,18 +134,20 @@ def daphne() -> Iterator[Server]:
             return False
 
     cmd = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
-    with running(cmd, server.log_path, ready, "daphne") as proc, \
-            preview_gateway(port) as gateway:
+    with running(cmd, server.log_path, ready, name, env) as proc, \
+            preview_gateway(port, env, gateway_port, name) as gateway:
         server.pid = proc.pid
-        server.gateway_port = int(settings.PREVIEW_PORT)
+        server.gateway_port = gateway_port or int(settings.PREVIEW_PORT)
         server.gateway_pid = gateway.pid
         yield server
 
 
 @contextmanager
-def preview_gateway(app_port: int) -> Iterator[subprocess.Popen]:
-    """The preview gateway on PREVIEW_PORT, handing what it does not serve to daphne."""
-    port = int(settings.PREVIEW_PORT)
+def preview_gateway(app_port: int, env: dict[str, str] | None = None, port: int = 0,
+                    name: str = "daphne") -> Iterator[subprocess.Popen]:
+    """The preview gateway on PREVIEW_PORT (or `port`), handing what it does not serve
+    to daphne."""
+    port = port or int(settings.PREVIEW_PORT)
 
     def ready() -> bool:
         try:
@@ -152,7 +158,9 @@ def preview_gateway(app_port: int) -> Iterator[subprocess.Popen]:
 
     cmd = [sys.executable, "manage.py", "preview_gateway", "--port", str(port), "--app",
            f"127.0.0.1:{app_port}"]
-    with running(cmd, settings.DATA_DIR / "preview-gateway.log", ready, "preview gateway") as p:
+    log_path = settings.DATA_DIR / ("preview-gateway.log" if name == "daphne"
+                                    else f"{name}-preview-gateway.log")
+    with running(cmd, log_path, ready, f"{name}'s preview gateway", env) as p:
         yield p
 
 

@@ -16,6 +16,17 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+NOTES: list[str] = []  # what reached /note, so a test can tell whether a request landed
+# A page that keeps state the way apps do: a cookie it sets (partitioned, the kind a
+# browser keeps in another site's frame) and localStorage; it shows what it found.
+STORAGE_PAGE = b"""<!doctype html><title>storage</title><h1>storage</h1><p id=seen></p>
+<script>
+const seen = {cookie: document.cookie.includes("app=kept"),
+              stored: localStorage.getItem("app")};
+document.cookie = "app=kept; Path=/; Max-Age=3600; SameSite=None; Secure; Partitioned";
+localStorage.setItem("app", "kept");
+document.getElementById("seen").textContent = JSON.stringify(seen);
+</script>"""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -55,6 +66,13 @@ class Handler(BaseHTTPRequestHandler):
             self.send(302, b"", headers=(("Location", "http://169.254.169.254/latest/"),))
         elif path == "/ws":
             self.websocket()
+        elif path == "/note":
+            NOTES.append(f"GET {self.path.partition('?')[2]}")
+            self.send(200, b"noted", "text/plain")
+        elif path == "/notes":
+            self.send(200, json.dumps(NOTES).encode())
+        elif path == "/storage":
+            self.send(200, STORAGE_PAGE, "text/html; charset=utf-8")
         elif path == "/health500":
             self.send(500, b"{}")
         else:
@@ -64,6 +82,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         size = int(self.headers.get("Content-Length") or 0)
         data = self.rfile.read(size)
+        if self.path == "/note":
+            NOTES.append(f"POST {data.decode(errors='replace')}")
         self.send(200, hashlib.sha256(data).hexdigest().encode(), "text/plain",
                   headers=(("X-Length", str(len(data))),))
 
