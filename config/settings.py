@@ -257,6 +257,10 @@ RUN_MAX_TIMEOUT_S = envint("RUN_MAX_TIMEOUT_S", 3600)
 RUN_PIDS_LIMIT = envint("RUN_PIDS_LIMIT", 256)
 RUN_NOFILE = envint("RUN_NOFILE", 4096)
 RUN_STOP_GRACE_S = envint("RUN_STOP_GRACE_S", 5)
+# Files and folders (inodes) one sandbox may hold on the engine's disk — /workspace,
+# /deps while setup fills it, a release build's writable layer — beside disk_mb's bytes:
+# the engine's filesystem has no quotas, so empty files could otherwise exhaust it.
+SANDBOX_MAX_INODES = envint("SANDBOX_MAX_INODES", 100_000)
 ALLOWED_IMAGES = envlist("ALLOWED_IMAGES", SANDBOX_IMAGE)
 RUN_RECONCILE_EVERY_S = envint("RUN_RECONCILE_EVERY_S", 30)
 RUN_STALE_QUEUED_S = envint("RUN_STALE_QUEUED_S", 120)

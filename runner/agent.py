@@ -3,9 +3,10 @@
 It carries every live run container of this instance to its end:
 1. learns of starts and exits from Docker events, and follows each container's
    output into the log store (runner.follow), resuming after its own restart;
-2. every tick, stops runs past their wall-clock timeout, cancelled ones, and ones
-   whose /workspace grew past disk_mb (SIGTERM, then SIGKILL after the grace period),
-   and health-checks previews and stops idle ones (previews.watch);
+2. every tick, stops runs past their wall-clock timeout and cancelled ones (SIGTERM,
+   then SIGKILL after the grace period), and health-checks previews and stops idle
+   ones (previews.watch); off the tick, counts each sandbox's disk bytes and inodes
+   and kills one past its caps at once (runner.diskwatch);
 3. on exit, waits for the log to be complete, writes the one terminal state and
    removes the container and its volume;
 4. at start and every RECONCILE_EVERY_S seconds, reconciles orphans both ways.
@@ -24,7 +25,8 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from runner import caches, ending, sandbox
+from runner import caches, ending, logstore, sandbox
+from runner.diskwatch import ROUND_S, DiskWatch
 from runner.egress.service import Egress
 from runner.engine import engine
 from runner.follow import Follower
@@ -36,7 +38,6 @@ log = logging.getLogger("berth.runner_agent")
 RECONCILE_EVERY_S = settings.RUN_RECONCILE_EVERY_S
 EXIT_SIGKILL = 137
 TICK_S = 0.5
-DISK_EVERY_S = 2.0
 # A queued run no worker has picked up by then is sent again (the task is idempotent).
 STALE_PREPARING = timedelta(seconds=settings.RUN_STALE_QUEUED_S)
 RUNNING_GRACE = timedelta(seconds=15)  # a just-started run may not be listed yet
@@ -89,9 +90,9 @@ class Agent:
         self.followers: dict[str, Follower] = {}
         self.finalizing: set[str] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.last_disk_check = 0.0
         self.background: set[asyncio.Task[None]] = set()
         self.egress = Egress(_db)
+        self.disk = DiskWatch(_db)
         # Set when a container starts: a preview's server may be starting, and its
         # first health probe should not wait for the watcher's next round.
         self.previews_due = asyncio.Event()
@@ -120,6 +121,8 @@ class Agent:
                  asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop,
                                                  self.previews_due)),
                  asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop)),
+                 # Its own job: a slow count never delays the tick's timeouts.
+                 asyncio.create_task(self._every(ROUND_S, self.disk.round, stop)),
                  asyncio.create_task(self._every(settings.RUN_CPU_SAMPLE_S, self.sample_cpu,
                                                  stop))]
         await stop.wait()
@@ -243,6 +246,9 @@ class Agent:
                 # The end is written only once the whole log is stored, however long a
                 # flood takes to drain: a run's log is complete when the run is.
                 await asyncio.to_thread(follower.done.wait)
+            note = self.disk.note_for(run_id)
+            if note is not None:  # the log's one writer is done: a line may be added
+                await asyncio.to_thread(logstore.note, run_id, note)
             if phase == "setup" and await _thread(ending.end_setup)(run_id, facts):
                 await asyncio.to_thread(sandbox.remove_sandbox, container)
             else:
@@ -266,20 +272,16 @@ class Agent:
     async def tick(self) -> None:
         now = timezone.now()
         running = await _db(lambda: list(Run.objects.filter(state=RunState.RUNNING)))()
-        check_disk = (self.loop is not None and
-                      self.loop.time() - self.last_disk_check >= DISK_EVERY_S)
-        if check_disk and self.loop is not None:
-            self.last_disk_check = self.loop.time()
         for run in running:
             try:
-                await self._tick_run(run, now, check_disk)
+                await self._tick_run(run, now)
             except (docker.errors.DockerException, OSError):
                 raise  # the engine: _safely says so once, and the next tick retries
             except Exception:
                 # One run's fault never keeps the others' timeouts and stops from applying.
                 log.exception("checking run %s failed", run.public_id)
 
-    async def _tick_run(self, run: Run, now: datetime, check_disk: bool) -> None:
+    async def _tick_run(self, run: Run, now: datetime) -> None:
         # The wall clock covers setup and command alike, from the first start.
         clock = run.hydrated_at or run.process_started_at
         target = run.setup_container_name if run.phase == "setup" else run.container_name
@@ -287,10 +289,6 @@ class Agent:
         if not run.stop_reason and clock and not run.is_service and \
                 now > clock + timedelta(seconds=run.timeout_s):
             await _db(self._request_stop)(run, "timeout")
-        elif not run.stop_reason and check_disk and "disk_mb" in run.limits:
-            used = await asyncio.to_thread(self._disk_used, run)
-            if used > int(run.limits["disk_mb"]) * 1024 * 1024:
-                await _db(self._request_stop)(run, "disk_quota_exceeded")
         if run.stop_reason and run.stop_signalled_at is None:
             await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGTERM")
             await _db(lambda r=run: Run.objects.filter(pk=r.pk).update(
@@ -322,12 +320,6 @@ class Agent:
             TeamCpuDay.add(run.workspace.team_id, grew)
 
         await _db(record)()
-
-    @staticmethod
-    def _disk_used(run: Run) -> int:
-        """/workspace, plus /deps while the setup step may write it."""
-        names = [run.container_name] + ([run.deps_volume_name] if run.phase == "setup" else [])
-        return sum(sandbox.volume_bytes(name) or 0 for name in names)
 
     def _request_stop(self, run: Run, reason: str) -> None:
         Run.objects.filter(pk=run.pk, stop_reason="").update(stop_reason=reason)

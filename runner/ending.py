@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -89,7 +90,8 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
         reason = "setup_oom" if reason == "oom" else "setup_failed"
     exit_code = facts.get("exit_code") if facts else None
     state, message = describe(reason, exit_code=exit_code,
-                              who=run.stop_requested_by or "a user", **run.limits)
+                              who=run.stop_requested_by or "a user",
+                              **{"inodes": settings.SANDBOX_MAX_INODES, **run.limits})
     fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
     if log_bytes is not None:
         fields["log_bytes"] = log_bytes

@@ -41,4 +41,7 @@ def effective_limits(sandbox: Sandbox, requested: dict[str, Any]) -> tuple[dict[
     limits["pids"] = settings.RUN_PIDS_LIMIT
     limits["nofile"] = settings.RUN_NOFILE
     limits["log_bytes"] = settings.RUN_LOG_MAX_BYTES
+    # Files and folders (inodes) a sandbox may hold on the engine's disk: recorded on
+    # the run like its other limits, so a rerun and the agent apply what it was given.
+    limits["inodes"] = settings.SANDBOX_MAX_INODES
     return limits, warnings

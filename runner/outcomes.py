@@ -24,9 +24,18 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
                 f"The command used more than {f.get('memory_mb')} MB of memory and was "
                 "killed; raise [sandbox].memory_mb or use less memory."),
         "disk_quota_exceeded": (RunState.FAILED,
-                                f"The run wrote more than {f.get('disk_mb')} MB under "
-                                "/workspace and was stopped; raise [sandbox].disk_mb or write "
-                                "less."),
+                                f"The run wrote more than {f.get('disk_mb')} MB (in "
+                                "/workspace, in /deps during [setup], or in a release "
+                                "build's /app) and was stopped; raise [sandbox].disk_mb or "
+                                "write less. The log says what was counted."),
+        "inode_quota_exceeded": (RunState.FAILED,
+                                 f"The run made more than {f.get('inodes', 0):,} files and "
+                                 "folders (in /workspace, in /deps during [setup], or in a "
+                                 "release build's /app), or they could not be counted "
+                                 "safely, and it was stopped; make fewer files (delete "
+                                 "temporary ones, pack many small files into an archive) or "
+                                 "ask your operator to raise SANDBOX_MAX_INODES. The log "
+                                 "says what was counted."),
         "cancelled_by_user": (RunState.CANCELLED, f"Cancelled by {f.get('who', 'a user')}."),
         "service_stopped": (RunState.CANCELLED,
                             f"Stopped with its preview ({f.get('who', 'a user')})."),

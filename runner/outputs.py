@@ -33,6 +33,7 @@ from dulwich.ignore import IgnoreFilter
 from dulwich.objects import Blob, Tree
 
 from config.errors import BerthError, Invalid
+from runner.sandbox.usage import walk
 from runner.secrets import Masker
 from workspaces.gitstore import (
     MODE_EXEC,
@@ -382,50 +383,36 @@ def walk_volume(root: str) -> Iterator[tuple[tarfile.TarInfo, Callable[[], Any]]
     """The entries of a stopped run's volume, as tar members in `workspace/…`, read on
     the host without ever following a link.
 
-    Every folder is opened with O_NOFOLLOW | O_DIRECTORY relative to its parent's fd and
-    every file with O_NOFOLLOW | O_NONBLOCK (a FIFO never blocks us), then fstat'ed:
-    a name swapped for a link cannot lead outside. Nothing runs in the sandbox any more
-    (its container has exited), so nothing changes the tree while we read it.
+    `runner.sandbox.usage.walk` opens every folder with O_NOFOLLOW | O_DIRECTORY relative
+    to its parent's fd, holding one fd per level of the current path (100,000 sibling
+    folders never mean 100,000 open fds in the agent); every file is opened with
+    O_NOFOLLOW | O_NONBLOCK (a FIFO never blocks us), then fstat'ed: a name swapped for
+    a link cannot lead outside. Nothing runs in the sandbox any more (its container has
+    exited), so nothing changes the tree while we read it.
     """
-    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     seen: dict[tuple[int, int], str] = {}
-    stack: list[tuple[int, str]] = [(top, "workspace")]
-    try:
-        while stack:
-            fd, prefix = stack.pop()
-            try:
-                for entry in sorted(os.scandir(fd), key=lambda e: e.name):
-                    name = f"{prefix}/{entry.name}"
-                    st = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
-                    info = tarfile.TarInfo(name)
-                    info.mode = st.st_mode & 0o7777
-                    if stat.S_ISDIR(st.st_mode):
-                        info.type = tarfile.DIRTYPE
-                        yield info, lambda: None
-                        child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY
-                                        | os.O_NOFOLLOW, dir_fd=fd)
-                        stack.append((child, name))
-                    elif stat.S_ISLNK(st.st_mode):
-                        info.type = tarfile.SYMTYPE
-                        info.linkname = os.readlink(entry.name, dir_fd=fd)
-                        yield info, lambda: None
-                    elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) in seen:
-                        info.type, info.linkname = tarfile.LNKTYPE, seen[(st.st_dev, st.st_ino)]
-                        yield info, lambda: None
-                    elif stat.S_ISREG(st.st_mode):
-                        if st.st_nlink > 1:
-                            seen[(st.st_dev, st.st_ino)] = name
-                        info.type, info.size = tarfile.REGTYPE, st.st_size
-                        yield info, functools.partial(_open_regular, entry.name, fd)
-                    else:
-                        info.type = tarfile.FIFOTYPE if stat.S_ISFIFO(st.st_mode) \
-                            else tarfile.CHRTYPE
-                        yield info, lambda: None
-            finally:
-                os.close(fd)
-    finally:
-        for fd, _ in stack:
-            os.close(fd)
+    for entry in walk(root, sort=True):
+        st, name = entry.stat, f"workspace/{entry.path}"
+        info = tarfile.TarInfo(name)
+        info.mode = st.st_mode & 0o7777
+        if stat.S_ISDIR(st.st_mode):
+            info.type = tarfile.DIRTYPE
+            yield info, lambda: None
+        elif stat.S_ISLNK(st.st_mode):
+            info.type = tarfile.SYMTYPE
+            info.linkname = os.readlink(entry.name, dir_fd=entry.dir_fd)
+            yield info, lambda: None
+        elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) in seen:
+            info.type, info.linkname = tarfile.LNKTYPE, seen[(st.st_dev, st.st_ino)]
+            yield info, lambda: None
+        elif stat.S_ISREG(st.st_mode):
+            if st.st_nlink > 1:
+                seen[(st.st_dev, st.st_ino)] = name
+            info.type, info.size = tarfile.REGTYPE, st.st_size
+            yield info, functools.partial(_open_regular, entry.name, entry.dir_fd)
+        else:
+            info.type = tarfile.FIFOTYPE if stat.S_ISFIFO(st.st_mode) else tarfile.CHRTYPE
+            yield info, lambda: None
 
 
 def _open_regular(name: str, dir_fd: int) -> Any:

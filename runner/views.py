@@ -107,7 +107,7 @@ def isolation_rows(iso: dict[str, Any]) -> list[tuple[str, str]]:
 def limit_rows(limits: dict[str, Any]) -> list[tuple[str, str]]:
     names = [("cpus", "CPUs", ""), ("memory_mb", "Memory", " MB"), ("disk_mb", "Disk", " MB"),
              ("timeout_s", "Timeout", " s"), ("pids", "Processes", ""),
-             ("nofile", "Open files", "")]
+             ("nofile", "Open files", ""), ("inodes", "Files and folders", "")]
     rows = [(label, f"{limits[key]:g}{unit}" if isinstance(limits[key], float)
              else f"{limits[key]}{unit}") for key, label, unit in names if key in limits]
     if "log_bytes" in limits:

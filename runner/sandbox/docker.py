@@ -398,27 +398,6 @@ def remove_run(run: Run) -> None:
         caches.remove_volume(run.deps_volume_name)
 
 
-def volume_bytes(name: str) -> int | None:
-    """Bytes used under a run's volume, counted on the host without following links."""
-    try:
-        root = engine().volumes.get(name).attrs["Mountpoint"]
-    except docker.errors.NotFound:
-        return None
-    total, stack = 0, [root]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    else:
-                        total += entry.stat(follow_symlinks=False).st_blocks * 512
-        except OSError:
-            continue  # a file removed while we counted
-    return total
-
-
-
 def sandbox_pid(name: str) -> int | None:
     """The host pid of a running container's init (under runsc: of its sandbox), whose
     network namespace is the sandbox's; None if it is not running."""
