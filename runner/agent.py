@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from runner import caches, ending, logstore, sandbox
+from runner import caches, ending, sandbox
 from runner.diskwatch import ROUND_S, DiskWatch
 from runner.egress.service import Egress
 from runner.engine import engine
@@ -246,16 +246,17 @@ class Agent:
                 # The end is written only once the whole log is stored, however long a
                 # flood takes to drain: a run's log is complete when the run is.
                 await asyncio.to_thread(follower.done.wait)
-            note = self.disk.note_for(run_id)
-            if note is not None:  # the log's one writer is done: a line may be added
-                await asyncio.to_thread(logstore.note, run_id, note)
-            if phase == "setup" and await _thread(ending.end_setup)(run_id, facts):
+            # What the disk watch saw goes into the log (the follower, its one writer,
+            # is done) by the end, which alone knows whether the watch stopped it.
+            note = self.disk.note_for
+            if phase == "setup" and await _thread(ending.end_setup)(run_id, facts, note):
                 await asyncio.to_thread(sandbox.remove_sandbox, container)
             else:
                 if phase != "setup":
                     await _thread(ending.end_run)(
                         run_id, facts, follower.bytes if follower else None,
-                        outputs=await outputs if outputs is not None else None)
+                        outputs=await outputs if outputs is not None else None,
+                        disk_note=note)
                 run = await _db(lambda: Run.objects.filter(public_id=run_id).first())()
                 if run is not None:
                     await _thread(sandbox.remove_run)(run)

@@ -15,7 +15,7 @@ waits for it.
 3. Past a cap, or when a count fails (a folder swapped for a link, too deep, too slow),
    the run's stop reason is set and its sandbox is killed at once: SIGKILL, since one
    that ignored SIGTERM would go on writing through the grace period. What was counted
-   goes into the run's log once its output has been stored (`note_for`).
+   goes into the run's log by its end, after its output (`note_for`).
 """
 
 import asyncio
@@ -46,6 +46,7 @@ class Watched:
     roots: list[str] | None = None  # resolved once per phase (engine calls)
     due: float = 0.0
     counting: bool = False
+    killed: bool = False  # stopped by this watch: nothing left to count
     last: tuple[float, sandbox.Usage] | None = None  # (loop time, what was counted)
 
 
@@ -128,12 +129,14 @@ class DiskWatch:
         for gone in set(self.watched) - ids:
             if not self.watched[gone].counting:
                 del self.watched[gone]
+        for ended in set(self.notes) - ids:  # its end is written: taken, or not wanted
+            del self.notes[ended]
         now = loop.time()
         for run in running:
             watched = self.watched.get(run.public_id)
             if watched is None or watched.phase != run.phase:
                 watched = self.watched[run.public_id] = Watched(run.phase)
-            if watched.counting or now < watched.due:
+            if watched.counting or watched.killed or now < watched.due:
                 continue
             watched.counting = True
             task = asyncio.ensure_future(self._count(run, watched))
@@ -154,6 +157,7 @@ class DiskWatch:
             watched.last = (now, usage)
             found = verdict(usage, run)
             if found is not None:
+                watched.killed = True
                 await self._stop(run, *found)
         except Exception:
             log.exception("counting the disk use of run %s failed", run.public_id)
@@ -168,8 +172,10 @@ class DiskWatch:
             Run.objects.filter(pk=run.pk, stop_signalled_at=None).update(
                 stop_signalled_at=timezone.now())
 
-        await self.db(request)()
+        # Kept before the stop reason is: the end, which may be written as soon as
+        # that is, looks for it then.
         self.notes.setdefault(run.public_id, line)
+        await self.db(request)()
         target = run.setup_container_name if run.phase == "setup" else run.container_name
         log.info("run %s: %s", run.public_id, line)
         await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGKILL")

@@ -7,6 +7,7 @@ an agent restart: every step checks what is already done.
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -15,7 +16,7 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from runner import caches, logstore, outputs, sandbox, secrets
+from runner import caches, diskwatch, logstore, outputs, sandbox, secrets
 from runner.models import Run
 from runner.outcomes import EXIT_EGRESS_WAIT, EXIT_NOT_FOUND, describe
 from workspaces.gitstore import Author
@@ -42,7 +43,8 @@ def _exit_reason(run: Run, facts: dict[str, Any] | None) -> str:
     return "exit_nonzero"
 
 
-def end_setup(run_id: str, facts: dict[str, Any] | None) -> bool:
+def end_setup(run_id: str, facts: dict[str, Any] | None,
+              disk_note: Callable[[str], str | None] | None = None) -> bool:
     """After the setup container exits: True if the main container was started (the
     run goes on), False if the run ended here (its end is written)."""
     run = Run.objects.select_related("workspace").filter(public_id=run_id).first()
@@ -51,7 +53,8 @@ def end_setup(run_id: str, facts: dict[str, Any] | None) -> bool:
     if run.phase == "main":
         return True  # done before an agent restart; only the cleanup was left
     if _exit_reason(run, facts) != "exit_zero":
-        end_run(run_id, facts, read_outputs=False)  # the command never ran: no outputs
+        # The command never ran: no outputs.
+        end_run(run_id, facts, read_outputs=False, disk_note=disk_note)
         return False
     size = sandbox.volume_bytes(run.deps_volume_name) or 0
     cache = caches.keep_filled(run, size)
@@ -78,9 +81,11 @@ def early_outputs(run_id: str) -> dict[str, Any] | None:
 
 
 def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = None,
-            read_outputs: bool = True, outputs: dict[str, Any] | None = None) -> None:
+            read_outputs: bool = True, outputs: dict[str, Any] | None = None,
+            disk_note: Callable[[str], str | None] | None = None) -> None:
     """Write the one terminal state of a run whose container exited, with its outputs
-    (`outputs`: as `early_outputs` read them already)."""
+    (`outputs`: as `early_outputs` read them already; `disk_note`: the line the disk
+    watch has for the log of a run it stopped)."""
     run = Run.objects.select_related("workspace__team", "requested_by", "token").filter(
         public_id=run_id).first()
     if run is None or not run.is_active:
@@ -88,6 +93,17 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
     reason = _exit_reason(run, facts)
     if run.phase == "setup" and reason in ("oom", "exit_nonzero", "command_not_found"):
         reason = "setup_oom" if reason == "oom" else "setup_failed"
+    if run.purpose == "build" and reason == "exit_zero" and facts is not None:
+        # A build can write past its caps and exit between two counts of the watch:
+        # its layer is counted once more, as it would become the image, before that.
+        found = diskwatch.verdict(diskwatch.count_run(run)[1], run)
+        if found is not None:
+            reason = found[0]
+            logstore.note(run_id, found[1])
+    elif reason in ("disk_quota_exceeded", "inode_quota_exceeded") and disk_note is not None:
+        line = disk_note(run_id)
+        if line:
+            logstore.note(run_id, line)
     exit_code = facts.get("exit_code") if facts else None
     state, message = describe(reason, exit_code=exit_code,
                               who=run.stop_requested_by or "a user",
@@ -116,6 +132,13 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
 def _outputs(run: Run) -> dict[str, Any]:
     """Changes and artifacts of a stopped run; a failure to read them is reported on the
     run, never allowed to keep it from ending."""
+    if run.stop_reason == "inode_quota_exceeded":
+        # Stopped for holding too many files: reading them all back would cost the
+        # agent more than the run, and could never become a commit anyway.
+        changes = outputs.empty_changes()
+        changes["error"] = ("The run's files were not read back: it was stopped for making "
+                            "too many files and folders.")
+        return {"changes": changes}
     masker = secrets.Masker(secrets.unseal(run.secrets_sealed))
     try:
         root = sandbox.workspace_host_path(run.container_name)
