@@ -52,6 +52,14 @@ def end_setup(run_id: str, facts: dict[str, Any] | None,
         return False
     if run.phase == "main":
         return True  # done before an agent restart; only the cleanup was left
+    if _exit_reason(run, facts) == "exit_zero":
+        # What it leaves becomes a cache other runs mount: counted once more, in case
+        # it wrote past its caps and exited between two counts of the watch.
+        found = diskwatch.verdict(diskwatch.count_run(run)[1], run)
+        if found is not None:
+            Run.objects.filter(pk=run.pk, stop_reason="").update(stop_reason=found[0])
+            disk_note = lambda _: found[1]  # noqa: E731
+    run.refresh_from_db()
     if _exit_reason(run, facts) != "exit_zero":
         # The command never ran: no outputs.
         end_run(run_id, facts, read_outputs=False, disk_note=disk_note)

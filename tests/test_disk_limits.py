@@ -251,3 +251,22 @@ def test_writing_past_disk_mb_in_many_files_ends_disk_quota_exceeded(teams, cast
     # Killed at once, not after the grace period a SIGTERM would have given it.
     t = done["timings"]
     assert _seconds(t["finished_at"]) - _seconds(t["process_started_at"]) < 30
+
+
+@runtimes
+def test_a_setup_step_that_fills_deps_with_too_many_files_leaves_no_cache(teams, cast,
+                                                                          settings, runtime):
+    """/deps is counted while setup fills it, and once more when it exits: what it left
+    would become a cache every later run of the key mounts."""
+    ours, _ = teams
+    settings.SANDBOX_MAX_INODES = 3_000
+    put(cast, {"workspace.toml": '[setup]\ncommand = "mkdir /deps/many && cd /deps/many && '
+                                 'seq 1 5000 | xargs touch"\ncache_key = []\n'})
+    done = ours.wait(ours.run("echo never", runtime=runtime), timeout=120)
+    assert (done["state"], done["reason"]) == ("failed", "inode_quota_exceeded"), done
+    log = ours.log(done)
+    assert any(e["stream"] == "system" and "3,000 files and folders in /workspace and /deps"
+               in e["text"] for e in log), log
+    assert "never" not in [e["text"] for e in log if e["stream"] == "stdout"]
+    assert ours.get("/workspaces/shop/caches").json()["caches"] == []
+    assert no_container_left(done)
