@@ -61,11 +61,7 @@ def walk(root: str, *, sort: bool = False, max_depth: int = MAX_DEPTH) -> Iterat
         fd, prefix = top, ""
         while True:
             pending: list[str] = []
-            with os.scandir(fd) as listing:
-                names = [e.name for e in listing]
-            if sort:
-                names.sort()
-            for name in names:
+            for name in _names(fd, sort):
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except FileNotFoundError:
@@ -102,6 +98,18 @@ def walk(root: str, *, sort: bool = False, max_depth: int = MAX_DEPTH) -> Iterat
             os.close(level_fd)
         if fd >= 0 and fd not in {level[0] for level in levels}:
             os.close(fd)
+
+
+def _names(fd: int, sort: bool) -> Iterator[str]:
+    """A folder's names; unsorted, read as they come (a folder of a million files is
+    never held whole, and a count stops at its cap)."""
+    with os.scandir(fd) as listing:
+        if not sort:
+            for entry in listing:
+                yield entry.name
+            return
+        names = sorted(entry.name for entry in listing)
+    yield from names
 
 
 @dataclass
