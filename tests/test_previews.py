@@ -462,3 +462,21 @@ def test_another_team_never_sees_a_preview(agent, ready, cast, client):
                         content_type="application/json", **headers)
         assert r.status_code == 404, action
     assert client.get("/api/v1/workspaces/probe/previews", **headers).status_code == 404
+
+
+def test_an_engine_restart_under_a_ready_preview_ends_it_typed_and_restartable(
+        agent, ready, berth_server):
+    """The engine's restart stops every container (no live-restore): the preview ends
+    in a typed state that says so, never `ready` with nothing behind it, and a restart
+    brings it back."""
+    from tests.test_deploys import restart_engine
+
+    restart_engine()
+    ended = agent.wait(ready, ENDED, timeout=90)
+    assert ended["state"] == "crashed", ended
+    assert ended["reason"] and ended["message"], ended
+    r = agent.post(ended, "restart")
+    assert r.status_code == 202, r.content
+    again = agent.wait(ended, {"ready"} | ENDED, timeout=90)
+    assert again["state"] == "ready" and again["run"] != ready["run"], again
+    assert opened(berth_server, agent, again).get(again["url"]).status_code == 200
