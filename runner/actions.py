@@ -11,7 +11,7 @@ from accounts.actions import record
 from config.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
 from runner import secrets
 from runner.egress import policy as egress_policy
-from runner.limits import effective_limits
+from runner.limits import effective_limits, within_bounds
 from runner.models import ACTIVE_STATES, Run, RunState, Secret
 from runner.outcomes import describe
 from runner.outputs import clean_artifact_paths
@@ -92,6 +92,7 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
                       {"field": "env", "missing": missing, "unexpected": extra},
                       code="env_values_required")
     chosen, why = policy_runtime(run.workspace, run.runtime)
+    limits, bounded = within_bounds(run.limits)
     # The same entries are asked for, but today's ceiling bounds them: a replay never
     # reaches what the team has since taken away.
     network, ignored = egress_policy.for_run(
@@ -99,11 +100,12 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
         run.workspace.team.egress_ceiling)
     return _queue(run.workspace, actor, Run(
         workspace=run.workspace, ref=run.ref, commit=run.commit, command=run.command,
-        image=run.image, image_id=run.image_id, runtime=chosen, limits=run.limits,
+        image=run.image, image_id=run.image_id, runtime=chosen, limits=limits,
         network=network, artifact_paths=run.artifact_paths,
         setup={k: run.setup[k] for k in ("command", "cache_key") if k in run.setup},
         commit_changes=run.commit_changes, rerun_of=run,
-        warnings=[w for w in run.warnings if not w.startswith("[network]")] + why + ignored),
+        warnings=[w for w in run.warnings if not w.startswith("[network]")] + bounded + why
+        + ignored),
         env, list(run.secret_names))
 
 

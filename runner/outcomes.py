@@ -43,6 +43,12 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
                                 "gVisor (runsc) is not registered with this Docker engine, and "
                                 "Berth never falls back to runc; run `scripts/host-setup "
                                 "docker` or ask for runtime \"runc\"."),
+        "seccomp_unavailable": (RunState.ERROR,
+                                "gVisor (runsc) is registered with this Docker engine without "
+                                "--oci-seccomp, so it would ignore the sandbox's seccomp "
+                                "profile, and Berth refuses to run without it; run "
+                                "`scripts/host-setup docker` (it registers runsc again and "
+                                "reloads the engine) or ask for runtime \"runc\"."),
         "engine_unavailable": (RunState.ERROR,
                                "The Docker engine did not answer; check that dockerd runs "
                                "(`scripts/host-setup docker`) and run again."),

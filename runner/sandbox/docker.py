@@ -20,7 +20,9 @@ from config.errors import BerthError
 from runner import logstore
 from runner.egress.policy import PROXY_PORT
 from runner.engine import engine
+from runner.limits import within_bounds
 from runner.models import Run
+from runner.sandbox import hardening
 from runner.sandbox_image import EGRESS_WAIT
 from workspaces.archive import SMALL_TREE_BYTES, measure_commit, tree_tar_stream, tree_tarball
 from workspaces.store import open_store
@@ -38,17 +40,33 @@ class SandboxError(Exception):
         self.reason, self.facts = reason, facts
 
 
-_runtimes: tuple[float, set[str]] = (0.0, set())
+_runtimes: tuple[float, dict[str, list[str]]] = (0.0, {})
 RUNTIMES_FRESH_S = 30.0
 
 
-def engine_runtimes(fresh: bool = False) -> set[str]:
-    """The runtimes the engine has registered, asked at most every 30 s (an engine info
-    call costs ~8 ms per run otherwise)."""
+def engine_runtimes(fresh: bool = False) -> dict[str, list[str]]:
+    """The runtimes the engine has registered, each with its runtimeArgs; asked at most
+    every 30 s (an engine info call costs ~8 ms per run otherwise)."""
     global _runtimes
     if fresh or time.monotonic() - _runtimes[0] > RUNTIMES_FRESH_S:
-        _runtimes = (time.monotonic(), set(engine().info().get("Runtimes", {})))
+        _runtimes = (time.monotonic(), {
+            name: list((spec or {}).get("runtimeArgs") or [])
+            for name, spec in (engine().info().get("Runtimes") or {}).items()})
     return _runtimes[1]
+
+
+def _registered(runtime: str) -> list[str]:
+    """The runtime's args, when it is registered in a way that enforces the sandbox's
+    seccomp profile. A miss is asked again: only what was seen is trusted from the
+    cache. Fails closed: never a fallback to runc, never a runsc that ignores seccomp."""
+    for fresh in (False, True):
+        runtimes = engine_runtimes(fresh=fresh)
+        if runtime in runtimes and hardening.runtime_enforces_seccomp(runtime,
+                                                                      runtimes[runtime]):
+            return runtimes[runtime]
+    if runtime not in runtimes:
+        raise SandboxError("runtime_unavailable")
+    raise SandboxError("seccomp_unavailable")
 
 
 def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
@@ -64,14 +82,17 @@ def _host_config(run: Run, runtime: str, deps: Mount | None = None,
     """Every hardening setting of DESIGN.md. A release build alone has a writable root
     layer (what it leaves in /app becomes the release image), and it and a release have
     no /workspace: their source is in /app of the image."""
-    limits = run.limits
+    # Held to today's bounds once more: a row recorded before a bound existed must not
+    # reach the engine with a limit that vanishes (0 nano-CPUs is no CPU limit at all).
+    limits, _ = within_bounds(run.limits)
     memory = f"{int(limits['memory_mb'])}m"
     in_app = run.purpose in ("build", "release")
     return dict(
         user="1000:1000",
         working_dir="/app" if in_app else "/workspace",
         cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
+        # Berth's seccomp profile, never the engine's default (hardening.py says why).
+        security_opt=hardening.security_opt(runtime),
         read_only=run.purpose != "build",
         network_mode="none",
         init=True,
@@ -192,9 +213,7 @@ def prepare_and_start(run: Run, env: dict[str, str],
     try:
         image_id = _check_image(run)
         runtime = RUNTIMES[run.runtime]
-        # A miss is asked again: only a runtime seen registered is trusted from the cache.
-        if runtime not in engine_runtimes() and runtime not in engine_runtimes(fresh=True):
-            raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
+        runtime_args = _registered(runtime)
         setup, deps = _deps(run, image_id)
         from runner.quotas import cpu_weight
 
@@ -230,7 +249,7 @@ def prepare_and_start(run: Run, env: dict[str, str],
         checked.result()
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(
-        image_id=image_id, hydrated_at=now, isolation=_isolation(main, run), setup=setup,
+        image_id=image_id, hydrated_at=now, isolation=_isolation(main, runtime_args), setup=setup,
         phase="setup" if first is not main else "main",
         setup_done_at=now if setup.get("hit") else None)
     if not still_wanted():
@@ -331,19 +350,22 @@ def get_workspace_archive(name: str) -> Any:
     return chunks
 
 
-def _isolation(container: Any, run: Run) -> dict[str, Any]:
+def _isolation(container: Any, runtime_args: list[str]) -> dict[str, Any]:
     """What actually applied, read back from the engine rather than from our request
-    (docker-py's create already inspected the new container: no second round trip)."""
+    (docker-py's create already inspected the new container: no second round trip).
+    The seccomp profile counts as applied only if the runtime, as the engine registered
+    it, enforces it."""
     host = container.attrs["HostConfig"]
+    options = host.get("SecurityOpt") or []
     return {
         "runtime": host.get("Runtime"),
         "user": container.attrs["Config"].get("User"),
         "cap_drop": host.get("CapDrop"),
         "cap_add": host.get("CapAdd") or [],
         "privileged": host.get("Privileged"),
-        "security_opt": host.get("SecurityOpt"),
-        "seccomp": "default" if not any("seccomp" in o for o in host.get("SecurityOpt") or [])
-        else "custom",
+        "security_opt": hardening.shown_security_opt(options),
+        "seccomp": hardening.seccomp_record(options, host.get("Runtime") or "runc",
+                                            runtime_args),
         "read_only_root": host.get("ReadonlyRootfs"),
         "network": host.get("NetworkMode"),
         "memory_bytes": host.get("Memory"),
