@@ -149,6 +149,8 @@ class Watcher:
                 if preview.run.network.get("mode") == "proxy":
                     ports = ports - {PROXY_PORT}  # Berth's egress listener, not the app
                 if ports and timezone.now() > started + timedelta(seconds=WRONG_PORT_AFTER_S):
+                    log.info("preview %s listens on %s, not on %s", preview.public_id,
+                             sorted(ports), preview.port)
                     actions.fail_start(preview, "listening_on_other_port", ports=sorted(ports))
                     return False
             if started and timezone.now() > started + timedelta(

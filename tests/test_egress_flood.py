@@ -110,7 +110,7 @@ def flood(agent: Agent, n: int, expected: int, runtime: str) -> dict:
 
 
 def test_a_flood_is_capped_per_sandbox_and_team_and_other_teams_go_on(
-        team_a, team_b, cast, shop, files, run_stack):  # noqa: F811
+        team_a, team_b, cast, shop, files, run_stack, signed_in):  # noqa: F811
     policy(shop, cast, [f"files.test:{files}"])
     before = sandbox_sockets(run_stack)  # 0 unless another test left a sandbox running
 
@@ -157,6 +157,9 @@ def test_a_flood_is_capped_per_sandbox_and_team_and_other_teams_go_on(
         api = team_a.get(f"/runs/{started['id']}/egress").json()
         assert api["summary"]["denied"] == count
         assert {e["kind"] for e in api["events"]} == {"egress_denied"}
+    page = signed_in(cast.carol).get(f"/t/team-a/w/shop/runs/{first['id']}/").content.decode()
+    assert "a connection to the proxy" in page
+    assert "refused: too many connections open to the proxy" in page
 
     # Ending the runs gives every descriptor back.
     for started in (first, second):
