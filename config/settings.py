@@ -347,6 +347,12 @@ EGRESS_HOSTS = dict(item.split("=", 1) for item in envlist("EGRESS_HOSTS") if "=
 EGRESS_ALLOWED_ADDRESSES = envlist("EGRESS_ALLOWED_ADDRESSES")
 EGRESS_MAX_BYTES = envint("EGRESS_MAX_MB", 2048) * 1024 * 1024
 EGRESS_MAX_CONNECTIONS = envint("EGRESS_MAX_CONNECTIONS", 32)
+# Connections open to the proxy itself (idle ones included: each holds a descriptor in
+# the runner agent), per sandbox and per team; past them a new one is answered 429
+# (sandbox_connection_cap / team_connection_cap). The agent lowers the team cap further
+# if its own descriptor limit is too small for it (runner.egress.service).
+EGRESS_MAX_CONNECTIONS_PER_SANDBOX = envint("EGRESS_MAX_CONNECTIONS_PER_SANDBOX", 64)
+EGRESS_MAX_CONNECTIONS_PER_TEAM = envint("EGRESS_MAX_CONNECTIONS_PER_TEAM", 256)
 EGRESS_CONNECT_TIMEOUT_S = float(os.environ.get("EGRESS_CONNECT_TIMEOUT_S", "10"))
 EGRESS_IDLE_TIMEOUT_S = envint("EGRESS_IDLE_TIMEOUT_S", 300)
 # How long a sandbox's command waits for its proxy before giving up (the wrapper).

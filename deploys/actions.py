@@ -208,6 +208,9 @@ def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
         Release.objects.filter(pk=release.pk).update(process=process)
 
 
+TYPED_START_FAILURES = ("listening_on_other_port", "process_exited", "not_listening")
+
+
 def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> None:
     """A release's process became healthy (switch to it), failed to start (the deploy
     fails; the live one keeps serving) or crashed while live (start it again)."""
@@ -226,7 +229,10 @@ def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> No
             Release.objects.filter(pk=release.pk).update(restored_at=timezone.now(),
                                                          restore_tried_at=None)
     elif preview.state == PreviewState.FAILED and deploy.state == DeployState.RELEASING:
-        _fail(deploy, "health_failed", f"The release did not become healthy: "
+        # Why it never came up, typed as the process said it (a wrong port, an exit):
+        # the reviewer and the agent see the same reason the release's process has.
+        reason = preview.reason if preview.reason in TYPED_START_FAILURES else "health_failed"
+        _fail(deploy, reason, f"The release did not become healthy: "
               f"{preview.message} The live release, if any, still serves.")
     elif preview.state in (PreviewState.CRASHED, PreviewState.FAILED) and \
             Route.objects.filter(release=release).exists():

@@ -218,7 +218,7 @@ def test_only_the_declared_port_is_reachable(agent, probe, cast, berth_server):
 
 
 @pytest.mark.parametrize("command, reason", [
-    ("python3 probe_app.py exit", "exited"),
+    ("python3 probe_app.py exit", "process_exited"),
     ("python3 probe_app.py silent", "not_listening"),
 ])
 def test_a_preview_that_never_comes_up_fails_with_a_reason(agent, probe, cast, berth_server,
@@ -230,7 +230,7 @@ def test_a_preview_that_never_comes_up_fails_with_a_reason(agent, probe, cast, b
     browser = opened(berth_server, agent, preview)
     page = browser.get(preview["url"])
     assert page.status_code == 503
-    if reason == "exited":
+    if reason == "process_exited":
         assert preview["exit_code"] == 3
         assert "giving up at once" in page.text  # the last log lines, on the typed page
     r = browser.get(preview["url"], headers={"Accept": "application/json"})
@@ -294,7 +294,7 @@ def test_a_killed_process_is_a_crash_and_a_restart_brings_it_back(agent, ready,
     run = Run.objects.get(public_id=ready["run"])
     engine().containers.get(run.container_name).kill("SIGKILL")
     crashed = agent.wait(ready, ENDED)
-    assert crashed["state"] == "crashed" and crashed["reason"] == "exited"
+    assert crashed["state"] == "crashed" and crashed["reason"] == "process_exited"
     browser = opened(berth_server, agent, crashed)
     assert "crashed" in browser.get(crashed["url"]).text
     r = agent.post(crashed, "restart")
