@@ -19,6 +19,11 @@ from runner.sandbox import seccomp
 
 PROFILE_NAME = "berth-sandbox"
 RUNSC_SECCOMP_FLAG = "--oci-seccomp"
+# Linux's name -> gVisor's, where they differ: a rule naming only Linux's is skipped by
+# runsc, so the call would fail with EPERM (Python's select.select uses pselect6).
+# Calls this runsc does not know at all (futex_waitv, landlock_*, openat2, ioprio_*)
+# fail with EPERM instead of ENOSYS under gVisor.
+GVISOR_NAMES = {"pselect6": "pselect"}
 
 
 def _for_runsc(profile: dict[str, Any]) -> dict[str, Any]:
@@ -27,10 +32,12 @@ def _for_runsc(profile: dict[str, Any]) -> dict[str, Any]:
     with the file as it is, no thread could start. So clone3 is SECCOMP_RET_TRACE,
     which answers ENOSYS when no tracer is attached; and ptrace is denied, because a
     tracer could rewrite the stopped call and gVisor, unlike Linux since 4.8, does not
-    check the filter again afterwards."""
+    check the filter again afterwards. gVisor also knows some calls by names of its
+    own: those are added beside Linux's (runc ignores a name it does not know)."""
     rules = []
     for rule in profile["syscalls"]:
         names = [n for n in rule["names"] if n != "ptrace"]
+        names += [GVISOR_NAMES[n] for n in names if n in GVISOR_NAMES]
         if not names:
             continue
         rule = {**rule, "names": names}

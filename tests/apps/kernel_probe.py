@@ -63,6 +63,25 @@ def a_thread() -> str:
     return "ok" if done else "failed"
 
 
+def everyday_calls() -> str:
+    """What ordinary programs do must still work: wait on sockets (Python's
+    select.select is pselect6), make a pipe, stat a file."""
+    import select
+    import socket
+
+    try:
+        a, b = socket.socketpair()
+        b.send(b"x")
+        ready, _, _ = select.select([a], [], [], 1)
+        a.close()
+        b.close()
+        os.pipe()
+        os.stat("/")
+    except OSError as e:
+        return errno.errorcode.get(e.errno or 0, str(e))
+    return "ok" if ready else "not ready"
+
+
 def unshare_command() -> str:
     """`unshare -Ur id`, as a person would try it."""
     result = subprocess.run(["unshare", "-Ur", "id"], capture_output=True, text=True)
@@ -72,4 +91,5 @@ def unshare_command() -> str:
 print(json.dumps({"probe": sys.argv[1] if len(sys.argv) > 1 else "run",
                   "io_uring_setup": io_uring_setup(), "unshare_user": unshare_user(),
                   "clone3_user": clone3_user(), "thread": a_thread(),
+                  "everyday": everyday_calls(),
                   "unshare_Ur": unshare_command()}), flush=True)
