@@ -348,7 +348,7 @@ class Agent:
 
         run_ids = await _db(tasks.undelivered_runs)()
         if run_ids:
-            await _thread(tasks.send_undelivered)(run_ids)
+            await _thread(tasks.send_again)(run_ids, "the broker had not received them")
 
     async def reconcile(self) -> None:
         """Both kinds of orphans: an active run without a container is lost; a
@@ -376,11 +376,16 @@ class Agent:
                     phase = container.labels.get("berth.phase", "main")
                     self._spawn(self._safely(lambda o=owner, n=container.name, p=phase:
                                              self.finalize(o, n, p)))
-        stale = await _db(self._lost_runs)(set(by_owner))
+        # A container never started does not carry its run: the worker that made it died
+        # before starting it, and the run is sent again once stale (which replaces it).
+        started = {owner for owner, group in by_owner.items()
+                   if any(c.status != "created" for c in group)}
+        stale = await _db(self._lost_runs)(started)
         if stale:
             from runner import tasks
 
-            await _thread(tasks.send_undelivered)(stale)
+            await _thread(tasks.send_again)(stale, f"no worker carried them on within "
+                                                   f"{STALE_PREPARING.seconds} s")
         await self._reconcile_stray_volumes()
         from deploys.actions import restore_all
 

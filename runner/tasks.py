@@ -77,8 +77,8 @@ def send_prepare(run_id: int) -> bool:
     deleting what was written, and a broker that fails between a check and the send
     would still leave a row behind. Instead the row says whether its task got through
     (`prepare_sent_at`), and the runner agent sends the ones that did not once the
-    broker answers again (`send_undelivered`). The task is idempotent, so a send that
-    did get through but was not recorded costs one extra delivery at most."""
+    broker answers again (`undelivered_runs`, `send_again`). The task is idempotent,
+    so a send that got through but was not recorded costs one extra delivery at most."""
     if not broker.send(prepare_run, (run_id,)):
         return False
     Run.objects.filter(pk=run_id).update(prepare_sent_at=timezone.now())
@@ -92,16 +92,16 @@ def undelivered_runs() -> list[int]:
         prepare_sent_at=None).order_by("admitted_at").values_list("pk", flat=True))
 
 
-def send_undelivered(run_ids: list[int]) -> int:
-    """Send each run's prepare task; stops at the first failure (the broker is still
-    down: the next round tries again). Returns how many were sent."""
+def send_again(run_ids: list[int], why: str) -> int:
+    """Send each run's prepare task again; stops at the first failure (the broker is
+    still down: the next round tries again). Returns how many were sent."""
     sent = 0
     for run_id in run_ids:
         if not send_prepare(run_id):
             break
         sent += 1
     if sent:
-        log.info("sent the prepare task of %d run(s) the broker had not received", sent)
+        log.info("sent the prepare task of %d run(s) again: %s", sent, why)
     return sent
 
 

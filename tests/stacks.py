@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -36,7 +37,7 @@ call_command("migrate", interactive=False, verbosity=0)
 from accounts import actions
 from accounts.models import ApiToken, Role
 team, _ = actions.create_team("team-a", "Team A")
-user, _ = actions.create_user(team, "carol", Role.MEMBER, None, password="carol-password-1")
+user, _ = actions.create_user(team, "alice", Role.ADMIN, None, password="alice-password-1")
 _, secret = actions.create_token(team, user, "fault tests", list(ApiToken.SCOPES), None)
 print("TOKEN", secret)
 """
@@ -75,7 +76,7 @@ class RedisServer:
 
 
 class Stack:
-    """The running supervised stack and an API client (carol's token, team A)."""
+    """The running supervised stack and an API client (alice's token: admin of team A)."""
 
     def __init__(self, root: Path, redis_server: RedisServer) -> None:
         self.root = root
@@ -176,6 +177,18 @@ class Stack:
             return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
         return False
 
+    def state_now(self, run: dict[str, Any]) -> str:
+        """The run's state as its row says this instant, read from the stack's database:
+        for timing a kill to a state too brief to catch through the API."""
+        db = sqlite3.connect(f"file:{self.data_dir / 'berth.sqlite3'}?mode=ro", uri=True,
+                             timeout=5)
+        try:
+            row = db.execute("SELECT state FROM runner_run WHERE public_id = ?",
+                             (run["id"],)).fetchone()
+        finally:
+            db.close()
+        return row[0] if row else ""
+
     def serving(self) -> bool:
         """Berth answers, through daphne and through the preview gateway: a preview host
         the gateway knows nothing of is handed to daphne, which says so (404)."""
@@ -214,6 +227,10 @@ class Stack:
             return current if current["state"] in states else None
         return wait_for(reached, timeout=timeout, interval=0.2,
                         what=f"run {run['id']} to reach {sorted(states)}")
+
+    def output_so_far(self, run: dict[str, Any]) -> list[str]:
+        page = self.api("GET", f"/runs/{run['id']}/logs?after=0&limit=5000").json()
+        return [e["text"] for e in page["entries"] if e["stream"] != "system"]
 
     def output(self, run: dict[str, Any]) -> list[str]:
         entries: list[dict[str, Any]] = []
