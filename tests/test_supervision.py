@@ -12,6 +12,7 @@ import pytest
 import requests
 from django.conf import settings
 
+from tests.browser import chromium_page
 from tests.servers import wait_for
 from tests.stacks import PROGRAMS, Stack, supervised_stack
 
@@ -138,6 +139,28 @@ def test_a_run_in_flight_when_the_agent_is_killed_ends_well(stack):
     assert stack.output(done) == [f"line {i}" for i in range(1, 41)]
     assert stack.alive(new)
     untouched(stack, others)
+
+
+@pytest.mark.browser
+def test_a_browser_following_a_log_while_daphne_is_killed_resumes_from_its_cursor(stack):
+    lines = [f"line {i}" for i in range(1, 61)]
+    run = stack.run("shop", "for i in $(seq 1 60); do echo line $i; sleep 0.15; done")
+    with chromium_page() as page:
+        page.goto(f"{stack.url}/signin/?next=/t/team-a/w/shop/runs/{run['id']}/")
+        page.fill("input[name=username]", "alice")
+        page.fill("input[name=password]", "alice-password-1")
+        page.click("button[type=submit]")
+        page.wait_for_selector(".log-lines .line:text-is('line 5')", timeout=90_000)
+        page.evaluate("window.notReloaded = true")
+        kill(stack, "web")
+        # The page says it lost the socket, then reconnects after its last entry.
+        page.wait_for_selector(".log-status[data-kind=error]", timeout=RECOVERY_S * 1000)
+        page.wait_for_selector(".log-status[data-kind=succeeded]", timeout=120_000)
+        assert page.evaluate("window.notReloaded") is True
+        shown = page.locator(".log-lines .line.stdout").all_inner_texts()
+    # Every line once, in order: nothing lost while daphne was down, nothing repeated.
+    assert shown == lines
+    assert stack.wait_run(run)["state"] == "succeeded"
 
 
 def test_ctrl_c_stops_every_process(stack):
