@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runner', '0007_quotas_cpu_days_build_labels'),
+        ('runner', '0008_pin_run_commits'),
     ]
 
     operations = [
