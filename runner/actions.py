@@ -1,6 +1,7 @@
 """Every state change of runs: each writes Activity and sends work only after commit."""
 
 import re
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -244,7 +245,7 @@ def _check_grants(workspace: Workspace, actor: Actor, names: list[str],
 def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
            secret_names: list[str]) -> Run:
     from runner import quotas
-    from runner.tasks import prepare_run
+    from runner.tasks import send_prepare
 
     for name in env:
         if not ENV_NAME.match(name) or name in RESERVED_ENV:
@@ -275,8 +276,9 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
                **({"purpose": run.purpose} if run.purpose != "run" else {}),
                **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
         if run.admitted_at is not None:
-            # Sent the moment this commits.
-            transaction.on_commit(lambda: prepare_run.delay(run.pk))
+            # Sent the moment this commits; if the broker is down, the run is accepted
+            # all the same and the agent sends it later (runner.tasks.send_prepare).
+            transaction.on_commit(partial(send_prepare, run.pk))
         elif run.pk in quotas.admit():
             # Others wait, or no slot was free: admission decides among them, in this
             # transaction, under the lock already held. The answer says admitted.

@@ -112,6 +112,10 @@ class Run(models.Model):
     queued_at = models.DateTimeField(default=timezone.now)
     # When runner.quotas let it go on to a worker (runs wait in `queued` until then).
     admitted_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # When its prepare task last reached the broker. Null on an admitted run: the broker
+    # was unreachable when it was sent (the row was committed all the same), so the
+    # runner agent sends it again (runner.tasks.undelivered_runs).
+    prepare_sent_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     hydrated_at = models.DateTimeField(null=True, blank=True)
     setup_done_at = models.DateTimeField(null=True, blank=True)
