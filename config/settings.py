@@ -229,6 +229,9 @@ SIGNIN_WINDOW_S = envint("SIGNIN_WINDOW_S", 15 * 60)
 # API tokens: default and maximum lifetime.
 TOKEN_DEFAULT_DAYS = envint("TOKEN_DEFAULT_DAYS", 30)
 TOKEN_MAX_DAYS = envint("TOKEN_MAX_DAYS", 365)
+# An open WebSocket checks its access again at least this often (seconds); a revoked
+# token or a removed member is told at once, an expiry is timed: this is the backstop.
+WEBSOCKET_ACCESS_RECHECK_S = envint("WEBSOCKET_ACCESS_RECHECK_S", 30)
 INVITATION_DAYS = envint("INVITATION_DAYS", 7)
 
 LOGGING = {

@@ -330,8 +330,10 @@ class Agent:
 
     @staticmethod
     def _disk_used(run: Run) -> int:
-        """/workspace, plus /deps while the setup step may write it."""
-        names = [run.container_name] + ([run.deps_volume_name] if run.phase == "setup" else [])
+        """/workspace, plus setup's own /workspace and /deps while the setup step may
+        write them."""
+        names = [run.container_name] + ([run.setup_container_name, run.deps_volume_name]
+                                        if run.phase == "setup" else [])
         return sum(sandbox.volume_bytes(name) or 0 for name in names)
 
     def _request_stop(self, run: Run, reason: str) -> None:
@@ -418,10 +420,11 @@ class Agent:
     async def _reconcile_stray_volumes(self) -> None:
         volumes = await asyncio.to_thread(
             lambda: engine().volumes.list(filters={"label": _label_filters()}))
-        names = {v.name for v in volumes}
+        owners = {v.name: (v.attrs.get("Labels") or {}).get("berth.owner") for v in volumes}
         containers = {c.name for c in await asyncio.to_thread(_listed)}
-        for name in names - containers:
-            owner = name.rsplit("-", 1)[-1]
+        for name in set(owners) - containers:
+            # By label: a setup step's /workspace is named after its container ("-setup").
+            owner = owners[name] or name.rsplit("-", 1)[-1]
             active = await _db(lambda o=owner: Run.objects.filter(
                 public_id=o, state__in=ACTIVE_STATES).exists())()
             if not active:

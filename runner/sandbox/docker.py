@@ -24,7 +24,13 @@ from runner.limits import within_bounds
 from runner.models import Run
 from runner.sandbox import hardening
 from runner.sandbox_image import EGRESS_WAIT
-from workspaces.archive import SMALL_TREE_BYTES, measure_commit, tree_tar_stream, tree_tarball
+from workspaces.archive import (
+    SMALL_TREE_BYTES,
+    entries_tar_stream,
+    measure_commit,
+    tree_tar_stream,
+    tree_tarball,
+)
 from workspaces.store import open_store
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
@@ -78,10 +84,12 @@ def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
 
 
 def _host_config(run: Run, runtime: str, deps: Mount | None = None,
-                 cpu_shares: int | None = None) -> dict[str, Any]:
+                 cpu_shares: int | None = None,
+                 workspace: Mount | None = None) -> dict[str, Any]:
     """Every hardening setting of DESIGN.md. A release build alone has a writable root
     layer (what it leaves in /app becomes the release image), and it and a release have
-    no /workspace: their source is in /app of the image."""
+    no /workspace: their source is in /app of the image. /workspace is the run's volume
+    unless another is given (the setup step's own)."""
     # Held to today's bounds once more: a row recorded before a bound existed must not
     # reach the engine with a limit that vanishes (0 nano-CPUs is no CPU limit at all).
     limits, _ = within_bounds(run.limits)
@@ -110,7 +118,8 @@ def _host_config(run: Run, runtime: str, deps: Mount | None = None,
                  Ulimit(name="core", soft=0, hard=0)],
         tmpfs={"/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 (the sandbox's own)
                "/home/sandbox": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755"},
-        mounts=([] if in_app else [Mount("/workspace", run.container_name, type="volume")])
+        mounts=([] if in_app else
+                [workspace or Mount("/workspace", run.container_name, type="volume")])
         + ([deps] if deps else []),
         runtime=runtime,
         hostname="sandbox",
@@ -225,13 +234,16 @@ def prepare_and_start(run: Run, env: dict[str, str],
         volume.result()  # the engine's own error, if making it failed
     first = None
     if setup.get("hit") is False:
-        # No env and no secrets: what setup leaves is shared by later runs of the key,
-        # so it must follow from the key alone, not from who asked.
+        # No env and no secrets, and a /workspace of its own holding only the key's
+        # files: what setup leaves is shared by later runs of the key (on any branch),
+        # so it must follow from the key alone, not from who asked or what else the
+        # commit holds. The engine makes that volume, labelled, at create.
         first = engine().containers.create(
             run.image, _command(run, setup["command"]), name=run.setup_container_name,
             labels=_labels(run, phase="setup"), environment=_proxy_env(run),
             **_host_config(run, runtime, Mount("/deps", setup["volume"], type="volume"),
-                           shares))
+                           shares, Mount("/workspace", run.setup_container_name,
+                                         type="volume", labels=_labels(run))))
     main = engine().containers.create(
         run.image, _command(run, run.command), name=run.container_name,
         labels=_labels(run, phase="main"), environment={**env, **_proxy_env(run)},
@@ -240,11 +252,16 @@ def prepare_and_start(run: Run, env: dict[str, str],
     # Checked while the source goes in.
     checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) \
         if setup.get("hit") else None
+    # The commit is measured (refused past the caps) before anything is copied in.
+    tree = source.result() if source is not None else None
+    # Setup's own /workspace is filled while the run's is.
+    key_files = _BACKGROUND.submit(_put_key_files, run, first) if first is not main else None
     # A build's source goes into the writable root layer, before start (the tree
     # becomes /app); a run's into the /workspace volume; a release's is in its image.
-    if source is not None and not first.put_archive("/" if in_app else "/workspace",
-                                                    source.result()):
+    if tree is not None and not main.put_archive("/" if in_app else "/workspace", tree):
         raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    if key_files is not None:
+        key_files.result()
     if checked is not None:
         checked.result()
     now = timezone.now()
@@ -284,6 +301,16 @@ def _source(run: Run) -> bytes | Iterator[bytes]:
             yield from tree_tar_stream(store, run.commit, under=under)
 
     return stream()
+
+
+def _put_key_files(run: Run, container: Any) -> None:
+    """Only the `cache_key` entries into the setup container's /workspace."""
+    from runner import caches
+
+    with open_store(run.workspace) as store:
+        tar = entries_tar_stream(store, caches.key_entries(store, run), caches.KEY_FILES_MTIME)
+        if not container.put_archive("/workspace", tar):
+            raise SandboxError("sandbox_failed", detail="the key files could not be copied in")
 
 
 def _setup_note(setup: dict[str, Any]) -> str:
