@@ -218,6 +218,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": "runner"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker that drops packets (rather than refusing) must not hold a request's task send
+# for the operating system's TCP timeout: a send fails in seconds (config.broker).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # CELERY_BEAT_SCHEDULE: set below, with the settings its tasks read.
 

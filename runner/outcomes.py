@@ -33,6 +33,9 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
         "source_too_large": (RunState.FAILED,
                              f"The commit's files were not copied in: {f.get('detail')} "
                              "Nothing ran; make a commit without them and run that."),
+        "source_invalid": (RunState.FAILED,
+                           f"The commit's files were not copied in: {f.get('detail')} "
+                           "Nothing ran; make a commit with shorter paths and run that."),
         "image_missing": (RunState.ERROR,
                           f"The image {f.get('image')} is not on this Docker host; run `make "
                           "run` (it builds the sandbox image) or pull the image."),

@@ -398,3 +398,16 @@ def test_retention_removes_logs_and_artifacts_of_old_runs_and_says_so(agent, cas
     assert agent.output(recent) == ["still here"]
     assert agent.get(f"/runs/{recent['id']}/artifacts/report.txt").status_code == 200
     assert retention.apply() == []
+
+
+def test_cache_key_paths_are_read_as_a_person_writes_them(agent, shop, cast):
+    """`./requirements.txt` and `vendor/` name the same entries as without the dot and
+    the slash: setup, which sees only its key's entries, finds them."""
+    write(shop, cast, {"vendor/pkg.py": "VERSION = 1\n", "workspace.toml": f"""[setup]
+command = "{LS} . > /deps/seen && cat vendor/pkg.py >> /deps/seen"
+cache_key = ["./requirements.txt", "vendor/"]
+"""})
+    done = agent.wait(agent.run("cat /deps/seen"))
+    assert done["state"] == "succeeded", (done, agent.log(done))
+    assert agent.output(done) == ["requirements.txt", "vendor", "VERSION = 1"]
+    assert done["setup"]["cache_key"] == ["requirements.txt", "vendor"]

@@ -31,6 +31,7 @@ from workspaces.archive import (
     tree_tar_stream,
     tree_tarball,
 )
+from workspaces.paths import InvalidPath
 from workspaces.store import open_store
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
@@ -86,7 +87,7 @@ def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
 def _host_config(run: Run, runtime: str, deps: Mount | None = None,
                  cpu_shares: int | None = None,
                  workspace: Mount | None = None) -> dict[str, Any]:
-    """Every hardening setting of DESIGN.md. A release build alone has a writable root
+    """Every hardening setting of a sandbox. A release build alone has a writable root
     layer (what it leaves in /app becomes the release image), and it and a release have
     no /workspace: their source is in /app of the image. /workspace is the run's volume
     unless another is given (the setup step's own)."""
@@ -258,8 +259,13 @@ def prepare_and_start(run: Run, env: dict[str, str],
     key_files = _BACKGROUND.submit(_put_key_files, run, first) if first is not main else None
     # A build's source goes into the writable root layer, before start (the tree
     # becomes /app); a run's into the /workspace volume; a release's is in its image.
-    if tree is not None and not main.put_archive("/" if in_app else "/workspace", tree):
-        raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    try:
+        if tree is not None and not main.put_archive("/" if in_app else "/workspace", tree):
+            raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    finally:
+        # Never left writing into a container the cleanup is removing.
+        if key_files is not None:
+            concurrent.futures.wait([key_files])
     if key_files is not None:
         key_files.result()
     if checked is not None:
@@ -291,6 +297,8 @@ def _source(run: Run) -> bytes | Iterator[bytes]:
     with open_store(run.workspace) as store:
         try:
             size = measure_commit(store, run.commit)
+        except InvalidPath as e:
+            raise SandboxError("source_invalid", detail=e.message) from None
         except BerthError as e:
             raise SandboxError("source_too_large", detail=e.message) from None
         if size.bytes <= SMALL_TREE_BYTES:
