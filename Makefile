@@ -7,9 +7,11 @@ PY := .venv/bin/python
 
 .PHONY: run test setup host venv sandbox-image lint test-sqlite test-postgres
 
+# Served under supervisord, in the foreground (scripts/supervisord.conf): a process that
+# dies is started again alone; Ctrl-C stops them all.
 run: host venv ## install what is missing, then serve on http://localhost:8000
 	@$(PY) manage.py prepare
-	@$(PY) scripts/serve.py
+	@exec scripts/supervise
 
 test: ## the same set-up minus serving, lint, then the suite on SQLite and PostgreSQL
 	@scripts/host-setup packages --for-tests

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts import socket_access
 from accounts.access import Actor
 from accounts.models import Activity, ApiToken, Invitation, Membership, Role, Team
 from accounts.slugs import validate_slug
@@ -123,6 +124,9 @@ def remove_member(membership: Membership, by: Actor) -> None:
                                 revoked_at=None).update(revoked_at=now)
         membership.delete()
         record(membership.team, by, "member.removed", f"user:{membership.user}")
+        # Their open WebSockets (feed, logs; by session or token) end too.
+        transaction.on_commit(lambda: socket_access.signal_changed(
+            membership.team_id, membership.user_id))
 
 
 def _keep_one_admin(membership: Membership, new_role: str | None) -> None:
@@ -260,4 +264,7 @@ def revoke_token(token: ApiToken, by: Actor) -> ApiToken:
             token.save(update_fields=["revoked_at"])
             record(token.team, by, "token.revoked", f"token:{token.public_id}",
                    name=token.name, owner=str(token.user))
+            # Sockets it opened stream on until they hear: tell them after commit.
+            transaction.on_commit(lambda: socket_access.signal_changed(
+                token.team_id, token.user_id))
     return token

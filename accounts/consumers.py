@@ -1,7 +1,9 @@
 """WebSocket door onto a team's activity: `/ws/t/<team>/activity?after=<id>&workspace=`.
 
 Sends `{"type": "entries", "entries": [...]}` for rows after the cursor, then again as
-new rows are committed. Only signed-in members of the team; anything else closes 4404.
+new rows are committed. Only signed-in members of the team; anything else closes 4404,
+and so does an open socket whose person leaves the team or signs out
+(accounts.socket_access).
 """
 
 import asyncio
@@ -10,15 +12,15 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts import feed
 from accounts.models import Membership
+from accounts.socket_access import AccessCheckedConsumer
 
 RECHECK_S = 10.0  # as runner.consumers': the longest a lost signal delays a look
 
 
-class ActivityConsumer(AsyncJsonWebsocketConsumer):
+class ActivityConsumer(AccessCheckedConsumer):
     team_id = 0
     group = ""
 
@@ -35,7 +37,8 @@ class ActivityConsumer(AsyncJsonWebsocketConsumer):
         self.wake = asyncio.Event()
         self.group = feed.group_name(self.team_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        self.pump_task = asyncio.create_task(self.pump())
+        self.pump_task = self.streaming_task = asyncio.create_task(self.pump())
+        await self.watch_access(self.team_id, self.scope["user"].pk)
 
     def authorise(self) -> int:
         user = self.scope.get("user")
@@ -44,6 +47,11 @@ class ActivityConsumer(AsyncJsonWebsocketConsumer):
             return 0
         membership = Membership.objects.filter(team__slug=slug, user=user).first()
         return membership.team_id if membership else 0
+
+    async def close_code_now(self) -> int | None:
+        self.scope["user"] = await self.current_user()
+        still = await database_sync_to_async(self.authorise)()
+        return None if still == self.team_id else 4404
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         pass  # nothing to say to the feed
@@ -70,3 +78,4 @@ class ActivityConsumer(AsyncJsonWebsocketConsumer):
             self.pump_task.cancel()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.stop_watching_access()

@@ -218,6 +218,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": "runner"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker that drops packets (rather than refusing) must not hold a request's task send
+# for the operating system's TCP timeout: a send fails in seconds (config.broker).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # CELERY_BEAT_SCHEDULE: set below, with the settings its tasks read.
 
@@ -229,6 +232,9 @@ SIGNIN_WINDOW_S = envint("SIGNIN_WINDOW_S", 15 * 60)
 # API tokens: default and maximum lifetime.
 TOKEN_DEFAULT_DAYS = envint("TOKEN_DEFAULT_DAYS", 30)
 TOKEN_MAX_DAYS = envint("TOKEN_MAX_DAYS", 365)
+# An open WebSocket checks its access again at least this often (seconds); a revoked
+# token or a removed member is told at once, an expiry is timed: this is the backstop.
+WEBSOCKET_ACCESS_RECHECK_S = envint("WEBSOCKET_ACCESS_RECHECK_S", 30)
 INVITATION_DAYS = envint("INVITATION_DAYS", 7)
 
 LOGGING = {
@@ -351,6 +357,12 @@ EGRESS_HOSTS = dict(item.split("=", 1) for item in envlist("EGRESS_HOSTS") if "=
 EGRESS_ALLOWED_ADDRESSES = envlist("EGRESS_ALLOWED_ADDRESSES")
 EGRESS_MAX_BYTES = envint("EGRESS_MAX_MB", 2048) * 1024 * 1024
 EGRESS_MAX_CONNECTIONS = envint("EGRESS_MAX_CONNECTIONS", 32)
+# Connections open to the proxy itself (idle ones included: each holds a descriptor in
+# the runner agent), per sandbox and per team; past them a new one is answered 429
+# (sandbox_connection_cap / team_connection_cap). The agent lowers the team cap further
+# if its own descriptor limit is too small for it (runner.egress.service).
+EGRESS_MAX_CONNECTIONS_PER_SANDBOX = envint("EGRESS_MAX_CONNECTIONS_PER_SANDBOX", 64)
+EGRESS_MAX_CONNECTIONS_PER_TEAM = envint("EGRESS_MAX_CONNECTIONS_PER_TEAM", 256)
 EGRESS_CONNECT_TIMEOUT_S = float(os.environ.get("EGRESS_CONNECT_TIMEOUT_S", "10"))
 EGRESS_IDLE_TIMEOUT_S = envint("EGRESS_IDLE_TIMEOUT_S", 300)
 # How long a sandbox's command waits for its proxy before giving up (the wrapper).

@@ -23,6 +23,7 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Membership, Role
+from config import broker
 from config.errors import Conflict, Forbidden, Invalid, NotFound
 from deploys.models import IN_FLIGHT, Approval, DeployRequest, DeployState, Release, Route
 from previews import actions as preview_actions
@@ -208,6 +209,9 @@ def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
         Release.objects.filter(pk=release.pk).update(process=process)
 
 
+TYPED_START_FAILURES = ("listening_on_other_port", "process_exited", "not_listening")
+
+
 def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> None:
     """A release's process became healthy (switch to it), failed to start (the deploy
     fails; the live one keeps serving) or crashed while live (start it again)."""
@@ -226,7 +230,10 @@ def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> No
             Release.objects.filter(pk=release.pk).update(restored_at=timezone.now(),
                                                          restore_tried_at=None)
     elif preview.state == PreviewState.FAILED and deploy.state == DeployState.RELEASING:
-        _fail(deploy, "health_failed", f"The release did not become healthy: "
+        # Why it never came up, typed as the process said it (a wrong port, an exit):
+        # the reviewer and the agent see the same reason the release's process has.
+        reason = preview.reason if preview.reason in TYPED_START_FAILURES else "health_failed"
+        _fail(deploy, reason, f"The release did not become healthy: "
               f"{preview.message} The live release, if any, still serves.")
     elif preview.state in (PreviewState.CRASHED, PreviewState.FAILED) and \
             Route.objects.filter(release=release).exists():
@@ -256,8 +263,9 @@ def _switch(release: Release) -> None:
                                    "Ask for it again and confirm, if it should replace it."):
                 Release.objects.filter(pk=release.pk).update(ended_at=now)
                 if release.process_id:
-                    transaction.on_commit(lambda: stop_release_process.delay(
-                        release.process_id))
+                    # A broker that is down delays it: restore_all's safety net stops it.
+                    transaction.on_commit(lambda: broker.send(stop_release_process, (
+                        release.process_id,)))
             return
         if previous is None:
             Route.objects.create(workspace=release.workspace, release=release, switched_at=now)
@@ -272,8 +280,9 @@ def _switch(release: Release) -> None:
                 state=DeployState.ROLLED_BACK if release.rollback_of_id else
                 DeployState.SUPERSEDED, ended_at=now)
             if old.process_id:
-                transaction.on_commit(lambda: stop_release_process.apply_async(
-                    (old.process_id,), countdown=settings.RELEASE_DRAIN_S))
+                transaction.on_commit(lambda: broker.send(
+                    stop_release_process, (old.process_id,),
+                    countdown=settings.RELEASE_DRAIN_S))
         record(release.workspace.team, None, "deploy.live", f"deploy:{deploy.public_id}",
                release.workspace.slug, release=release.number, commit=release.commit)
         transaction.on_commit(lambda: prune_images(release.workspace))
@@ -309,10 +318,21 @@ def _acting_for(release: Release) -> Actor | None:
 
 def restore_all() -> None:
     """The agent's safety net (every reconcile): a routed release whose process is not
-    live is started again — after an engine restart the first tries may fail."""
+    live is started again — after an engine restart the first tries may fail; and the
+    process of a release the route moved away from is stopped if its stop task never
+    came (the broker was down when it was sent)."""
+    from deploys.tasks import stop_release_process
+
     for route in Route.objects.select_related("release__process").exclude(
             release__process__state__in=LIVE_STATES):
         restore(route.release)
+    # Well past the drain time, so the task (sent with that countdown) goes first.
+    overdue = timezone.now() - timedelta(seconds=2 * settings.RELEASE_DRAIN_S + 30)
+    for release in Release.objects.filter(
+            ended_at__lt=overdue, process__state__in=LIVE_STATES).exclude(
+            process__in=Route.objects.values("release__process")):
+        assert release.process_id is not None
+        stop_release_process(release.process_id)
 
 
 def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:

@@ -227,11 +227,13 @@ def mark_ready(preview: Preview, status: int) -> bool:
     return moved
 
 
-def fail_start(preview: Preview, reason: str, status: int | None = None) -> None:
-    """The process is alive but never became healthy: not_listening or health_failed."""
+def fail_start(preview: Preview, reason: str, status: int | None = None,
+               **facts: Any) -> None:
+    """The process is alive but never became healthy: not_listening, health_failed, or
+    listening_on_other_port (`ports`: where it listens instead)."""
     with transaction.atomic():
         if preview.move(PreviewState.FAILED, (PreviewState.STARTING,), reason=reason,
-                        message=describe(reason, preview, status=status),
+                        message=describe(reason, preview, status=status, **facts),
                         ended_at=timezone.now()):
             _end_process(preview, SYSTEM)
             _announce(preview)
@@ -250,14 +252,15 @@ def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
     if run.reason in ("setup_failed", "setup_oom"):
         reason = "setup_failed"
     elif run.reason in ("exit_zero", "exit_nonzero", "command_not_found", "oom"):
-        reason = "exited"
+        reason = "process_exited"
     else:
         reason = run.reason  # engine_unavailable, image_missing, worker_lost, ...
     to = PreviewState.CRASHED if preview.state == PreviewState.READY else PreviewState.FAILED
     if preview.move(to, LIVE_STATES, reason=reason, exit_code=run.exit_code,
                     message=describe(reason, preview, exit_code=run.exit_code,
                                      run_message=run.message,
-                                     crashed=to == PreviewState.CRASHED),
+                                     crashed=to == PreviewState.CRASHED,
+                                     last_lines=_last_lines(run)),
                     ended_at=timezone.now()):
         logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
         _announce(preview)
@@ -272,26 +275,49 @@ def on_branch_moved(sender: object, workspace: Workspace, branch: str, sha: str,
         restart_preview(preview, actor, commit=sha)
 
 
+LAST_LINES = 5  # of the process's own output, in the message of an exit
+
+
+def _last_lines(run: Run) -> list[str]:
+    """The process's last lines of output (Berth's own notes left out)."""
+    count = logstore.count(run.public_id)
+    entries = logstore.read(run.public_id, max(0, count - 50), 50)
+    return [e["text"][:300] for e in entries if e["stream"] != "system"][-LAST_LINES:]
+
+
 def describe(reason: str, preview: Preview, **f: Any) -> str:
     """What a preview's end means, and what to do next."""
     port, deadline = preview.port, settings.PREVIEW_START_DEADLINE_S
     idle_min = max(1, round(preview.idle_timeout_s / 60))
+    # A release runs [deploy] of its commit; its fix needs a new deploy, not a restart.
+    section = "[deploy]" if preview.kind == "release" else "[preview]"
+    again = "ask for a deploy again" if preview.kind == "release" else "restart"
+    ports = [str(p) for p in f.get("ports") or []]
+    lines = f.get("last_lines") or []
+    where = " while it was serving" if f.get("crashed") else \
+        f" before it answered on port {port}"
     table = {
         "setup_failed": "The [setup] command failed, so the app never started; the log says "
                         "why. Fix [setup] in workspace.toml, then restart.",
-        "exited": (f"The app exited with code {f.get('exit_code')}"
-                   + (" while it was serving" if f.get("crashed") else
-                      f" before it answered on port {port}")
-                   + "; the last lines of its log say why. Fix it, then restart."),
+        "process_exited": (f"The app exited with code {f.get('exit_code')}{where}"
+                           + (". Its last lines of output:\n" + "\n".join(lines) + "\n"
+                              if lines else ", with no output. ")
+                           + f"Fix it, then {again}."),
+        "listening_on_other_port": (
+            f"Nothing listens on port {port}, the port {section} names in workspace.toml, "
+            f"but the app listens on {'ports' if len(ports) > 1 else 'port'} "
+            f"{', '.join(ports)}. Change the line `port = {port}` under {section} in "
+            f"workspace.toml to `port = {ports[0] if ports else port}` (or make the app "
+            f"listen on {port}), then {again}."),
         "not_listening": f"The process runs, but nothing listened on port {port} within "
-                         f"{deadline} s. Make [preview].command listen on 127.0.0.1:{port} "
-                         "(or 0.0.0.0), or set [preview].port to the port it uses; then "
-                         "restart.",
+                         f"{deadline} s. Make {section}.command listen on 127.0.0.1:{port} "
+                         f"(or 0.0.0.0), or set {section}.port to the port it uses; then "
+                         f"{again}.",
         "health_failed": f"GET {preview.health_path} kept answering "
                          + (f"{f['status']} (not 2xx or 3xx)" if f.get("status")
                             else "with no valid HTTP response")
-                         + f" for {deadline} s. Fix the app or [preview].health_path, then "
-                         "restart.",
+                         + f" for {deadline} s. Fix the app or {section}.health_path, then "
+                         f"{again}.",
         "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
                 "Restart it to use it again.",
         "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",

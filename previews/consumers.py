@@ -1,26 +1,27 @@
 """WebSocket door onto a preview's log: `/ws/previews/<id>/logs?after=<seq>`, the same
-messages as a run's log (runner.consumers), for the preview's current process."""
+messages as a run's log (runner.consumers), for the preview's current process, and the
+same end when the watcher's access goes."""
 
-from accounts.access import Actor
-from accounts.auth import authenticate_bearer
 from config.errors import NotFound
 from previews.access import access_preview
+from previews.models import Preview
 from runner.consumers import RunLogConsumer
 from runner.models import Run
 
 
 class PreviewLogConsumer(RunLogConsumer):
     def authorise(self) -> Run:
-        preview_id = self.scope["url_route"]["kwargs"]["preview_id"]
-        header = dict(self.scope["headers"]).get(b"authorization")
-        if header is not None:
-            actor = authenticate_bearer(header.decode("latin-1"))
-        else:
-            user = self.scope.get("user")
-            if user is None or not user.is_authenticated:
-                raise NotFound("No such preview.")
-            actor = Actor(user)
-        preview = access_preview(actor, preview_id)
+        preview = self.preview()
         if preview.run is None:
             raise NotFound("This preview has no process yet.")
         return preview.run
+
+    def check_access(self) -> None:
+        # The preview, not its process: a restart between two checks is not a refusal.
+        self.preview()
+
+    def preview(self) -> Preview:
+        actor = self.scope_actor()
+        preview = access_preview(actor, self.scope["url_route"]["kwargs"]["preview_id"])
+        self.access_of = (preview.workspace.team_id, actor)
+        return preview

@@ -119,3 +119,17 @@ def answer_head(ex: Exchange, status: int, reason: bytes, given: list[tuple[byte
         headers.append((b"connection", b"keep-alive"))
     return b"HTTP/1.1 %d " % status + reason + CRLF + header_lines(headers), mode, eof_ends, \
         close_after
+
+
+def own_answer(status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+               frames: bytes | None, close: bool) -> bytes:
+    """The gateway's own answer (an error page or object) as bytes on the wire: the
+    frame-ancestors rule of a non-public target, its length, and a close if it ends
+    the connection."""
+    if frames is not None:
+        headers = with_frame_ancestors(headers, frames)
+    headers = [*headers, (b"content-length", b"%d" % len(body))]
+    if close:
+        headers.append((b"connection", b"close"))
+    return b"HTTP/1.1 %d \r\n" % status + header_lines(headers) + body
+

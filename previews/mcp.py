@@ -82,7 +82,10 @@ async def start_preview(ctx: Ctx, workspace: str, ref: str | None = None,
                         wait_seconds: int = 60) -> PreviewOut:
     """Start the app of a commit with workspace.toml's [preview] command and port, and
     wait up to wait_seconds (default 60, max 120) until it answers its health check or
-    fails (not_listening, health_failed, exited: the message says why). Usually 1-3 s.
+    fails: not_listening, health_failed, listening_on_other_port (the app listens, but on
+    another port than workspace.toml says: the message names it and the line to change,
+    within about 3 s), process_exited (with exit_code and its last lines of output, at
+    once); the message says what to do. Usually 1-3 s.
     Returns a short-lived link; next: fetch_preview to see a page."""
     actor = await actor_of(ctx)
 

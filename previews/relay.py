@@ -17,9 +17,8 @@ import httptools
 from django.conf import settings
 
 from previews import pages
-from previews.framing import Exchange, answer_head, chunk, header_lines, request_header_block
+from previews.framing import Exchange, answer_head, chunk, own_answer, request_header_block
 from previews.gateway import Gateway, Route
-from previews.headers import with_frame_ancestors
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
 from runner.sandbox.netns import NamespaceGone
 
@@ -159,9 +158,7 @@ class Client(asyncio.Protocol):
             upstream.transport.resume_reading()
 
     def _upstream(self) -> Upstream | None:
-        if self.tunnel is not None:
-            return self.tunnel
-        return self.queue[0].upstream if self.queue else None
+        return self.tunnel or (self.queue[0].upstream if self.queue else None)
 
     def _pause(self, why: str) -> None:
         if not self.paused and not self.gone:
@@ -438,9 +435,8 @@ class Client(asyncio.Protocol):
         if ex.answered:
             self.transport.abort()
             return
-        self.close_after = True
-        too_large = self.gw.too_large
-        self._answer(ex, too_large.status, too_large.code, too_large.message, too_large.title)
+        self.close_after, big = True, self.gw.too_large
+        self._answer(ex, big.status, big.code, big.message, big.title)
 
     def _answer(self, ex: Exchange, status: int, code: str, message: str, title: str = "",
                 queued: bool = True) -> None:
@@ -456,13 +452,9 @@ class Client(asyncio.Protocol):
             json_wanted=ex.upgrade or pages.wants_json(dict(ex.headers)))
         if not ex.ended or not ex.keep_alive or ex.upgrade:
             self.close_after = True
-        if (frames := self.gw.frames_for(ex.route)) is not None:
-            headers = with_frame_ancestors(headers, frames)
-        headers = [*headers, (b"content-length", b"%d" % len(body))]
-        if self.close_after:
-            headers.append((b"connection", b"close"))
         self.flush()
-        self.transport.write(b"HTTP/1.1 %d \r\n" % status + header_lines(headers) + body)
+        self.transport.write(own_answer(status, headers, body, self.gw.frames_for(ex.route),
+                                        self.close_after))
         ex.answered = True
         if queued:
             self._finish(ex)

@@ -2,7 +2,9 @@
 
 Every tick it looks at the live previews whose process runs: a starting one is
 probed until GET health_path answers 2xx/3xx (ready) or the start deadline passes
-(not_listening, or health_failed with the last status); a ready one is probed every
+(not_listening, or health_failed with the last status); once WRONG_PORT_AFTER_S have
+passed with nothing on its port while something listens on another one, it fails at
+once (listening_on_other_port, naming them); a ready one is probed every
 PREVIEW_HEALTH_EVERY_S and stopped once idle past its timeout. Probes connect from
 inside the sandbox's network namespace (previews.upstream.probe). Crashes need no
 polling: the process's exit ends its run, and previews.actions.on_run_finished follows.
@@ -22,10 +24,16 @@ from previews import actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from previews.upstream import probe
 from runner import sandbox
+from runner.egress.policy import PROXY_PORT
 from runner.models import RunState
-from runner.sandbox.netns import Namespace, NamespaceGone
+from runner.sandbox.netns import Namespace, NamespaceGone, listening_ports
 
 log = logging.getLogger("berth.runner_agent")
+
+# An app still binding its port gets this long before another port it listens on is
+# taken for a mistake in workspace.toml (servers bind within milliseconds of starting;
+# one that opens an admin port first and its main port later gets 3 s to do so).
+WRONG_PORT_AFTER_S = 3.0
 
 
 def _db(fn: Any) -> Any:
@@ -89,7 +97,9 @@ class Watcher:
                     seen = status
                     self.next_check[preview.public_id] = \
                         asyncio.get_running_loop().time() + 0.5
-                    if not await _db(self._record)(preview, status):
+                    ports = await self._ports(ns) if ns and status is None and \
+                        preview.state == PreviewState.STARTING else None
+                    if not await _db(self._record)(preview, status, ports):
                         break
                 await asyncio.sleep(self.STARTING_PROBE_S)
             self.next_check[preview.public_id] = asyncio.get_running_loop().time() + \
@@ -117,8 +127,16 @@ class Watcher:
         return ns
 
     @staticmethod
-    def _record(preview: Preview, status: int | None) -> bool:
-        """Write what a probe saw; True while the preview is still starting."""
+    async def _ports(ns: Namespace) -> set[int] | None:
+        try:
+            return await asyncio.to_thread(listening_ports, ns)
+        except NamespaceGone:
+            return None
+
+    @staticmethod
+    def _record(preview: Preview, status: int | None, ports: set[int] | None = None) -> bool:
+        """Write what a probe saw (and, while nothing answers, the ports something
+        listens on); True while the preview is still starting."""
         preview.refresh_from_db()
         if preview.run is None or not preview.is_live:
             return False
@@ -127,6 +145,14 @@ class Watcher:
             if healthy and actions.mark_ready(preview, status or 0):
                 return False
             started = preview.run.process_started_at
+            if ports and started and preview.port not in ports:
+                if preview.run.network.get("mode") == "proxy":
+                    ports = ports - {PROXY_PORT}  # Berth's egress listener, not the app
+                if ports and timezone.now() > started + timedelta(seconds=WRONG_PORT_AFTER_S):
+                    log.info("preview %s listens on %s, not on %s", preview.public_id,
+                             sorted(ports), preview.port)
+                    actions.fail_start(preview, "listening_on_other_port", ports=sorted(ports))
+                    return False
             if started and timezone.now() > started + timedelta(
                     seconds=settings.PREVIEW_START_DEADLINE_S):
                 actions.fail_start(preview, "not_listening" if status is None

@@ -1,6 +1,7 @@
 """Every state change of runs: each writes Activity and sends work only after commit."""
 
 import re
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -11,7 +12,7 @@ from accounts.actions import record
 from config.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
 from runner import secrets
 from runner.egress import policy as egress_policy
-from runner.limits import effective_limits
+from runner.limits import effective_limits, within_bounds
 from runner.models import ACTIVE_STATES, Run, RunState, Secret
 from runner.outcomes import describe
 from runner.outputs import clean_artifact_paths
@@ -92,6 +93,7 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
                       {"field": "env", "missing": missing, "unexpected": extra},
                       code="env_values_required")
     chosen, why = policy_runtime(run.workspace, run.runtime)
+    limits, bounded = within_bounds(run.limits)
     # The same entries are asked for, but today's ceiling bounds them: a replay never
     # reaches what the team has since taken away.
     network, ignored = egress_policy.for_run(
@@ -99,11 +101,12 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
         run.workspace.team.egress_ceiling)
     return _queue(run.workspace, actor, Run(
         workspace=run.workspace, ref=run.ref, commit=run.commit, command=run.command,
-        image=run.image, image_id=run.image_id, runtime=chosen, limits=run.limits,
+        image=run.image, image_id=run.image_id, runtime=chosen, limits=limits,
         network=network, artifact_paths=run.artifact_paths,
         setup={k: run.setup[k] for k in ("command", "cache_key") if k in run.setup},
         commit_changes=run.commit_changes, rerun_of=run,
-        warnings=[w for w in run.warnings if not w.startswith("[network]")] + why + ignored),
+        warnings=[w for w in run.warnings if not w.startswith("[network]")] + bounded + why
+        + ignored),
         env, list(run.secret_names))
 
 
@@ -242,7 +245,7 @@ def _check_grants(workspace: Workspace, actor: Actor, names: list[str],
 def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
            secret_names: list[str]) -> Run:
     from runner import quotas
-    from runner.tasks import prepare_run
+    from runner.tasks import send_prepare
 
     for name in env:
         if not ENV_NAME.match(name) or name in RESERVED_ENV:
@@ -273,8 +276,9 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
                **({"purpose": run.purpose} if run.purpose != "run" else {}),
                **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
         if run.admitted_at is not None:
-            # Sent the moment this commits.
-            transaction.on_commit(lambda: prepare_run.delay(run.pk))
+            # Sent the moment this commits; if the broker is down, the run is accepted
+            # all the same and the agent sends it later (runner.tasks.send_prepare).
+            transaction.on_commit(partial(send_prepare, run.pk))
         elif run.pk in quotas.admit():
             # Others wait, or no slot was free: admission decides among them, in this
             # transaction, under the lock already held. The answer says admitted.

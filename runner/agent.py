@@ -40,6 +40,9 @@ EXIT_SIGKILL = 137
 TICK_S = 0.5
 # A queued run no worker has picked up by then is sent again (the task is idempotent).
 STALE_PREPARING = timedelta(seconds=settings.RUN_STALE_QUEUED_S)
+# How often runs whose prepare task never reached the broker (it was down) are looked
+# for: they go as soon as it answers again, not a whole reconcile later.
+UNDELIVERED_EVERY_S = 2.0
 RUNNING_GRACE = timedelta(seconds=15)  # a just-started run may not be listed yet
 
 
@@ -121,6 +124,8 @@ class Agent:
                  asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop,
                                                  self.previews_due)),
                  asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop)),
+                 asyncio.create_task(self._every(UNDELIVERED_EVERY_S, self.send_undelivered,
+                                                 stop)),
                  # Its own job: a slow count never delays the tick's timeouts.
                  asyncio.create_task(self._every(ROUND_S, self.disk.round, stop)),
                  asyncio.create_task(self._every(settings.RUN_CPU_SAMPLE_S, self.sample_cpu,
@@ -328,6 +333,16 @@ class Agent:
 
     # -- reconcile -----------------------------------------------------------------
 
+    async def send_undelivered(self) -> None:
+        """Runs accepted while the broker was down: their prepare task, now. Sent on a
+        thread of its own: a broker that is still down makes each try wait a moment,
+        which must not hold up the other runs' ORM calls."""
+        from runner import tasks
+
+        run_ids = await _db(tasks.undelivered_runs)()
+        if run_ids:
+            await _thread(tasks.send_again)(run_ids, "the broker had not received them")
+
     async def reconcile(self) -> None:
         """Both kinds of orphans: an active run without a container is lost; a
         container whose run is finished or unknown is removed."""
@@ -354,17 +369,30 @@ class Agent:
                     phase = container.labels.get("berth.phase", "main")
                     self._spawn(self._safely(lambda o=owner, n=container.name, p=phase:
                                              self.finalize(o, n, p)))
-        await _db(self._lost_runs)(set(by_owner))
+        # A container never started does not carry its run: the worker that made it died
+        # before starting it, and the run is sent again once stale (which replaces it).
+        started = {owner for owner, group in by_owner.items()
+                   if any(c.status != "created" for c in group)}
+        stale = await _db(self._lost_runs)(started)
+        if stale:
+            from runner import tasks
+
+            await _thread(tasks.send_again)(stale, f"no worker carried them on within "
+                                                   f"{STALE_PREPARING.seconds} s")
         await self._reconcile_stray_volumes()
         from deploys.actions import restore_all
 
         await _db(restore_all)()
 
-    def _lost_runs(self, with_container: set[str]) -> None:
+    def _lost_runs(self, with_container: set[str]) -> list[int]:
+        """Ends the runs whose container is gone; returns the ids of admitted runs no
+        worker carried on within STALE_PREPARING of their last send or start (the
+        message may be lost: a worker killed mid-task, a broker restarted without its
+        data), to be sent again (idempotent: the container name is unique)."""
         from runner import quotas
-        from runner.tasks import prepare_run
 
         now = timezone.now()
+        stale = []
         for run in Run.objects.filter(state__in=ACTIVE_STATES).exclude(
                 public_id__in=with_container):
             if run.state == RunState.RUNNING and run.process_started_at and \
@@ -372,19 +400,22 @@ class Agent:
                 state, message = describe("worker_lost")
                 run.finish(state, "worker_lost", message)
             elif run.state in (RunState.QUEUED, RunState.PREPARING) and run.admitted_at and \
-                    now - (run.started_at or run.admitted_at) > STALE_PREPARING:
+                    now - max(t for t in (run.admitted_at, run.started_at,
+                                          run.prepare_sent_at) if t) > STALE_PREPARING:
                 # Its env values wait sealed on the run, so a lost message costs nothing.
-                prepare_run.delay(run.pk)  # idempotent: the container name is unique
+                stale.append(run.pk)
         # A safety net: an end whose admission step never ran (its process died).
         quotas.admit()
+        return stale
 
     async def _reconcile_stray_volumes(self) -> None:
         volumes = await asyncio.to_thread(
             lambda: engine().volumes.list(filters={"label": _label_filters()}))
-        names = {v.name for v in volumes}
+        owners = {v.name: (v.attrs.get("Labels") or {}).get("berth.owner") for v in volumes}
         containers = {c.name for c in await asyncio.to_thread(_listed)}
-        for name in names - containers:
-            owner = name.rsplit("-", 1)[-1]
+        for name in set(owners) - containers:
+            # By label: a setup step's /workspace is named after its container ("-setup").
+            owner = owners[name] or name.rsplit("-", 1)[-1]
             active = await _db(lambda o=owner: Run.objects.filter(
                 public_id=o, state__in=ACTIVE_STATES).exists())()
             if not active:

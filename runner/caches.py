@@ -1,8 +1,13 @@
 """Dependency caches: the /deps volumes `[setup]` fills, keyed, reused read-only, evicted.
 
-The key is a hash of the image id, the setup command and the Git blob ids of the
-`cache_key` files at the run's commit (a blob id is already a hash of the content), so
-any change to one of them builds a new cache rather than trusting a stale one.
+A cache is shared by every run of its key, whatever branch asked, and `main`'s runs with
+secrets mount what a branch's setup left. So the key covers everything setup can see:
+the image id, the setup command, the `cache_key` entries at the run's commit (path, mode
+and Git object id: a blob id hashes a file's content, a tree id a whole folder's), the
+runtime and the egress the run may reach. Setup's container sees only those entries at
+/workspace (runner.sandbox), every time stamp fixed, and no env: a change to anything it
+could read builds a new cache rather than reusing one filled from other input. Limits
+are left out: they bound what setup may use, not what it reads.
 """
 
 import hashlib
@@ -16,24 +21,38 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from config.errors import Conflict
+from config.errors import Conflict, NotFound
 from runner.engine import engine
 from runner.models import ACTIVE_STATES, DepCache, Run
-from workspaces.gitstore import MODE_TREE
+from workspaces.gitstore import GitStore
 from workspaces.store import open_store
 
 log = logging.getLogger(__name__)
 
+# The time stamp of every file setup sees: the commit's own time is not in the key.
+KEY_FILES_MTIME = 946684800  # 2000-01-01: zip-based tools refuse times before 1980
+
+
+def key_entries(store: GitStore, run: Run) -> list[tuple[str, int, bytes]]:
+    """The `cache_key` entries present at the run's commit, as (path, mode, object id):
+    what the key hashes and all that setup's /workspace holds."""
+    found = []
+    for path in run.setup.get("cache_key", []):
+        try:
+            mode, sha = store.lookup(run.commit, path)
+        except NotFound:  # absent at this commit: named in the key as absent
+            continue
+        found.append((path, mode, sha))
+    return found
+
 
 def cache_key(run: Run, image_id: str) -> str:
-    parts: list[object] = [image_id, run.setup.get("command", "")]
     with open_store(run.workspace) as store:
-        for path in run.setup.get("cache_key", []):
-            try:
-                mode, sha = store.lookup(run.commit, path)
-                parts.append([path, sha.decode() if mode != MODE_TREE else "a folder"])
-            except Exception:  # absent at this commit is part of the key too
-                parts.append([path, None])
+        present = {path: [path, mode, sha.decode()] for path, mode, sha in key_entries(store, run)}
+    parts: list[object] = [
+        image_id, run.setup.get("command", ""),
+        [present.get(path, [path, None]) for path in run.setup.get("cache_key", [])],
+        run.runtime, sorted(run.network.get("egress") or [])]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -124,4 +143,7 @@ def cache_summary(cache: DepCache) -> dict[str, object]:
     return {"id": cache.public_id, "key": cache.key, "image_id": cache.image_id,
             "size_bytes": cache.size_bytes, "created_at": cache.created_at.isoformat(),
             "last_used_at": cache.last_used_at.isoformat(),
-            "built_by": cache.built_by.public_id if cache.built_by else None}
+            "built_by": cache.built_by.public_id if cache.built_by else None,
+            # Shared across branches: say which one (and commit) filled it.
+            "built_from": {"ref": cache.built_by.ref, "commit": cache.built_by.commit}
+            if cache.built_by else None}

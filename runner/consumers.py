@@ -3,7 +3,9 @@
 Sends `{"type": "entries", "entries": [{seq, stream, text}], "next"}` from the cursor
 on, then `{"type": "end", state, reason, exit_code}` once the run is terminal and every
 entry is sent, and closes. Refusals close with 4000 + the HTTP status the API would
-answer (4404 for a run the caller may not see, whoever's it is).
+answer (4404 for a run the caller may not see, whoever's it is), and so does a socket
+whose access goes while it is open (accounts.socket_access: 4401 for a token revoked or
+expired, 4404 for a person removed from the team).
 """
 
 import asyncio
@@ -14,10 +16,10 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from accounts.access import Actor
 from accounts.auth import authenticate_bearer
+from accounts.socket_access import AccessCheckedConsumer
 from config.errors import BerthError, Invalid, NotFound
 from runner import logstore
 from runner.access import access_run
@@ -32,11 +34,13 @@ BATCH = 5000
 RECHECK_S = 10.0
 
 
-class RunLogConsumer(AsyncJsonWebsocketConsumer):
+class RunLogConsumer(AccessCheckedConsumer):
     run_id = ""
     cursor = 0
     group = ""
     pump_task: "asyncio.Task[None] | None" = None
+    # Whose access this socket streams on: (team id, actor), set by `check_access`.
+    access_of: tuple[int, Actor] | None = None
 
     async def connect(self) -> None:
         self.run_id = self.scope["url_route"]["kwargs"].get("run_id", "")
@@ -54,19 +58,41 @@ class RunLogConsumer(AsyncJsonWebsocketConsumer):
         self.group = logstore.group_name(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        self.pump_task = asyncio.create_task(self.pump())
+        self.pump_task = self.streaming_task = asyncio.create_task(self.pump())
+        assert self.access_of is not None
+        team_id, actor = self.access_of
+        await self.watch_access(team_id, actor.user.pk,
+                                actor.token.expires_at if actor.token else None)
 
     def authorise(self) -> Run:
-        """An agent's bearer token with scope `run`, or a signed-in member of the team."""
+        """An agent's bearer token with scope `run`, or a signed-in member of the team:
+        the run whose log is followed."""
+        actor = self.scope_actor()
+        run = access_run(actor, self.run_id, "run")
+        self.access_of = (run.workspace.team_id, actor)
+        return run
+
+    def check_access(self) -> None:
+        """Asked again while the socket is open (BerthError when access is gone)."""
+        self.authorise()
+
+    def scope_actor(self) -> Actor:
         header = dict(self.scope["headers"]).get(b"authorization")
         if header is not None:
-            actor = authenticate_bearer(header.decode("latin-1"))
-        else:
-            user = self.scope.get("user")
-            if user is None or not user.is_authenticated:
-                raise NotFound("No such run.")
-            actor = Actor(user)
-        return access_run(actor, self.run_id, "run")
+            return authenticate_bearer(header.decode("latin-1"))
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            raise NotFound("Nothing here for you; sign in or send a token.")
+        return Actor(user)
+
+    async def close_code_now(self) -> int | None:
+        if b"authorization" not in dict(self.scope["headers"]):
+            self.scope["user"] = await self.current_user()
+        try:
+            await database_sync_to_async(self.check_access)()
+        except BerthError as e:
+            return 4000 + e.status
+        return None
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
                       **kwargs: Any) -> None:
@@ -132,6 +158,7 @@ class RunLogConsumer(AsyncJsonWebsocketConsumer):
             self.pump_task.cancel()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.stop_watching_access()
 
 
 def after_of(query_string: bytes) -> int:

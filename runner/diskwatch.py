@@ -58,11 +58,13 @@ def caps(run: Run) -> tuple[int, int]:
 
 def roots_of(run: Run) -> list[str]:
     """Where the run's writable storage is on this host: a release build's writable
-    root layer; else its /workspace volume, and /deps while its setup step runs."""
+    root layer; else its /workspace volume, and while its setup step runs, that step's
+    own /workspace and /deps."""
     if run.purpose == "build":
         layer = sandbox.writable_layer_path(run.container_name)
         return [layer] if layer else []
-    names = [run.container_name] + ([run.deps_volume_name] if run.phase == "setup" else [])
+    names = [run.container_name] + ([run.setup_container_name, run.deps_volume_name]
+                                    if run.phase == "setup" else [])
     return [p for p in map(sandbox.volume_path, names) if p]
 
 

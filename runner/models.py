@@ -112,6 +112,10 @@ class Run(models.Model):
     queued_at = models.DateTimeField(default=timezone.now)
     # When runner.quotas let it go on to a worker (runs wait in `queued` until then).
     admitted_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # When its prepare task last reached the broker. Null on an admitted run: the broker
+    # was unreachable when it was sent (the row was committed all the same), so the
+    # runner agent sends it again (runner.tasks.undelivered_runs).
+    prepare_sent_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     hydrated_at = models.DateTimeField(null=True, blank=True)
     setup_done_at = models.DateTimeField(null=True, blank=True)
@@ -223,7 +227,9 @@ class EgressEvent(models.Model):
     address = models.CharField(max_length=45, blank=True)
     allowed = models.BooleanField()
     # not_allowed, address_not_allowed, resolve_failed, connect_failed, connection_cap,
-    # byte_cap (refused or cut), idle_timeout, bad_upstream; empty for a normal end
+    # byte_cap (refused or cut), idle_timeout, bad_upstream; sandbox_connection_cap,
+    # team_connection_cap, agent_connection_cap (refused at the proxy's door, before
+    # any request: method and host empty); empty for a normal end
     reason = models.CharField(max_length=24, blank=True)
     bytes_up = models.PositiveBigIntegerField(default=0)
     bytes_down = models.PositiveBigIntegerField(default=0)
@@ -242,17 +248,17 @@ class EgressEvent(models.Model):
         return "egress_allowed" if self.allowed else "egress_denied"
 
     @classmethod
-    def record(cls, run_pk: int, phase: str, *, allowed: bool, bytes_up: int,
-               bytes_down: int, **fields: object) -> None:
-        """Count it on the run; keep the row while the run has fewer than the cap."""
+    def record(cls, run_pk: int, events: list["EgressEvent"]) -> None:
+        """Count them on the run; keep the rows while the run has fewer than the cap."""
+        allowed = sum(e.allowed for e in events)
         Run.objects.filter(pk=run_pk).update(
-            egress_connections=models.F("egress_connections") + int(allowed),
-            egress_denied=models.F("egress_denied") + int(not allowed),
-            egress_bytes_up=models.F("egress_bytes_up") + bytes_up,
-            egress_bytes_down=models.F("egress_bytes_down") + bytes_down)
-        if cls.objects.filter(run_id=run_pk).count() < settings.EGRESS_MAX_EVENTS:
-            cls.objects.create(run_id=run_pk, phase=phase, allowed=allowed, bytes_up=bytes_up,
-                               bytes_down=bytes_down, **fields)
+            egress_connections=models.F("egress_connections") + allowed,
+            egress_denied=models.F("egress_denied") + len(events) - allowed,
+            egress_bytes_up=models.F("egress_bytes_up") + sum(e.bytes_up for e in events),
+            egress_bytes_down=models.F("egress_bytes_down") + sum(e.bytes_down for e in events))
+        room = settings.EGRESS_MAX_EVENTS - cls.objects.filter(run_id=run_pk).count()
+        if room > 0:
+            EgressEvent.objects.bulk_create(events[:room])
 
     def as_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "phase": self.phase, "method": self.method,

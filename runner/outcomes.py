@@ -42,6 +42,9 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
         "source_too_large": (RunState.FAILED,
                              f"The commit's files were not copied in: {f.get('detail')} "
                              "Nothing ran; make a commit without them and run that."),
+        "source_invalid": (RunState.FAILED,
+                           f"The commit's files were not copied in: {f.get('detail')} "
+                           "Nothing ran; make a commit with shorter paths and run that."),
         "image_missing": (RunState.ERROR,
                           f"The image {f.get('image')} is not on this Docker host; run `make "
                           "run` (it builds the sandbox image) or pull the image."),
@@ -52,6 +55,12 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
                                 "gVisor (runsc) is not registered with this Docker engine, and "
                                 "Berth never falls back to runc; run `scripts/host-setup "
                                 "docker` or ask for runtime \"runc\"."),
+        "seccomp_unavailable": (RunState.ERROR,
+                                "gVisor (runsc) is registered with this Docker engine without "
+                                "--oci-seccomp, so it would ignore the sandbox's seccomp "
+                                "profile, and Berth refuses to run without it; run "
+                                "`scripts/host-setup docker` (it registers runsc again and "
+                                "reloads the engine) or ask for runtime \"runc\"."),
         "engine_unavailable": (RunState.ERROR,
                                "The Docker engine did not answer; check that dockerd runs "
                                "(`scripts/host-setup docker`) and run again."),

@@ -12,7 +12,8 @@ Admission is a database step, not queue order. A run is recorded `queued` with n
    a team with fewer runs waiting has work, a flooding team (more runs waiting than
    its limit) yields: it runs at most half its limit (`_yielding_caps`), so the
    lighter team keeps most of the machine;
-3. after commit, send each admitted run's prepare task.
+3. after commit, send each admitted run's prepare task (a broker that is down then
+   delays it: the runner agent sends it once the broker answers).
 It is called when a run is asked for, when any run ends, and by the agent's reconcile
 (a safety net if a process died between an end and its admission).
 
@@ -123,7 +124,7 @@ def lock() -> None:
 
 def admit() -> list[int]:
     """Admit what may go now (see the module's docstring); returns the admitted ids."""
-    from runner.tasks import prepare_run
+    from runner.tasks import send_prepare
 
     admitted: list[int] = []
     # Nothing waits (the common case, and every reconcile): no transaction and no lock,
@@ -170,7 +171,7 @@ def admit() -> list[int]:
                 free -= 1
                 served[team] = at  # to the back of the line
         for run_id in admitted:
-            transaction.on_commit(partial(prepare_run.delay, run_id))
+            transaction.on_commit(partial(send_prepare, run_id))
     return admitted
 
 

@@ -5,17 +5,24 @@ redelivered task is harmless (the container name is unique per run).
 """
 
 import logging
+from datetime import timedelta
 
 import docker
 import requests
 from celery import shared_task
 from django.utils import timezone
 
+from config import broker
 from runner import sandbox, secrets
 from runner.models import Run, RunState
 from runner.outcomes import describe
 
 log = logging.getLogger(__name__)
+
+# An admitted run whose prepare task has not reached the broker this long after its
+# admission is sent again. Longer than a send on commit takes, so the agent does not
+# race the request that is sending it (a second delivery would be harmless, only waste).
+UNDELIVERED_AFTER = timedelta(seconds=5)
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -59,6 +66,43 @@ def prepare_run(run_id: int) -> None:
         if run.reason == "cancelled_by_user":
             sandbox.signal_sandbox(run.setup_container_name, "SIGKILL")
             sandbox.signal_sandbox(run.container_name, "SIGKILL")
+
+
+def send_prepare(run_id: int) -> bool:
+    """Hand an admitted run's prepare task to the broker, on commit of its admission.
+
+    Why the run is accepted (201/202, `queued`) even when Redis is down, rather than
+    refused with a 503: the row is committed before any task can be sent (tasks are sent
+    on commit, so a worker never reads a row that is not there), so refusing would mean
+    deleting what was written, and a broker that fails between a check and the send
+    would still leave a row behind. Instead the row says whether its task got through
+    (`prepare_sent_at`), and the runner agent sends the ones that did not once the
+    broker answers again (`undelivered_runs`, `send_again`). The task is idempotent,
+    so a send that got through but was not recorded costs one extra delivery at most."""
+    if not broker.send(prepare_run, (run_id,)):
+        return False
+    Run.objects.filter(pk=run_id).update(prepare_sent_at=timezone.now())
+    return True
+
+
+def undelivered_runs() -> list[int]:
+    """Admitted runs still queued whose prepare task never reached the broker."""
+    return list(Run.objects.filter(
+        state=RunState.QUEUED, admitted_at__lt=timezone.now() - UNDELIVERED_AFTER,
+        prepare_sent_at=None).order_by("admitted_at").values_list("pk", flat=True))
+
+
+def send_again(run_ids: list[int], why: str) -> int:
+    """Send each run's prepare task again; stops at the first failure (the broker is
+    still down: the next round tries again). Returns how many were sent."""
+    sent = 0
+    for run_id in run_ids:
+        if not send_prepare(run_id):
+            break
+        sent += 1
+    if sent:
+        log.info("sent the prepare task of %d run(s) again: %s", sent, why)
+    return sent
 
 
 def _fail(run: Run, reason: str, **facts: object) -> None:

@@ -90,7 +90,7 @@ def isolation_rows(iso: dict[str, Any]) -> list[tuple[str, str]]:
         caps += f"; added {', '.join(iso['cap_add'])}"
     rows = [("Runtime", str(iso.get("runtime") or "runc")), ("User", str(iso.get("user") or "")),
             ("Capabilities", caps), ("Privileged", yes(iso.get("privileged"))),
-            ("Seccomp", str(iso.get("seccomp") or "")),
+            ("Seccomp", seccomp_text(iso.get("seccomp"))),
             ("Read-only root", yes(iso.get("read_only_root"))),
             ("Network", str(iso.get("network") or "")),
             ("Process limit", str(iso.get("pids_limit") or "none")),
@@ -102,6 +102,18 @@ def isolation_rows(iso: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("Mounts", ", ".join(f"{m['target']} ({m['type']})"
                                          for m in iso["mounts"])))
     return rows
+
+
+def seccomp_text(seccomp: Any) -> str:
+    """The profile and what enforced it; an older run recorded only a word."""
+    if not isinstance(seccomp, dict):
+        return str(seccomp or "")
+    name = seccomp.get("profile") or ""
+    if seccomp.get("sha256"):
+        name += f" (sha256 {seccomp['sha256'][:12]})"
+    if seccomp.get("enforced"):
+        return f"{name}, enforced by {seccomp.get('enforced_by')}"
+    return f"{name}, not enforced by this runtime"
 
 
 def limit_rows(limits: dict[str, Any]) -> list[tuple[str, str]]:

@@ -79,6 +79,8 @@ def subprocess_env() -> dict[str, str]:
         "EGRESS_ALLOWED_ADDRESSES": "127.0.0.1",
         "EGRESS_MAX_MB": "8",  # above what the installs fetch, below what a test sends
         "EGRESS_MAX_CONNECTIONS": "6",
+        "EGRESS_MAX_CONNECTIONS_PER_SANDBOX": "24",  # a flood test reaches both caps
+        "EGRESS_MAX_CONNECTIONS_PER_TEAM": "40",
     }
 
 

@@ -137,6 +137,91 @@ def test_the_caches_of_a_workspace_are_only_its_teams(agent, client, cast):
     assert r.status_code == 403 and error_code(r) == "missing_scope"
 
 
+# -- branches: a cache holds only what its key names -------------------------------------
+# A cache is shared by every branch whose key inputs match, and `main`'s runs with secrets
+# mount it: a branch's setup must never put into it anything its key does not name.
+
+# `ls` of a volume's folder says "Invalid argument" under gVisor (its statx): list in Python.
+LS = "python3 -c 'import os, sys; [print(n) for n in sorted(os.listdir(sys.argv[1]))]'"
+# A setup that would run whatever hook a branch adds, and that records what it saw: a
+# stand-in for `pip install .` reading a setup.py, or a .pth, outside the key.
+HOOKED = f"""[setup]
+command = "{LS} . > /deps/seen; [ ! -f tools/hook.sh ] || sh tools/hook.sh; \
+python3 setup.py 2>/dev/null; mkdir -p /deps/lib && cp -r requirements.txt vendor /deps/lib/"
+cache_key = ["requirements.txt", "vendor"]
+"""
+POISON = ("mkdir -p /deps/lib; echo POISONED > /deps/lib/poison; "
+          "echo POISONED >> /deps/lib/requirements.txt\n")
+SETUP_PY = "open('/deps/lib/poison', 'w').write('POISONED')\n"
+
+
+def branch(shop, cast, name: str, files: dict[str, str]) -> None:
+    workspace_actions.create_branch(shop, Actor(cast.carol), name, "main")
+    workspace_actions.commit_changes(
+        shop, Actor(cast.carol), [Change("write", p, c.encode()) for p, c in files.items()],
+        "a branch's change", branch=name)
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_a_branch_setup_sees_only_the_key_files_and_main_gets_a_clean_cache(
+        agent, shop, cast, runtime):
+    write(shop, cast, {"workspace.toml": HOOKED, "vendor/pkg.py": "VERSION = 1\n"})
+    branch(shop, cast, "evil", {"tools/hook.sh": POISON, "setup.py": SETUP_PY})
+
+    # The branch's setup runs first and fills the cache for its key...
+    evil = agent.wait(agent.run(f"cat tools/hook.sh; {LS} /deps/lib; cat /deps/seen",
+                                ref="evil", runtime=runtime))
+    assert evil["state"] == "succeeded", (evil, agent.log(evil))
+    assert evil["setup"]["skipped"] is False
+    # ...seeing nothing but the files its key names (not the hook, not setup.py), while
+    # the command itself has the whole tree.
+    assert agent.output(evil) == [POISON.strip(), "requirements.txt", "vendor",  # in /deps/lib
+                                  "requirements.txt", "vendor"]  # what setup saw
+
+    # main's key inputs are the same files: it mounts that cache, and what is in it
+    # derives from them alone.
+    clean = agent.wait(agent.run(
+        f"{LS} /deps/lib; cat /deps/lib/requirements.txt; grep -r POISONED /deps || echo clean",
+        runtime=runtime))
+    assert clean["state"] == "succeeded", agent.log(clean)
+    assert clean["setup"]["skipped"] is True and clean["setup"]["key"] == evil["setup"]["key"]
+    assert agent.output(clean) == ["requirements.txt", "vendor", "requests==2.32.3", "clean"]
+    [cache] = agent.get(CACHES).json()["caches"]
+    assert cache["built_by"] == evil["id"]
+    assert cache["built_from"] == {"ref": "evil", "commit": evil["commit"]}
+
+
+def test_a_branch_that_changes_a_key_file_fills_a_cache_main_never_mounts(agent, shop,
+                                                                           cast):
+    write(shop, cast, {"workspace.toml": HOOKED, "vendor/pkg.py": "VERSION = 1\n"})
+    # A file deep in a key folder: the folder's own tree id changes with it.
+    branch(shop, cast, "evil", {"vendor/pkg.py": "import os  # POISONED\n"})
+
+    evil = agent.wait(agent.run("cat /deps/lib/vendor/pkg.py", ref="evil"))
+    assert evil["state"] == "succeeded", agent.log(evil)
+    assert agent.output(evil) == ["import os  # POISONED"]
+
+    main = agent.wait(agent.run("cat /deps/lib/vendor/pkg.py"))
+    assert main["setup"]["skipped"] is False and main["setup"]["key"] != evil["setup"]["key"]
+    assert agent.output(main) == ["VERSION = 1"]
+    built = {c["key"]: c["built_from"]["ref"] for c in agent.get(CACHES).json()["caches"]}
+    assert built == {evil["setup"]["key"]: "evil", main["setup"]["key"]: "main"}
+
+
+def test_a_branch_that_widens_egress_fills_a_cache_of_its_own(agent, shop, cast):
+    """What setup could reach is part of what it could read."""
+    cast.team_a.egress_ceiling = ["pypi.org"]
+    cast.team_a.save()
+    write(shop, cast, {"workspace.toml": HOOKED, "vendor/pkg.py": "VERSION = 1\n"})
+    branch(shop, cast, "evil",
+           {"workspace.toml": HOOKED + '\n[network]\negress = ["pypi.org"]\n'})
+
+    evil = agent.wait(agent.run("true", ref="evil"))
+    main = agent.wait(agent.run("true"))
+    assert evil["state"] == main["state"] == "succeeded", (agent.log(evil), agent.log(main))
+    assert main["setup"]["skipped"] is False and main["setup"]["key"] != evil["setup"]["key"]
+
+
 # -- dropping a cache --------------------------------------------------------------------
 
 def test_an_admin_drops_a_cache_and_the_next_run_runs_setup_again(agent, admin, client,
@@ -313,3 +398,16 @@ def test_retention_removes_logs_and_artifacts_of_old_runs_and_says_so(agent, cas
     assert agent.output(recent) == ["still here"]
     assert agent.get(f"/runs/{recent['id']}/artifacts/report.txt").status_code == 200
     assert retention.apply() == []
+
+
+def test_cache_key_paths_are_read_as_a_person_writes_them(agent, shop, cast):
+    """`./requirements.txt` and `vendor/` name the same entries as without the dot and
+    the slash: setup, which sees only its key's entries, finds them."""
+    write(shop, cast, {"vendor/pkg.py": "VERSION = 1\n", "workspace.toml": f"""[setup]
+command = "{LS} . > /deps/seen && cat vendor/pkg.py >> /deps/seen"
+cache_key = ["./requirements.txt", "vendor/"]
+"""})
+    done = agent.wait(agent.run("cat /deps/seen"))
+    assert done["state"] == "succeeded", (done, agent.log(done))
+    assert agent.output(done) == ["requirements.txt", "vendor", "VERSION = 1"]
+    assert done["setup"]["cache_key"] == ["requirements.txt", "vendor"]

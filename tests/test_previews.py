@@ -218,7 +218,7 @@ def test_only_the_declared_port_is_reachable(agent, probe, cast, berth_server):
 
 
 @pytest.mark.parametrize("command, reason", [
-    ("python3 probe_app.py exit", "exited"),
+    ("python3 probe_app.py exit", "process_exited"),
     ("python3 probe_app.py silent", "not_listening"),
 ])
 def test_a_preview_that_never_comes_up_fails_with_a_reason(agent, probe, cast, berth_server,
@@ -230,7 +230,7 @@ def test_a_preview_that_never_comes_up_fails_with_a_reason(agent, probe, cast, b
     browser = opened(berth_server, agent, preview)
     page = browser.get(preview["url"])
     assert page.status_code == 503
-    if reason == "exited":
+    if reason == "process_exited":
         assert preview["exit_code"] == 3
         assert "giving up at once" in page.text  # the last log lines, on the typed page
     r = browser.get(preview["url"], headers={"Accept": "application/json"})
@@ -294,7 +294,7 @@ def test_a_killed_process_is_a_crash_and_a_restart_brings_it_back(agent, ready,
     run = Run.objects.get(public_id=ready["run"])
     engine().containers.get(run.container_name).kill("SIGKILL")
     crashed = agent.wait(ready, ENDED)
-    assert crashed["state"] == "crashed" and crashed["reason"] == "exited"
+    assert crashed["state"] == "crashed" and crashed["reason"] == "process_exited"
     browser = opened(berth_server, agent, crashed)
     assert "crashed" in browser.get(crashed["url"]).text
     r = agent.post(crashed, "restart")
@@ -462,3 +462,21 @@ def test_another_team_never_sees_a_preview(agent, ready, cast, client):
                         content_type="application/json", **headers)
         assert r.status_code == 404, action
     assert client.get("/api/v1/workspaces/probe/previews", **headers).status_code == 404
+
+
+def test_an_engine_restart_under_a_ready_preview_ends_it_typed_and_restartable(
+        agent, ready, berth_server):
+    """The engine's restart stops every container (no live-restore): the preview ends
+    in a typed state that says so, never `ready` with nothing behind it, and a restart
+    brings it back."""
+    from tests.test_deploys import restart_engine
+
+    restart_engine()
+    ended = agent.wait(ready, ENDED, timeout=90)
+    assert ended["state"] == "crashed", ended
+    assert ended["reason"] and ended["message"], ended
+    r = agent.post(ended, "restart")
+    assert r.status_code == 202, r.content
+    again = agent.wait(ended, {"ready"} | ENDED, timeout=90)
+    assert again["state"] == "ready" and again["run"] != ready["run"], again
+    assert opened(berth_server, agent, again).get(again["url"]).status_code == 200

@@ -23,7 +23,10 @@ RUNS = "/t/team-a/w/shop/runs/"
 
 ISOLATION = {
     "runtime": "runsc", "user": "1000:1000", "cap_drop": ["ALL"], "cap_add": [],
-    "privileged": False, "security_opt": ["no-new-privileges"], "seccomp": "default",
+    "privileged": False,
+    "security_opt": ["no-new-privileges", "seccomp=berth-sandbox/runsc@sha256:0123456789ab"],
+    "seccomp": {"profile": "berth-sandbox/runsc", "sha256": "0123456789ab" + "0" * 52,
+                "enforced": True, "enforced_by": "runsc --oci-seccomp (inside gVisor)"},
     "read_only_root": True, "network": "none", "memory_bytes": 512 << 20,
     "nano_cpus": 1_000_000_000, "pids_limit": 256, "ulimits": {"nofile": 1024},
     "mounts": [{"target": "/workspace", "type": "volume"}], "init": True,
@@ -120,7 +123,9 @@ def test_the_run_page_shows_what_ran_how_it_ended_and_what_applied(carol, cast, 
         'command 12.3 s"' in html
     # Isolation, as the engine reported it.
     for label, value in [("Runtime", "runsc"), ("User", "1000:1000"),
-                         ("Capabilities", "dropped ALL"), ("Seccomp", "default"),
+                         ("Capabilities", "dropped ALL"),
+                         ("Seccomp", "berth-sandbox/runsc (sha256 0123456789ab), enforced by "
+                                     "runsc --oci-seccomp (inside gVisor)"),
                          ("Read-only root", "yes"), ("Network", "none"),
                          ("Process limit", "256"), ("Memory", "512 MB")]:
         assert f'<th>{label}</th><td colspan="2" class="mono">{value}</td>' in html

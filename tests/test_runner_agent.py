@@ -2,8 +2,10 @@
 one run's fault never stops it looking after the others."""
 
 import asyncio
+import contextlib
 from datetime import timedelta
 
+import docker
 import pytest
 from django.conf import settings
 from django.core.management import call_command
@@ -65,3 +67,28 @@ def test_one_runs_fault_never_keeps_another_runs_timeout_from_applying(transacti
     for run in [*broken, no_disk_limit]:
         run.refresh_from_db()
         assert run.stop_reason == ""
+
+
+def test_a_run_whose_container_was_made_but_never_started_is_sent_again(transactional_db,
+                                                                        cast):
+    """The worker died between making the sandbox and starting it: the container is
+    there, `created`, and carries nothing. Once stale, the run's task is sent again (the
+    new delivery replaces the unstarted container) instead of waiting for ever."""
+    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop",
+                                                   "shop")
+    long_ago = timezone.now() - timedelta(hours=1)
+    run = Run.objects.create(workspace=workspace, commit="a" * 40, command="true",
+                             image=settings.SANDBOX_IMAGE, runtime="runc", limits={},
+                             state=RunState.PREPARING, admitted_at=long_ago,
+                             started_at=long_ago, prepare_sent_at=long_ago)
+    container = engine().containers.create(
+        settings.SANDBOX_IMAGE, ["true"], name=run.container_name, network_mode="none",
+        labels={**instance_label(), "berth.kind": "run", "berth.owner": run.public_id})
+    try:
+        call_command("runner_agent", once=True)
+        run.refresh_from_db()
+        assert run.prepare_sent_at is not None and run.prepare_sent_at > long_ago
+    finally:
+        # The task sent again may reach a worker that replaces the container first.
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            container.remove(force=True)

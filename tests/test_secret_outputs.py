@@ -78,6 +78,12 @@ def test_a_runs_secret_outputs_are_withheld_and_served_only_to_who_could_grant_t
     detail = agent.get(f"/workspaces/notes/commits/{sha}").json()
     assert "Withheld" in detail["message"] and "leaked.txt (API_KEY)" in detail["message"]
     assert not stored_objects_hold(notes, VALUE.encode())
+    # What the access rule cannot do, said plainly in docs/security.md: once committed,
+    # an encoded value is the workspace's, readable by any token that reads it.
+    _, reader = cast.token(cast.carol, ["workspace:read"])
+    encoded = client.get(f"/api/v1/workspaces/notes/files/encoded.txt?ref={sha}",
+                         **bearer(reader)).json()["content"]
+    assert base64.b64decode(encoded.strip()).decode() == VALUE
 
     # A token of the same team and scopes that may not grant API_KEY: no such run.
     _, other = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])

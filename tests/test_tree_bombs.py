@@ -15,7 +15,7 @@ from accounts.access import Actor
 from tests.conftest import bearer
 from tests.test_git_http import git, url
 from tests.test_runs import Agent, no_container_left
-from workspaces import actions
+from workspaces import actions, treesize
 from workspaces.gitstore import MODE_FILE, MODE_TREE
 from workspaces.store import open_store
 
@@ -108,6 +108,19 @@ def test_the_file_api_refuses_a_commit_past_the_tree_caps(client, cast, shop, se
     error = r.json()["error"]
     assert error["code"] == "tree_too_large" and error["details"]["max_entries"] == 5
     assert client.get("/api/v1/workspaces/shop", **bearer(secret)).json()["head"] == head
+
+
+def test_the_check_reads_each_tree_object_once(cast, shop):
+    """Seven objects, 10**7 paths: refused after seven reads, well under a second (a
+    walk of every path would take minutes). Timed here, in the process, because the
+    push's own round trip (above) is most of what its test waits for."""
+    tree = fan_out(shop)
+    treesize._MEMO.clear()
+    with open_store(shop) as store:
+        started = time.monotonic()
+        with pytest.raises(treesize.TreeTooLarge):
+            treesize.check_tree(store.repo.object_store, tree)
+        assert time.monotonic() - started < 1
 
 
 def older_commit(shop, tree):

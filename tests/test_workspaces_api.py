@@ -239,6 +239,15 @@ def test_workspace_toml_errors_come_back_as_warnings_on_save(agent, shop):
     assert warning["code"] == "invalid_workspace_toml" and "line 2" in warning["message"]
 
 
+def test_a_cache_key_outside_the_workspace_is_named_on_save(agent, shop):
+    r = agent.put("/workspaces/shop/files/workspace.toml",
+                  {"content": '[setup]\ncommand = "true"\ncache_key = ["../secrets"]\n'})
+    assert r.status_code == 200
+    warning = r.json()["warnings"][0]
+    assert warning["code"] == "invalid_workspace_toml" and "line 3" in warning["message"]
+    assert "cache_key" in warning["message"]
+
+
 def test_only_admins_delete_workspaces(client, cast, shop, agent):
     assert_error(agent.delete("/workspaces/shop"), 403, "forbidden")
     _, secret = cast.token(cast.alice)

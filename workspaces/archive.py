@@ -54,8 +54,10 @@ class _Spout(io.RawIOBase):
 
 
 def measure_commit(store: GitStore, commit_sha: str) -> Size:
-    """The commit's tree against the caps (TreeTooLarge, FileTooLarge, InvalidPath)."""
-    return check_tree(store.repo.object_store, store.commit(commit_sha).tree)
+    """The commit's tree against the caps (TreeTooLarge, FileTooLarge; InvalidPath for
+    a path too long or deep to copy). Names are not checked again: a name accepted
+    before a rule existed must not stop the runs of an older commit."""
+    return check_tree(store.repo.object_store, store.commit(commit_sha).tree, names=False)
 
 
 def tree_tar_stream(store: GitStore, commit_sha: str, under: str = "") -> Iterator[bytes]:
@@ -94,18 +96,54 @@ def _add_tree(tar: tarfile.TarFile, spout: _Spout, store: GitStore, tree_sha: by
         if entry.mode == MODE_TREE:
             tar.addfile(_info(name, tarfile.DIRTYPE, 0o755, mtime))
             yield from _add_tree(tar, spout, store, entry.sha, name + "/", mtime)
-        elif entry.mode == MODE_SUBMODULE:
-            continue
-        elif entry.mode == MODE_LINK:
-            info = _info(name, tarfile.SYMTYPE, 0o777, mtime)
-            info.linkname = store.blob(entry.sha).decode("utf-8", "replace")
-            tar.addfile(info)
         else:
-            data = store.blob(entry.sha)
-            info = _info(name, tarfile.REGTYPE, 0o755 if entry.mode == MODE_EXEC else 0o644,
-                         mtime)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-            del data
+            _add_leaf(tar, store, name, entry.mode, entry.sha, mtime)
         if spout.full():
             yield spout.take()
+
+
+def _add_leaf(tar: tarfile.TarFile, store: GitStore, name: str, mode: int, sha: bytes,
+              mtime: int) -> None:
+    """A file or a link (a submodule is skipped)."""
+    if mode == MODE_SUBMODULE:
+        return
+    if mode == MODE_LINK:
+        info = _info(name, tarfile.SYMTYPE, 0o777, mtime)
+        info.linkname = store.blob(sha).decode("utf-8", "replace")
+        tar.addfile(info)
+        return
+    data = store.blob(sha)
+    info = _info(name, tarfile.REGTYPE, 0o755 if mode == MODE_EXEC else 0o644, mtime)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def entries_tar_stream(store: GitStore, entries: list[tuple[str, int, bytes]],
+                       mtime: int) -> Iterator[bytes]:
+    """Only the given entries of a tree — (path, mode, sha), a folder with all it holds —
+    under their parent folders, every time stamp `mtime`: for a step that must see
+    nothing but what it was keyed by. The entries come from a measured commit."""
+    spout = _Spout()
+    made: set[str] = set()  # folders in the tar
+    given: set[str] = set()  # entries in it with all they hold
+    with tarfile.open(fileobj=spout, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, mode, sha in entries:
+            parts = path.split("/")
+            if any("/".join(parts[:i]) in given for i in range(1, len(parts) + 1)):
+                continue  # inside a folder already given whole (or given twice)
+            given.add(path)
+            for i in range(1, len(parts)):
+                parent = "/".join(parts[:i])
+                if parent not in made:
+                    tar.addfile(_info(parent, tarfile.DIRTYPE, 0o755, mtime))
+                    made.add(parent)
+            if mode == MODE_TREE:
+                if path not in made:
+                    tar.addfile(_info(path, tarfile.DIRTYPE, 0o755, mtime))
+                    made.add(path)
+                yield from _add_tree(tar, spout, store, sha, path + "/", mtime)
+            else:
+                _add_leaf(tar, store, path, mode, sha, mtime)
+            if spout.full():
+                yield spout.take()
+    yield spout.take()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from config.errors import Invalid
+from workspaces.paths import InvalidPath, clean_path
 
 FILENAME = "workspace.toml"
 
@@ -139,10 +140,21 @@ def parse(text: str) -> WorkspaceConfig:
         return dict(data.get(name, {}))
 
     setup = table("setup")
+    cache_key = []
+    for raw in setup.get("cache_key", ()):
+        # Setup sees only these entries, found by exact path: "./a", "a/" and "a//b"
+        # must name what they say, or setup would quietly see nothing.
+        path = re.sub(r"/+", "/", raw).strip()
+        while path.startswith("./"):
+            path = path[2:]
+        try:
+            cache_key.append(clean_path(path.rstrip("/"), what="cache_key path"))
+        except InvalidPath as e:
+            raise _fail(text, f"[setup] cache_key: {e.message}", "setup", "cache_key") from None
     return WorkspaceConfig(
         sandbox=Sandbox(**table("sandbox")),
         setup=Setup(command=setup.get("command", ""),
-                    cache_key=tuple(setup.get("cache_key", ()))),
+                    cache_key=tuple(cache_key)),
         preview=Service(**table("preview")),
         deploy=Deploy(**table("deploy")),
         artifacts=tuple(table("artifacts").get("paths", ())),

@@ -6,7 +6,9 @@ never follows a symlink stored in a tree: trees are read and written as objects 
 
 import fcntl
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +24,20 @@ from workspaces.modes import MODE_LINK, MODE_SUBMODULE, MODE_TREE
 from workspaces.treesize import check_tree
 
 ZERO_SHA = b"0" * 40
+
+
+@dataclass
+class _Reach:
+    """Commits a walk from one set of tips has passed, and whether it went to the end."""
+
+    seen: set[bytes] = field(default_factory=set)
+    complete: bool = False
+
+
+# Per (repository, tips): bounded, oldest dropped; shared by request threads.
+_REACHED: OrderedDict[tuple[str, frozenset[str]], _Reach] = OrderedDict()
+_REACHED_MAX = 16  # a walk of 100,000 commits keeps ~8 MB of ids
+_REACH_LOCK = threading.Lock()
 
 
 def entry_type(mode: int) -> str:
@@ -137,7 +153,8 @@ class GitStore:
             commits = [m for m in matches if self.repo[m].type_name in (b"commit", b"tag")]
             # Only what a branch or tag reaches, or a Berth record pinned: the store also
             # holds the objects of refused pushes, which no door may hand out.
-            usable = {self._peel(m) for m in commits if self.usable(self._peel(m))}
+            tips = self._tips() if commits else frozenset()
+            usable = {self._peel(m) for m in commits if self.usable(self._peel(m), tips)}
             if len(usable) == 1:
                 return usable.pop()
             if len(usable) > 1:
@@ -145,11 +162,37 @@ class GitStore:
                               code="ambiguous_ref")
         raise NotFound(f"No branch, tag or commit {ref!r}.", {"ref": ref}, code="ref_not_found")
 
-    def usable(self, sha: str) -> bool:
+    def usable(self, sha: str, tips: frozenset[str] | None = None) -> bool:
         """A commit reachable from a branch or a tag, or pinned by a Berth record.
 
-        Walks back from the tips newest first and stops at the commit, so a recent one
-        costs a few reads; only an unreachable one costs the whole history."""
+        A walk from the tips, newest first, stops at the commit, and what it passed is
+        kept per set of tips (`_Reach`): a recent commit costs a few reads, an old one
+        is found again at once, and an unreachable one costs one whole walk per change
+        of the branches, however often it is asked for."""
+        tips = self._tips() if tips is None else tips
+        if sha in tips or (self.pinned is not None and self.pinned(sha)):
+            return True
+        key = (str(self.path), tips)
+        with _REACH_LOCK:
+            reach = _REACHED.get(key)
+            if reach is None:
+                reach = _REACHED[key] = _Reach()
+                if len(_REACHED) > _REACHED_MAX:
+                    _REACHED.popitem(last=False)
+        wanted = sha.encode()
+        if wanted in reach.seen:
+            return True
+        if reach.complete:
+            return False
+        heads = [t.encode() for t in tips]
+        for entry in self.repo.get_walker(include=heads):
+            reach.seen.add(entry.commit.id)
+            if entry.commit.id == wanted:
+                return True
+        reach.complete = True
+        return False
+
+    def _tips(self) -> frozenset[str]:
         tips = set()
         for name, value in self.repo.refs.as_dict().items():
             if name.startswith((b"refs/heads/", b"refs/tags/")) and value in self.repo:
@@ -157,11 +200,7 @@ class GitStore:
                     tips.add(self._peel(value))
                 except NotFound:  # a tag of a tree or a blob names no commit
                     continue
-        if sha in tips or (self.pinned is not None and self.pinned(sha)):
-            return True
-        wanted = sha.encode()
-        heads = [t.encode() for t in tips]
-        return any(entry.commit.id == wanted for entry in self.repo.get_walker(include=heads))
+        return frozenset(tips)
 
     def _peel(self, sha: bytes) -> str:
         obj = self.repo[sha]

@@ -13,6 +13,9 @@ from workspaces.gitstore import MODE_LINK, MODE_SUBMODULE, MODE_TREE, GitStore, 
 from workspaces.treesize import FileTooLarge
 
 MAX_DIFF_BYTES = 512 * 1024  # per file: past this a diff says "too large" instead
+# All patches of one diff together: past this, further files are listed without one
+# (`too_large`), so a diff of a hundred thousand changed files stays a bounded answer.
+MAX_DIFF_TOTAL_BYTES = 8 * 1024 * 1024
 
 
 def commit_summary(store: GitStore, sha: str) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def history(store: GitStore, commit: str, path: str, page: int, per_page: int) -
 
 def diff_trees(store: GitStore, old_tree: bytes | None, new_tree: bytes) -> dict[str, Any]:
     """Per-file unified diffs with stats between two trees (renames detected)."""
-    files, additions, deletions = [], 0, 0
+    files, additions, deletions, patched = [], 0, 0, 0
     changes = tree_changes(store.repo.object_store, old_tree, new_tree,
                            rename_detector=RenameDetector(store.repo.object_store))
     for change in changes:
@@ -93,8 +96,13 @@ def diff_trees(store: GitStore, old_tree: bytes | None, new_tree: bytes) -> dict
             deletions += item["deletions"]
             files.append(item)
             continue
+        if patched >= MAX_DIFF_TOTAL_BYTES:
+            item["too_large"] = True
+            files.append(item)
+            continue
         old = store.blob(old_entry.sha) if old_entry else b""
         new = store.blob(new_entry.sha) if new_entry else b""
+        patched += len(old) + len(new)
         if len(old) > MAX_DIFF_BYTES or len(new) > MAX_DIFF_BYTES:
             item["too_large"] = True
         elif (old_text := _diff_text(old)) is None or (new_text := _diff_text(new)) is None:

@@ -12,6 +12,7 @@ so the memo never goes stale), which makes a fan-out bomb cost as many reads as 
 objects, not as many as it has paths.
 """
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -47,29 +48,38 @@ class FileTooLarge(BerthError):
     code = "file_too_large"
 
 
-# Figures per tree id, kept across calls in this process (bounded: oldest dropped).
-_MEMO: OrderedDict[bytes, Size] = OrderedDict()
+# Figures per tree id, kept across calls in this process (bounded: oldest dropped),
+# with whether its names were checked too. Objects are immutable, so an entry never
+# goes stale; request threads and the git pool share it, hence the lock.
+_MEMO: OrderedDict[bytes, tuple[Size, bool]] = OrderedDict()
 _MEMO_MAX = 200_000
-# Blob sizes per id: one blob named a thousand times is read once per measurement.
+# Blob sizes per id: one blob named a thousand times is read once.
 _BLOBS: OrderedDict[bytes, int] = OrderedDict()
 _BLOBS_MAX = 200_000
+_LOCK = threading.Lock()
 
 
 def limits() -> tuple[int, int]:
     return settings.WORKSPACE_MAX_TREE_ENTRIES, settings.WORKSPACE_MAX_TREE_BYTES
 
 
-def measure(object_store: Any, tree_sha: bytes) -> Size:
-    """The tree's expanded figures, stopping (TreeTooLarge) as soon as a subtree alone
-    is past a cap, so a bomb is never expanded even in counts. Names are checked with
-    the path rules once per tree object (InvalidPath)."""
-    return _measure(object_store, tree_sha, 0, *limits())
+def measure(object_store: Any, tree_sha: bytes, names: bool = True) -> Size:
+    """The tree's expanded figures against the caps (TreeTooLarge), stopping as soon as
+    a subtree alone is past one, so a bomb is never expanded even in counts. With
+    `names`, every name is checked with the path rules once per tree object
+    (InvalidPath); hydration measures without them, so a name accepted before a rule
+    existed never stops a run."""
+    size = _measure(object_store, tree_sha, 0, *limits(), names)
+    max_entries, max_bytes = limits()
+    if size.entries > max_entries or size.bytes > max_bytes:  # memoised under other caps
+        raise _too_large(size.entries, size.bytes)
+    return size
 
 
-def check_tree(object_store: Any, tree_sha: bytes) -> Size:
-    """`measure`, then the caps and the path rules on the whole: what every door that
-    creates a commit (push, file API, MCP, a run's changes) and hydration calls."""
-    size = measure(object_store, tree_sha)
+def check_tree(object_store: Any, tree_sha: bytes, names: bool = True) -> Size:
+    """`measure`, then the path rules and the file cap on the whole: what every door
+    that creates a commit (push, file API, MCP, a run's changes) and hydration calls."""
+    size = measure(object_store, tree_sha, names)
     if size.depth > MAX_DEPTH or size.path_bytes > MAX_PATH_BYTES:
         raise InvalidPath(f"A path in this tree is longer than {MAX_PATH_BYTES} bytes or "
                           f"deeper than {MAX_DEPTH} folders.",
@@ -83,14 +93,14 @@ def check_tree(object_store: Any, tree_sha: bytes) -> Size:
 
 
 def _path_of_large(store: Any, sha: bytes, limit: int, prefix: str = "") -> str:
-    """The first file past `limit`, for the message: only into folders whose memoised
-    figures hold one, so this never walks more than one path's worth of trees."""
+    """The first file past `limit`, for the message: only into folders whose figures
+    hold one, so this never walks more than one path's worth of trees."""
     for entry in store[sha].iteritems():
         path = prefix + entry.path.decode("utf-8", "replace")
         if entry.mode == MODE_TREE:
-            if _MEMO[entry.sha].largest > limit:
+            if measure(store, entry.sha, names=False).largest > limit:
                 return _path_of_large(store, entry.sha, limit, path + "/")
-        elif entry.mode != MODE_SUBMODULE and _BLOBS.get(entry.sha, 0) > limit:
+        elif entry.mode != MODE_SUBMODULE and _blob_size(store, entry.sha, True) > limit:
             return path
     return prefix or "a file"
 
@@ -105,10 +115,13 @@ def _too_large(entries: int, nbytes: int) -> TreeTooLarge:
          "max_entries": max_entries, "max_bytes": max_bytes})
 
 
-def _measure(store: Any, sha: bytes, depth: int, max_entries: int, max_bytes: int) -> Size:
-    if (known := _MEMO.get(sha)) is not None:
-        _MEMO.move_to_end(sha)
-        return known
+def _measure(store: Any, sha: bytes, depth: int, max_entries: int, max_bytes: int,
+             names: bool) -> Size:
+    with _LOCK:
+        known = _MEMO.get(sha)
+        if known is not None and (known[1] or not names):
+            _MEMO.move_to_end(sha)
+            return known[0]
     if depth > MAX_DEPTH:  # deeper than any accepted path: the memo never sees it
         raise InvalidPath(f"This tree is nested deeper than {MAX_DEPTH} folders.",
                           {"maximum_depth": MAX_DEPTH})
@@ -117,15 +130,16 @@ def _measure(store: Any, sha: bytes, depth: int, max_entries: int, max_bytes: in
         raise InvalidPath("A tree entry that should be a folder is not a tree.")
     entries = nbytes = deepest = longest = largest = 0
     for entry in tree.iteritems():
-        try:
-            name = entry.path.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InvalidPath("A name in this tree is not valid UTF-8.") from None
-        check_entry_name(name)
+        if names:
+            try:
+                name = entry.path.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidPath("A name in this tree is not valid UTF-8.") from None
+            check_entry_name(name)
         entries += 1
         longest = max(longest, len(entry.path))
         if entry.mode == MODE_TREE:
-            below = _measure(store, entry.sha, depth + 1, max_entries, max_bytes)
+            below = _measure(store, entry.sha, depth + 1, max_entries, max_bytes, names)
             entries += below.entries
             nbytes += below.bytes
             deepest = max(deepest, below.depth + 1)
@@ -138,19 +152,24 @@ def _measure(store: Any, sha: bytes, depth: int, max_entries: int, max_bytes: in
         if entries > max_entries or nbytes > max_bytes:
             raise _too_large(entries, nbytes)
     size = Size(entries, nbytes, deepest, longest, largest)
-    _MEMO[sha] = size
-    if len(_MEMO) > _MEMO_MAX:
-        _MEMO.popitem(last=False)
+    with _LOCK:
+        _MEMO[sha] = (size, names)
+        if len(_MEMO) > _MEMO_MAX:
+            _MEMO.popitem(last=False)
     return size
 
 
 def _blob_size(store: Any, sha: bytes, link: bool) -> int:
-    if (known := _BLOBS.get(sha)) is not None:
+    with _LOCK:
+        known = _BLOBS.get(sha)
+    if known is not None:
         return known
     kind, data = store.get_raw(sha)
     if kind != 3 and not link:  # 3: a blob
         raise InvalidPath("A file entry in this tree is not a blob.")
-    _BLOBS[sha] = size = len(data)
-    if len(_BLOBS) > _BLOBS_MAX:
-        _BLOBS.popitem(last=False)
+    size = len(data)
+    with _LOCK:
+        _BLOBS[sha] = size
+        if len(_BLOBS) > _BLOBS_MAX:
+            _BLOBS.popitem(last=False)
     return size

@@ -6,6 +6,13 @@ but loopback, and the only way out is a request this code decided on. h11 parses
 both sides (no hand-written HTTP). Every connection tried becomes one `Attempt`
 handed to `record`: refused ones at once, the others when they end, with their bytes.
 TLS inside a tunnel is passed through untouched.
+
+Each connection accepted holds a descriptor (two while it has an upstream) in the
+agent, which also follows every run's log and ends every team's runs: connections are
+counted at the door, per sandbox, per team and for the whole agent (`Gauge`), and one
+past a cap is answered 429 at once, before it can hold anything for long. Every wait,
+for the sandbox's request as for a peer to read what was written, ends after
+EGRESS_IDLE_TIMEOUT_S.
 """
 
 import asyncio
@@ -27,6 +34,12 @@ from runner.sandbox.netns import Namespace, socket_in
 log = logging.getLogger("berth.egress")
 
 CHUNK = 256 * 1024
+# A connection refused at the door is given this long to send its request (so the
+# record names where it wanted to go and a client that spoke first reads the answer
+# rather than a reset); at most REFUSING of them wait so per sandbox, the others are
+# answered without waiting.
+REFUSE_READ_S = 0.2
+REFUSING = 8
 # Hop-by-hop headers, per connection: never passed on (RFC 9110 7.6.1). Framing headers
 # (Content-Length, Transfer-Encoding) are passed on: h11 frames each side from them.
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te",
@@ -42,6 +55,16 @@ class Budget:
     max_connections: int
     used_bytes: int = 0
     active: int = 0
+
+
+@dataclass
+class Gauge:
+    """Connections open to the proxies of one scope: a sandbox, a team, the agent."""
+
+    cap: int
+    reason: str  # the denial's type when this cap is what refuses
+    what: str  # the cap in words, for the message the sandbox's client reads
+    open: int = 0
 
 
 @dataclass
@@ -72,13 +95,18 @@ class Capped(Exception):
 
 class Proxy:
     def __init__(self, entries: list[str], budget: Budget,
-                 record: Callable[[Attempt], None]) -> None:
+                 record: Callable[[Attempt], None], shared: tuple[Gauge, ...] = ()) -> None:
         self.entries = entries
         self.budget = budget
         self.record = record
         self.idle = float(settings.EGRESS_IDLE_TIMEOUT_S)
         self.server: asyncio.Server | None = None
         self.sessions: set[asyncio.Task[None]] = set()
+        # This sandbox's own gauge first, then those it shares (its team's, the agent's).
+        self.gauges = (Gauge(settings.EGRESS_MAX_CONNECTIONS_PER_SANDBOX,
+                             "sandbox_connection_cap", "this sandbox's limit "
+                             "(EGRESS_MAX_CONNECTIONS_PER_SANDBOX)"), *shared)
+        self.refusing = 0
 
     async def listen(self, ns: Namespace) -> None:
         sock = socket_in(ns)
@@ -104,13 +132,48 @@ class Proxy:
         task = asyncio.current_task()
         assert task is not None
         self.sessions.add(task)
+        full = next((g for g in self.gauges if g.open >= g.cap), None)
         try:
-            await self._session(reader, writer)
+            if full is not None:
+                await self._refuse_at_door(reader, writer, full)
+                return
+            for gauge in self.gauges:
+                gauge.open += 1
+            try:
+                await self._session(reader, writer)
+            finally:
+                for gauge in self.gauges:
+                    gauge.open -= 1
         except (ConnectionError, TimeoutError, h11.ProtocolError):
             pass  # the sandbox's side went away or spoke nonsense: nothing to record
         finally:
             self.sessions.discard(task)
             writer.close()
+
+    async def _refuse_at_door(self, reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter, full: Gauge) -> None:
+        """429 for a connection past a cap, recorded like any refusal: named by its
+        request when one came within REFUSE_READ_S, else as a bare connection."""
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        attempt: Attempt | None = None
+        if self.refusing < REFUSING:
+            self.refusing += 1
+            try:
+                conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), REFUSE_READ_S))
+                if isinstance(event := conn.next_event(), h11.Request):
+                    attempt = _target(event)[0]
+            except (TimeoutError, h11.ProtocolError):
+                pass
+            finally:
+                self.refusing -= 1
+        attempt = attempt or Attempt("", "", policy.PROXY_PORT)
+        attempt.reason, attempt.ended = full.reason, time.time()
+        self.record(attempt)
+        writer.write(_response(429, f"{full.open} connections to the proxy are open, "
+                               f"{full.what}; close idle ones (or reuse them) and retry.",
+                               full.reason))
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            await asyncio.wait_for(writer.drain(), REFUSE_READ_S)
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
@@ -151,14 +214,9 @@ class Proxy:
                       message: str, reason: str = "bad_request") -> None:
         if conn.our_state is not h11.SEND_RESPONSE:
             return  # a response was under way: the connection just ends
-        body = f"Berth egress proxy: {message}\n".encode()
-        writer.write(conn.send(h11.Response(status_code=status, reason=HTTPStatus(
-            status).phrase.encode(), headers=[
-            ("content-type", "text/plain; charset=utf-8"), ("content-length", str(len(body))),
-            ("x-berth-egress", reason), ("connection", "close")])))
-        writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+        writer.write(_response(status, message, reason))  # and the connection ends
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            await asyncio.wait_for(writer.drain(), self.idle)
 
     # -- deciding and connecting -------------------------------------------------------
 
@@ -238,7 +296,9 @@ class Proxy:
             while data := await asyncio.wait_for(src.read(CHUNK), self.idle):
                 self._count(attempt, len(data), up)
                 dst.write(data)
-                await dst.drain()
+                # A peer that stops reading holds the connection no longer than one
+                # that stops writing.
+                await asyncio.wait_for(dst.drain(), self.idle)
             with contextlib.suppress(OSError, RuntimeError):
                 dst.write_eof()  # half-close: the other direction may still be talking
 
@@ -272,7 +332,7 @@ class Proxy:
             while not isinstance(body := await self._next(conn, reader), h11.EndOfMessage):
                 if isinstance(body, h11.Data):
                     up(upstream.send(body))
-                    await up_writer.drain()
+                    await asyncio.wait_for(up_writer.drain(), self.idle)
             up(upstream.send(h11.EndOfMessage()))
             while True:
                 answer = await self._next_counted(upstream, up_reader, attempt)
@@ -298,7 +358,7 @@ class Proxy:
             while isinstance(part := await self._next_counted(upstream, up_reader, attempt),
                              h11.Data):
                 writer.write(conn.send(part))
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), self.idle)
             writer.write(conn.send(h11.EndOfMessage()))
         except Capped as capped:
             attempt.reason = str(capped)
@@ -345,6 +405,16 @@ class Proxy:
             data = await asyncio.wait_for(reader.read(CHUNK), self.idle)
             self._count(attempt, len(data), up=False)
             conn.receive_data(data)
+
+
+def _response(status: int, message: str, reason: str) -> bytes:
+    """The proxy's own answer: the status, the typed reason in `x-berth-egress`, and a
+    line saying what to do."""
+    body = f"Berth egress proxy: {message}\n".encode()
+    return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+            "content-type: text/plain; charset=utf-8\r\n"
+            f"content-length: {len(body)}\r\nx-berth-egress: {reason}\r\n"
+            "connection: close\r\n\r\n").encode() + body
 
 
 def _content_length(answer: h11.Response, method: bytes) -> int | None:

@@ -20,9 +20,18 @@ from config.errors import BerthError
 from runner import logstore
 from runner.egress.policy import PROXY_PORT
 from runner.engine import engine
+from runner.limits import within_bounds
 from runner.models import Run
+from runner.sandbox import hardening
 from runner.sandbox_image import EGRESS_WAIT
-from workspaces.archive import SMALL_TREE_BYTES, measure_commit, tree_tar_stream, tree_tarball
+from workspaces.archive import (
+    SMALL_TREE_BYTES,
+    entries_tar_stream,
+    measure_commit,
+    tree_tar_stream,
+    tree_tarball,
+)
+from workspaces.paths import InvalidPath
 from workspaces.store import open_store
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
@@ -38,17 +47,33 @@ class SandboxError(Exception):
         self.reason, self.facts = reason, facts
 
 
-_runtimes: tuple[float, set[str]] = (0.0, set())
+_runtimes: tuple[float, dict[str, list[str]]] = (0.0, {})
 RUNTIMES_FRESH_S = 30.0
 
 
-def engine_runtimes(fresh: bool = False) -> set[str]:
-    """The runtimes the engine has registered, asked at most every 30 s (an engine info
-    call costs ~8 ms per run otherwise)."""
+def engine_runtimes(fresh: bool = False) -> dict[str, list[str]]:
+    """The runtimes the engine has registered, each with its runtimeArgs; asked at most
+    every 30 s (an engine info call costs ~8 ms per run otherwise)."""
     global _runtimes
     if fresh or time.monotonic() - _runtimes[0] > RUNTIMES_FRESH_S:
-        _runtimes = (time.monotonic(), set(engine().info().get("Runtimes", {})))
+        _runtimes = (time.monotonic(), {
+            name: list((spec or {}).get("runtimeArgs") or [])
+            for name, spec in (engine().info().get("Runtimes") or {}).items()})
     return _runtimes[1]
+
+
+def _registered(runtime: str) -> list[str]:
+    """The runtime's args, when it is registered in a way that enforces the sandbox's
+    seccomp profile. A miss is asked again: only what was seen is trusted from the
+    cache. Fails closed: never a fallback to runc, never a runsc that ignores seccomp."""
+    for fresh in (False, True):
+        runtimes = engine_runtimes(fresh=fresh)
+        if runtime in runtimes and hardening.runtime_enforces_seccomp(runtime,
+                                                                      runtimes[runtime]):
+            return runtimes[runtime]
+    if runtime not in runtimes:
+        raise SandboxError("runtime_unavailable")
+    raise SandboxError("seccomp_unavailable")
 
 
 def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
@@ -60,18 +85,23 @@ def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
 
 
 def _host_config(run: Run, runtime: str, deps: Mount | None = None,
-                 cpu_shares: int | None = None) -> dict[str, Any]:
-    """Every hardening setting of DESIGN.md. A release build alone has a writable root
+                 cpu_shares: int | None = None,
+                 workspace: Mount | None = None) -> dict[str, Any]:
+    """Every hardening setting of a sandbox. A release build alone has a writable root
     layer (what it leaves in /app becomes the release image), and it and a release have
-    no /workspace: their source is in /app of the image."""
-    limits = run.limits
+    no /workspace: their source is in /app of the image. /workspace is the run's volume
+    unless another is given (the setup step's own)."""
+    # Held to today's bounds once more: a row recorded before a bound existed must not
+    # reach the engine with a limit that vanishes (0 nano-CPUs is no CPU limit at all).
+    limits, _ = within_bounds(run.limits)
     memory = f"{int(limits['memory_mb'])}m"
     in_app = run.purpose in ("build", "release")
     return dict(
         user="1000:1000",
         working_dir="/app" if in_app else "/workspace",
         cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
+        # Berth's seccomp profile, never the engine's default (hardening.py says why).
+        security_opt=hardening.security_opt(runtime),
         read_only=run.purpose != "build",
         network_mode="none",
         init=True,
@@ -89,7 +119,8 @@ def _host_config(run: Run, runtime: str, deps: Mount | None = None,
                  Ulimit(name="core", soft=0, hard=0)],
         tmpfs={"/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 (the sandbox's own)
                "/home/sandbox": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755"},
-        mounts=([] if in_app else [Mount("/workspace", run.container_name, type="volume")])
+        mounts=([] if in_app else
+                [workspace or Mount("/workspace", run.container_name, type="volume")])
         + ([deps] if deps else []),
         runtime=runtime,
         hostname="sandbox",
@@ -192,9 +223,7 @@ def prepare_and_start(run: Run, env: dict[str, str],
     try:
         image_id = _check_image(run)
         runtime = RUNTIMES[run.runtime]
-        # A miss is asked again: only a runtime seen registered is trusted from the cache.
-        if runtime not in engine_runtimes() and runtime not in engine_runtimes(fresh=True):
-            raise SandboxError("runtime_unavailable")  # fail closed: never fall back to runc
+        runtime_args = _registered(runtime)
         setup, deps = _deps(run, image_id)
         from runner.quotas import cpu_weight
 
@@ -206,13 +235,16 @@ def prepare_and_start(run: Run, env: dict[str, str],
         volume.result()  # the engine's own error, if making it failed
     first = None
     if setup.get("hit") is False:
-        # No env and no secrets: what setup leaves is shared by later runs of the key,
-        # so it must follow from the key alone, not from who asked.
+        # No env and no secrets, and a /workspace of its own holding only the key's
+        # files: what setup leaves is shared by later runs of the key (on any branch),
+        # so it must follow from the key alone, not from who asked or what else the
+        # commit holds. The engine makes that volume, labelled, at create.
         first = engine().containers.create(
             run.image, _command(run, setup["command"]), name=run.setup_container_name,
             labels=_labels(run, phase="setup"), environment=_proxy_env(run),
             **_host_config(run, runtime, Mount("/deps", setup["volume"], type="volume"),
-                           shares))
+                           shares, Mount("/workspace", run.setup_container_name,
+                                         type="volume", labels=_labels(run))))
     main = engine().containers.create(
         run.image, _command(run, run.command), name=run.container_name,
         labels=_labels(run, phase="main"), environment={**env, **_proxy_env(run)},
@@ -221,16 +253,26 @@ def prepare_and_start(run: Run, env: dict[str, str],
     # Checked while the source goes in.
     checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) \
         if setup.get("hit") else None
+    # The commit is measured (refused past the caps) before anything is copied in.
+    tree = source.result() if source is not None else None
+    # Setup's own /workspace is filled while the run's is.
+    key_files = _BACKGROUND.submit(_put_key_files, run, first) if first is not main else None
     # A build's source goes into the writable root layer, before start (the tree
     # becomes /app); a run's into the /workspace volume; a release's is in its image.
-    if source is not None and not first.put_archive("/" if in_app else "/workspace",
-                                                    source.result()):
-        raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    try:
+        if tree is not None and not main.put_archive("/" if in_app else "/workspace", tree):
+            raise SandboxError("sandbox_failed", detail="the source could not be copied in")
+    finally:
+        # Never left writing into a container the cleanup is removing.
+        if key_files is not None:
+            concurrent.futures.wait([key_files])
+    if key_files is not None:
+        key_files.result()
     if checked is not None:
         checked.result()
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(
-        image_id=image_id, hydrated_at=now, isolation=_isolation(main, run), setup=setup,
+        image_id=image_id, hydrated_at=now, isolation=_isolation(main, runtime_args), setup=setup,
         phase="setup" if first is not main else "main",
         setup_done_at=now if setup.get("hit") else None)
     if not still_wanted():
@@ -255,6 +297,8 @@ def _source(run: Run) -> bytes | Iterator[bytes]:
     with open_store(run.workspace) as store:
         try:
             size = measure_commit(store, run.commit)
+        except InvalidPath as e:
+            raise SandboxError("source_invalid", detail=e.message) from None
         except BerthError as e:
             raise SandboxError("source_too_large", detail=e.message) from None
         if size.bytes <= SMALL_TREE_BYTES:
@@ -265,6 +309,16 @@ def _source(run: Run) -> bytes | Iterator[bytes]:
             yield from tree_tar_stream(store, run.commit, under=under)
 
     return stream()
+
+
+def _put_key_files(run: Run, container: Any) -> None:
+    """Only the `cache_key` entries into the setup container's /workspace."""
+    from runner import caches
+
+    with open_store(run.workspace) as store:
+        tar = entries_tar_stream(store, caches.key_entries(store, run), caches.KEY_FILES_MTIME)
+        if not container.put_archive("/workspace", tar):
+            raise SandboxError("sandbox_failed", detail="the key files could not be copied in")
 
 
 def _setup_note(setup: dict[str, Any]) -> str:
@@ -331,19 +385,22 @@ def get_workspace_archive(name: str) -> Any:
     return chunks
 
 
-def _isolation(container: Any, run: Run) -> dict[str, Any]:
+def _isolation(container: Any, runtime_args: list[str]) -> dict[str, Any]:
     """What actually applied, read back from the engine rather than from our request
-    (docker-py's create already inspected the new container: no second round trip)."""
+    (docker-py's create already inspected the new container: no second round trip).
+    The seccomp profile counts as applied only if the runtime, as the engine registered
+    it, enforces it."""
     host = container.attrs["HostConfig"]
+    options = host.get("SecurityOpt") or []
     return {
         "runtime": host.get("Runtime"),
         "user": container.attrs["Config"].get("User"),
         "cap_drop": host.get("CapDrop"),
         "cap_add": host.get("CapAdd") or [],
         "privileged": host.get("Privileged"),
-        "security_opt": host.get("SecurityOpt"),
-        "seccomp": "default" if not any("seccomp" in o for o in host.get("SecurityOpt") or [])
-        else "custom",
+        "security_opt": hardening.shown_security_opt(options),
+        "seccomp": hardening.seccomp_record(options, host.get("Runtime") or "runc",
+                                            runtime_args),
         "read_only_root": host.get("ReadonlyRootfs"),
         "network": host.get("NetworkMode"),
         "memory_bytes": host.get("Memory"),

@@ -91,3 +91,36 @@ async def connect(ns: Namespace, port: int, timeout: float = 5.0) -> socket.sock
         raise
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
+
+
+LISTEN = "0A"  # the TCP state "listen" in /proc/net/tcp{,6}
+MAX_TABLE_BYTES = 1 << 20  # far more than a sandbox's listening sockets take
+
+
+def listening_ports(ns: Namespace) -> set[int]:
+    """The TCP ports something listens on inside the sandbox, read from the kernel's
+    tables of its namespace (/proc/<pid>/net/tcp and tcp6) from the host: under runc
+    they hold the app's sockets, and under runsc as Berth registers it (host network
+    inside the sandbox's own namespace) gVisor's sockets are kernel sockets there too.
+    Berth's own sockets in the namespace (the egress listener) are listed as well.
+    The namespace is checked after reading, so a reused pid never shows another's."""
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{ns.pid}/net/{table}", "rb") as f:
+                text = f.read(MAX_TABLE_BYTES).decode("ascii", "replace")
+        except FileNotFoundError:
+            continue  # no IPv6 in this kernel
+        except OSError as e:
+            raise NamespaceGone(f"process {ns.pid} is gone") from e
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == LISTEN and ":" in fields[1]:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    try:
+        same = os.stat(f"/proc/{ns.pid}/ns/net").st_ino == ns.inode
+    except OSError:
+        same = False
+    if not same:
+        raise NamespaceGone(f"process {ns.pid} is not in the sandbox's namespace any more")
+    return ports
