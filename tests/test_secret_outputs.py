@@ -48,15 +48,16 @@ def stored_objects_hold(workspace, value: bytes) -> bool:
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_a_runs_secret_outputs_are_withheld_and_served_only_to_who_could_grant_them(
-        client, cast, notes, alice_api, run_stack, berth_server):  # noqa: F811
+        client, cast, notes, alice_api, run_stack, berth_server, runtime):  # noqa: F811
     put(client, alice_api, "API_KEY", {"value": VALUE})
     workspace_actions.commit_changes(notes, Actor(cast.alice), [
         Change("write", "workspace.toml", TOML.encode())], "artifacts")
     _, granter = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"],
                             secret_names=["API_KEY"])
     agent = NotesAgent(client, granter)
-    done = agent.wait(agent.run(COMMAND, secrets=["API_KEY"]))
+    done = agent.wait(agent.run(COMMAND, secrets=["API_KEY"], runtime=runtime))
     assert done["state"] == "succeeded", done
     changes = done["changes"]
     withheld = {w["path"]: w["secrets"] for w in changes["withheld"]}

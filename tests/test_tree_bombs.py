@@ -180,14 +180,16 @@ def test_an_older_commit_past_the_caps_ends_its_run_source_too_large(client, cas
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_a_hard_link_bomb_written_by_a_run_cannot_be_committed(client, cast, shop,
-                                                               run_stack, berth_server):
+                                                               run_stack, berth_server,
+                                                               runtime):
     """300 hard links to one 9 MB file take no disk, yet as a tree they are 2.7 GB."""
     _, secret = cast.token(cast.carol)
     agent = Agent(client, secret)
     done = agent.wait(agent.run(
         "head -c 9000000 /dev/urandom > big && for i in $(seq 300); do ln big l$i; done",
-        commit_changes=True))
+        commit_changes=True, runtime=runtime))
     assert done["state"] == "succeeded", done
     assert "past what a workspace may hold" in done["changes"]["error"]
     assert done["changes_commit"] is None
