@@ -7,6 +7,7 @@ files), on the real engine under both runtimes."""
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from django.conf import settings
 
@@ -32,7 +33,10 @@ def cgroup_limits(container_name: str) -> dict[str, Any]:
     container, from its cgroup on the host (v1 here; v2 where the host has it). None
     means unlimited."""
     def running_pid() -> int:
-        state = engine().api.inspect_container(container_name)["State"]
+        try:
+            state = engine().api.inspect_container(container_name)["State"]
+        except docker.errors.NotFound:  # queued: the worker has not made it yet
+            return 0
         return int(state["Pid"]) if state["Running"] else 0
 
     pid = wait_for(running_pid, timeout=60, what=f"{container_name} to run")
