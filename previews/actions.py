@@ -184,6 +184,9 @@ def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
         record(preview.workspace.team, actor, "preview.made_public" if public
                else "preview.made_private", f"preview:{preview.public_id}",
                preview.workspace.slug)
+        # Its open WebSockets check their viewers again (previews.tunnel_access).
+        transaction.on_commit(lambda: fanout.group_send(
+            gate.moves_group(preview.public_id), {"type": "preview.moved"}))
     return preview
 
 
