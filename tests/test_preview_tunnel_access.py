@@ -17,10 +17,13 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin
 
+from accounts.access import Actor
 from accounts.models import ApiToken, Membership
+from deploys.models import Release
 from tests import servers, test_previews
-from tests.previews import Browser, PreviewAgent
+from tests.previews import PROBE_APP, Browser, PreviewAgent, write
 from tests.test_previews import both_runtimes
+from workspaces.actions import create_workspace
 
 pytestmark = pytest.mark.docker
 
@@ -63,9 +66,10 @@ def post_as(user, path: str, data: dict | None = None) -> int:
 
 
 async def tunnel(port: int, preview: dict, cookie: str = "") -> ClientConnection:
-    """A WebSocket to the app's /ws through the door on `port`, as the preview's own
-    page would open it."""
-    host = f"{preview['id']}.preview.localhost:{settings.PREVIEW_PORT}"
+    """A WebSocket to the app's /ws through the door on `port`, as the preview's (or
+    the release's: its `host`) own page would open it."""
+    host = f"{preview.get('host') or preview['id'] + '.preview.localhost'}:" \
+           f"{settings.PREVIEW_PORT}"
     ws = await connect(f"ws://{host}/ws", sock=socket.create_connection(("127.0.0.1", port)),
                        proxy=None, origin=Origin(f"http://{host}"),
                        additional_headers={"Cookie": cookie} if cookie else None)
@@ -206,6 +210,44 @@ def test_a_public_previews_websockets_are_left_alone_until_it_is_made_private(
         for door, ws in strangers.items():
             assert await closed_within(ws, 5) == 4401, door
         for door, ws in bobs.items():
+            assert await closed_within(ws, 5) == 4404, door
+
+    asyncio.run(story())
+
+
+def test_a_releases_websockets_end_with_their_viewers_access(
+        cast, client, signed_in, run_stack, berth_server):
+    """A release's process is a target like a preview's: the same rules at both doors.
+    berth_server checks every 30 s: what closes these in time is the change's signal."""
+    from tests.test_deploys import HOST, Requester, released
+
+    shop = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
+    write(shop, cast.alice, {"probe_app.py": PROBE_APP, "workspace.toml":
+                             '[deploy]\ncommand = "python3 probe_app.py"\nport = 8000\n'})
+    _, secret = cast.token(cast.alice, ["workspace:read", "deploy:request"])
+    released(Requester(client, secret), signed_in, cast, "one")
+    process = Release.objects.get(workspace=shop, number=1).process
+    assert process is not None
+    release = {"id": process.public_id, "host": HOST}
+
+    def team_only() -> int:
+        return post_as(cast.alice, "/t/team-a/w/shop/releases/visibility/", {"team_only": "on"})
+
+    async def story() -> None:
+        # Public (the default): anyone's socket, until the release is made team-only.
+        strangers = {door: await tunnel(port, release)
+                     for door, port in doors(berth_server).items()}
+        assert await asyncio.to_thread(team_only) == 302
+        for door, ws in strangers.items():
+            assert await closed_within(ws, 5) == 4401, door
+        # A member's socket, until she is removed from the team.
+        carol = await asyncio.to_thread(
+            lambda: viewer_cookie(berth_server, signed_in_link(cast.carol, release)))
+        carols = {door: await tunnel(port, release, carol)
+                  for door, port in doors(berth_server).items()}
+        status = await asyncio.to_thread(post_as, cast.alice, "/t/team-a/members/carol/remove/")
+        assert status == 302
+        for door, ws in carols.items():
             assert await closed_within(ws, 5) == 4404, door
 
     asyncio.run(story())
