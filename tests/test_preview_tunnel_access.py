@@ -9,10 +9,12 @@ import asyncio
 import socket
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.test import Client
+from django.utils import timezone
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Origin
@@ -139,23 +141,34 @@ def test_removing_a_member_closes_their_preview_websockets_at_both_doors(
     asyncio.run(story())
 
 
-def test_revoking_the_token_behind_a_viewer_cookie_closes_its_websockets(
-        ready, admin, agent, berth_server, cast):
-    """agent.link asks with carol's token: the cookie it gives stands for that token."""
+def test_revoking_or_expiring_the_token_behind_a_viewer_cookie_closes_its_websockets(
+        ready, admin, agent, berth_server, cast, client):
+    """agent.link asks with carol's token: the cookie it gives stands for that token.
+    berth_server checks every 30 s: a revocation is signalled, an expiry is timed."""
     token = ApiToken.objects.get(user=cast.carol, revoked_at=None)
     cookies = {door: viewer_cookie(berth_server, agent.link(ready), via_daphne=door == "daphne")
                for door in ("gateway", "daphne")}
+    expiring, secret = cast.token(cast.carol, ["preview"])
+    short_lived = viewer_cookie(berth_server, PreviewAgent(client, secret, "probe").link(ready))
+    expires = timezone.now() + timedelta(seconds=3)
+    ApiToken.objects.filter(pk=expiring.pk).update(expires_at=expires)
 
-    async def story() -> None:
+    async def story() -> float:
         sockets = {door: await tunnel(port, ready, cookies[door])
                    for door, port in doors(berth_server).items()}
+        timed = {door: await tunnel(port, ready, short_lived)
+                 for door, port in doors(berth_server).items()}
         status = await asyncio.to_thread(post_as, cast.carol,
                                          f"/t/team-a/tokens/{token.public_id}/revoke/")
         assert status == 302
         for door, ws in sockets.items():
             assert await closed_within(ws, 5) == 4401, door
+        for door, ws in timed.items():
+            assert await closed_within(ws, 10) == 4401, door
+        return (timezone.now() - expires).total_seconds()
 
-    asyncio.run(story())
+    late = asyncio.run(story())
+    assert -0.1 < late < 2, late
 
 
 def test_the_periodic_check_closes_what_no_signal_told(ready, admin, agent, rechecking,
