@@ -95,15 +95,16 @@ def drain(timeout: float = EXIT_DRAIN_S) -> None:
 
 
 @contextlib.asynccontextmanager
-async def listening(group: str) -> AsyncIterator[Callable[[float], Awaitable[Any]]]:
-    """Within the block, a member of `group` (joined on entry, so nothing sent after
+async def listening(*groups: str) -> AsyncIterator[Callable[[float], Awaitable[Any]]]:
+    """Within the block, a member of `groups` (joined on entry, so nothing sent after
     that is missed): yields `next_signal(timeout)`, the next message, or None once
     `timeout` seconds pass without one. Raises on entry if there is no channel layer."""
     layer = get_channel_layer()
     if layer is None:
         raise RuntimeError("no channel layer is configured")
     channel = await layer.new_channel()
-    await layer.group_add(group, channel)
+    for group in groups:
+        await layer.group_add(group, channel)
 
     async def next_signal(timeout: float) -> Any:
         try:
@@ -114,5 +115,6 @@ async def listening(group: str) -> AsyncIterator[Callable[[float], Awaitable[Any
     try:
         yield next_signal
     finally:
-        with contextlib.suppress(Exception):  # the group's entry expires on its own
-            await layer.group_discard(group, channel)
+        for group in groups:
+            with contextlib.suppress(Exception):  # the group's entry expires on its own
+                await layer.group_discard(group, channel)

@@ -363,6 +363,9 @@ EGRESS_MAX_CONNECTIONS = envint("EGRESS_MAX_CONNECTIONS", 32)
 # if its own descriptor limit is too small for it (runner.egress.service).
 EGRESS_MAX_CONNECTIONS_PER_SANDBOX = envint("EGRESS_MAX_CONNECTIONS_PER_SANDBOX", 64)
 EGRESS_MAX_CONNECTIONS_PER_TEAM = envint("EGRESS_MAX_CONNECTIONS_PER_TEAM", 256)
+# Past this many refusals (429, read for and recorded) in a second from one sandbox,
+# further ones are closed unanswered and recorded as one summary a second.
+EGRESS_MAX_REFUSALS_PER_S = envint("EGRESS_MAX_REFUSALS_PER_S", 20)
 EGRESS_CONNECT_TIMEOUT_S = float(os.environ.get("EGRESS_CONNECT_TIMEOUT_S", "10"))
 EGRESS_IDLE_TIMEOUT_S = envint("EGRESS_IDLE_TIMEOUT_S", 300)
 # How long a sandbox's command waits for its proxy before giving up (the wrapper).

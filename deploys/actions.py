@@ -377,7 +377,9 @@ def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) 
     with transaction.atomic():
         Workspace.objects.filter(pk=workspace.pk).update(releases_team_only=team_only)
         workspace.releases_team_only = team_only
-        Preview.objects.filter(workspace=workspace, kind="release").update(public=not team_only)
+        processes = Preview.objects.filter(workspace=workspace, kind="release")
+        processes.update(public=not team_only)
+        preview_actions.visibility_changed(list(processes.values_list("public_id", flat=True)))
         record(workspace.team, actor, "workspace.releases_visibility", f"workspace:"
                f"{workspace.slug}", workspace.slug, team_only=team_only)
 

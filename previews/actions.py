@@ -184,7 +184,17 @@ def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
         record(preview.workspace.team, actor, "preview.made_public" if public
                else "preview.made_private", f"preview:{preview.public_id}",
                preview.workspace.slug)
+        visibility_changed([preview.public_id])
     return preview
+
+
+def visibility_changed(public_ids: list[str]) -> None:
+    """After commit, the open WebSockets of these previews (or release processes)
+    check their viewers again (previews.tunnel_access)."""
+    def send() -> None:
+        for public_id in public_ids:
+            fanout.group_send(gate.moves_group(public_id), {"type": "preview.moved"})
+    transaction.on_commit(send)
 
 
 def issue_ticket(preview: Preview, actor: Actor) -> str:

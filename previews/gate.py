@@ -11,6 +11,7 @@ Everything here is synchronous ORM code: the proxy calls it on a worker thread.
 import hashlib
 import hmac
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -116,19 +117,60 @@ def redeem(nonce: str, public_id: str) -> str | None:
 
 def viewer_allowed(cookie: str, t: Target) -> bool:
     """Whether a preview cookie lets its holder see preview `t` now."""
+    return viewer_standing(cookie, t).code is None
+
+
+# What ends a viewer's access, as the close code a tunnel gets (the codes Berth's own
+# WebSockets use, accounts.socket_access): the cookie or its token no longer holds
+# (expired, revoked, or no cookie), or its person is no longer in the team (or the
+# preview is gone).
+CLOSE_CREDENTIALS = 4401
+CLOSE_NO_ACCESS = 4404
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A viewer's access to a preview: `code` None while it holds (until `until` at
+    the latest, when the cookie or its token expires), else why it does not."""
+
+    code: int | None
+    until: datetime | None = None
+
+
+def cookie_user(cookie: str | None) -> int | None:
+    """The person a preview cookie was issued to (its signature checked, no database)."""
+    if not cookie:
+        return None
     try:
         data = signing.loads(cookie, salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S)
     except signing.BadSignature:
-        return False
+        return None
+    user = data.get("u") if isinstance(data, dict) else None
+    return user if isinstance(user, int) else None
+
+
+def viewer_standing(cookie: str | None, t: Target) -> Standing:
+    """Whether a preview cookie lets its holder see preview `t` now, and until when."""
+    if not cookie:
+        return Standing(CLOSE_CREDENTIALS)
+    try:
+        data = signing.loads(cookie, salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S)
+    except signing.BadSignature:
+        return Standing(CLOSE_CREDENTIALS)
     if not isinstance(data, dict) or data.get("p") != t.public_id:
-        return False
+        return Standing(CLOSE_CREDENTIALS)
     if not Membership.objects.filter(team=t.team_id, user=data.get("u")).exists():
-        return False
+        return Standing(CLOSE_NO_ACCESS)
+    # The signature checked, its time stamp is the cookie's own (`payload:time:sig`).
+    signed = signing.b62_decode(cookie.rsplit(":", 2)[1])
+    until = datetime.fromtimestamp(signed + settings.PREVIEW_COOKIE_S, UTC)
     if data.get("t") is None:
-        return True
+        return Standing(None, until)
     token = ApiToken.objects.filter(pk=data["t"], team=t.team_id).first()
-    return bool(token and token.revoked_at is None and token.expires_at > timezone.now()
-                and token.allows_workspace(t.workspace) and token.has_scope("preview"))
+    if token and token.revoked_at is None and token.expires_at > timezone.now() \
+            and token.allows_workspace(t.workspace) and token.has_scope("preview"):
+        return Standing(None, min(until, token.expires_at))
+    return Standing(CLOSE_CREDENTIALS)
 
 
 def berth_cookie_names() -> set[str]:

@@ -19,6 +19,8 @@ ticket exchange, a request without a known cookie, a preview that is not ready (
 pages, the hold), WebSocket upgrades, `Expect`, a release host not yet looked up. It
 names the real client there in X-Berth-Client, signed by X-Berth-Gateway
 (gate.from_gateway), so every answer and rule beyond the fast path stays in one place.
+A WebSocket among them: the web process relays it for as long as its viewer may see
+the target (previews.tunnel_access), and its close comes back through the tunnel here.
 """
 
 import asyncio

@@ -10,7 +10,9 @@ each request:
 3. a private preview needs that cookie (a browser without it is sent to the app's
    `/previews/<id>/open`, which checks access and comes back with a ticket);
 4. a preview that is not ready gets a typed answer (previews.pages), 503;
-5. everything else is forwarded into the sandbox over a socket created in its network
+5. a WebSocket is relayed for as long as its viewer may see the target
+   (previews.tunnel_access);
+6. everything else is forwarded into the sandbox over a socket created in its network
    namespace (previews.upstream), with Berth's cookies and any Authorization header
    removed, X-Forwarded-* set from the real connection, and the answer streamed back
    untouched except for hop-by-hop headers and Set-Cookie for other domains. Redirects
@@ -29,7 +31,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from config import fanout
-from previews import gate, pages
+from previews import gate, pages, tunnel_access
 from previews.backpressure import Backpressure
 from previews.headers import (
     REFUSED,
@@ -146,10 +148,13 @@ class Proxy:
         if cached and now - cached[0] < VIEWER_TTL_S:
             return cached[1]
         ok = await database_sync_to_async(gate.viewer_allowed)(value, t)
+        self.remember_viewer(t.public_id, value, ok)
+        return ok
+
+    def remember_viewer(self, public_id: str, value: str, ok: bool) -> None:
         if len(self.viewers) > 10_000:
             self.viewers.clear()
-        self.viewers[(t.public_id, value)] = (now, ok)
-        return ok
+        self.viewers[(public_id, value)] = (time.monotonic(), ok)
 
     async def touch(self, t: gate.Target) -> None:
         now = time.monotonic()
@@ -190,7 +195,11 @@ class Proxy:
             await self.refuse(scope, send, t, json_wanted)
             return
         if scope["type"] == "websocket":
-            await self.counted(t, send, lambda: proxy_websocket(scope, receive, send, t))
+            # Open while its viewer may see the target (previews.tunnel_access).
+            cookie, tunnelled = viewer_cookie(_cookies(scope)), t
+            await self.counted(t, send, lambda: proxy_websocket(
+                scope, receive, send, tunnelled,
+                lambda: tunnel_access.watch(self, tunnelled, cookie)))
             return
         body = await _read_body(receive)
         if body is None:

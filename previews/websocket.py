@@ -4,13 +4,14 @@ the sandbox's namespace.
 
 The handshake forwards the client's path, query, subprotocols, Origin and cookies
 (minus Berth's), never its Authorization; messages are relayed both ways until either
-side closes, one passes PREVIEW_MAX_WS_MESSAGE_BYTES, or the pair is silent for
-PREVIEW_IDLE_CONNECTION_S.
+side closes, one passes PREVIEW_MAX_WS_MESSAGE_BYTES, the pair is silent for
+PREVIEW_IDLE_CONNECTION_S, or the viewer's access ends (previews.tunnel_access).
 """
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from django.conf import settings
@@ -28,11 +29,14 @@ SKIP = {b"host", b"connection", b"upgrade", b"authorization", b"origin", b"cooki
         b"sec-websocket-protocol", b"x-forwarded-for", b"x-forwarded-proto",
         b"x-forwarded-host", b"forwarded", b"user-agent", *gate.GATEWAY_HEADERS}
 TOO_BIG = 1009
+Watch = Callable[[], Coroutine[Any, Any, int]]  # returns the close code once access is gone
 GOING_AWAY = 1001
 
 
 async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any,
-                          t: gate.Target) -> None:
+                          t: gate.Target, watch: Watch | None = None) -> None:
+    """Relay until either side closes, or `watch` returns (the viewer's access is gone:
+    the browser's side is closed with the code it returns)."""
     message = await receive()
     if message["type"] != "websocket.connect":
         return
@@ -67,10 +71,11 @@ async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any,
         await send({"type": "websocket.close", "code": 4502})
         return
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-    await _relay(receive, send, upstream)
+    await _relay(receive, send, upstream, watch)
 
 
-async def _relay(receive: Any, send: Any, upstream: ClientConnection) -> None:
+async def _relay(receive: Any, send: Any, upstream: ClientConnection,
+                 watch: Watch | None = None) -> None:
     activity = asyncio.Event()
     limit = settings.PREVIEW_MAX_WS_MESSAGE_BYTES
 
@@ -114,12 +119,21 @@ async def _relay(receive: Any, send: Any, upstream: ClientConnection) -> None:
                 await send({"type": "websocket.close", "code": GOING_AWAY})
                 return
 
-    tasks = [asyncio.create_task(c()) for c in (client_to_app, app_to_client, idle)]
+    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(c())
+                                      for c in (client_to_app, app_to_client, idle)]
+    guard = asyncio.create_task(watch()) if watch is not None else None
+    if guard is not None:
+        tasks.append(guard)
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if guard is not None and guard.done() and not guard.cancelled() \
+                and guard.exception() is None:
+            # Access gone: nothing more is relayed (the other tasks are ended), and the
+            # browser hears it before the app's close handshake is waited for.
+            await send({"type": "websocket.close", "code": guard.result()})
         with contextlib.suppress(Exception):
             await upstream.close()

@@ -229,12 +229,15 @@ class EgressEvent(models.Model):
     # not_allowed, address_not_allowed, resolve_failed, connect_failed, connection_cap,
     # byte_cap (refused or cut), idle_timeout, bad_upstream; sandbox_connection_cap,
     # team_connection_cap, agent_connection_cap (refused at the proxy's door, before
-    # any request: method and host empty); empty for a normal end
+    # any request: method and host empty); refusal_flood (`count` connections past a
+    # cap closed unanswered in one second, past EGRESS_MAX_REFUSALS_PER_S); empty for
+    # a normal end
     reason = models.CharField(max_length=24, blank=True)
     bytes_up = models.PositiveBigIntegerField(default=0)
     bytes_down = models.PositiveBigIntegerField(default=0)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    count = models.PositiveIntegerField(default=1)  # connections this record stands for
 
     class Meta:
         ordering = ["started_at", "id"]
@@ -250,10 +253,11 @@ class EgressEvent(models.Model):
     @classmethod
     def record(cls, run_pk: int, events: list["EgressEvent"]) -> None:
         """Count them on the run; keep the rows while the run has fewer than the cap."""
-        allowed = sum(e.allowed for e in events)
+        allowed = sum(e.count for e in events if e.allowed)
+        denied = sum(e.count for e in events if not e.allowed)
         Run.objects.filter(pk=run_pk).update(
             egress_connections=models.F("egress_connections") + allowed,
-            egress_denied=models.F("egress_denied") + len(events) - allowed,
+            egress_denied=models.F("egress_denied") + denied,
             egress_bytes_up=models.F("egress_bytes_up") + sum(e.bytes_up for e in events),
             egress_bytes_down=models.F("egress_bytes_down") + sum(e.bytes_down for e in events))
         room = settings.EGRESS_MAX_EVENTS - cls.objects.filter(run_id=run_pk).count()
@@ -265,7 +269,7 @@ class EgressEvent(models.Model):
                 "host": self.host, "port": self.port, "address": self.address,
                 "reason": self.reason, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "started_at": self.started_at,
-                "ended_at": self.ended_at}
+                "ended_at": self.ended_at, "count": self.count}
 
 
 class DepCache(models.Model):

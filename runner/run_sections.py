@@ -31,6 +31,8 @@ EGRESS_REASONS = {
     "sandbox_connection_cap": "refused: too many connections open to the proxy",
     "team_connection_cap": "refused: the team has too many connections open to its proxies",
     "agent_connection_cap": "refused: the host's proxies hold all the connections they may",
+    "refusal_flood": "closed unanswered: more refusals in that second than "
+                     "EGRESS_MAX_REFUSALS_PER_S",
     "byte_cap": "cut: the run's egress allowance is used up",
     "idle_timeout": "closed: idle too long",
     "bad_upstream": "failed: no valid HTTP answer",
@@ -40,12 +42,14 @@ EVENTS_SHOWN = 100
 
 def network_section(run: Run) -> dict[str, Any]:
     """The egress policy that applied and the connections tried, first ones first."""
-    events = [{"event": e, "outcome": EGRESS_REASONS.get(e.reason, e.reason) if e.reason
-               else "allowed"} for e in run.egress_events.all()[:EVENTS_SHOWN]] \
+    shown = list(run.egress_events.all()[:EVENTS_SHOWN]) \
         if run.network.get("mode") == "proxy" else []
+    events = [{"event": e, "outcome": EGRESS_REASONS.get(e.reason, e.reason) if e.reason
+               else "allowed"} for e in shown]
     return {"mode": run.network.get("mode", "none"), "egress": run.network.get("egress", []),
             "ignored": run.network.get("ignored", []), "events": events,
-            "more": max(0, run.egress_connections + run.egress_denied - len(events))}
+            "more": max(0, run.egress_connections + run.egress_denied
+                        - sum(e.count for e in shown))}
 
 
 def setup_section(run: Run) -> dict[str, Any] | None:

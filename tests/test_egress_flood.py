@@ -8,11 +8,13 @@ The stack's settings (tests/servers.py): 24 connections per sandbox, 40 per team
 """
 
 import os
+import time
+from pathlib import Path
 
 import pytest
 
 from accounts.access import Actor
-from runner.models import EgressEvent
+from runner.models import EgressEvent, Run
 from tests.servers import wait_for
 from tests.test_egress import files, policy, run  # noqa: F401 (fixtures)
 from tests.test_runs import Agent, set_toml
@@ -208,3 +210,89 @@ def test_an_idle_connection_to_the_proxy_is_closed(team_a, cast, shop, files,  #
     [event] = wait_for(lambda: list(EgressEvent.objects.filter(run__public_id=done["id"])),
                        timeout=10, what="the tunnel's record")
     assert (event.allowed, event.reason) == (True, "idle_timeout")
+
+
+# Holds `held` connections (the sandbox's cap: every further one is refused), then calls
+# connect() in a tight loop for `seconds`, closing each at once; says how many it tried
+# and how many connected.
+CONNECT_LOOP = """\
+import socket, sys, time
+held = [socket.create_connection(("127.0.0.1", 3128)) for _ in range(int(sys.argv[1]))]
+print("flooding", flush=True)
+tried, made, deadline = 0, 0, time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    s = socket.socket()
+    tried += 1
+    try:
+        s.connect(("127.0.0.1", 3128))
+        made += 1
+    except OSError:
+        pass
+    s.close()
+print("made", made, "of", tried, flush=True)
+time.sleep(600)
+"""
+REFUSALS_PER_S = 20  # EGRESS_MAX_REFUSALS_PER_S's default, as the stack runs it
+FLOOD_S = 8
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_a_connect_loop_past_the_cap_is_shed_cheaply_and_recorded_once_a_second(
+        team_a, team_b, cast, shop, files, run_stack, runtime):  # noqa: F811
+    policy(shop, cast, [f"files.test:{files}"], runtime)
+    team_b_shop = workspace_actions.create_workspace(cast.team_b, Actor(cast.charlie), "Shop",
+                                                     "shop", "python-http")
+    cast.team_b.egress_ceiling = [f"files.test:{files}"]
+    cast.team_b.save()
+    set_toml(team_b_shop, cast, f'[network]\negress = ["files.test:{files}"]\n')
+
+    started = team_a.run(f"cat > /tmp/loop.py <<'EOF'\n{CONNECT_LOOP}EOF\n"
+                         f"python3 /tmp/loop.py {PER_SANDBOX} {FLOOD_S}", runtime=runtime)
+    wait_for(lambda: "flooding" in log_text(team_a, started), timeout=120,
+             what="the connect loop to start")
+    agent_pid = run_stack.agent.proc.pid
+    cpu_before, clock_before = cpu_seconds(agent_pid), time.monotonic()
+
+    # Meanwhile another team's run goes through its own proxy and ends as usual.
+    done, out = run(team_b, f"curl -sS http://files.test:{files}/x")
+    assert done["state"] == "succeeded" and "hello through the proxy" in out, (done, out)
+    assert "made" not in log_text(team_a, started), "team B's run ended after the flood"
+
+    made_line = wait_for(lambda: next((line for line in log_text(team_a, started).splitlines()
+                                       if line.startswith("made")), None), timeout=60,
+                         what="the connect loop to end")
+    cpu = (cpu_seconds(agent_pid) - cpu_before) / (time.monotonic() - clock_before)
+    made, tried = int(made_line.split()[1]), int(made_line.split()[3])
+    # The agent spent a fraction of one core on it, not all of it.
+    assert cpu < 0.5, f"the runner agent used {cpu:.2f} of a core during the flood"
+
+    # A connection the agent accepted is counted on the run's totals, however it was
+    # refused (one the kernel dropped from a full accept queue never reached it, one
+    # reset before connect() returned may look failed to the loop). Only the first
+    # REFUSALS_PER_S a second are answered and recorded one by one; the rest are one
+    # summary record a second.
+    def all_recorded() -> tuple[int, list[EgressEvent]] | None:
+        denied = Run.objects.get(public_id=started["id"]).egress_denied
+        rows = list(EgressEvent.objects.filter(run__public_id=started["id"]))
+        return (denied, rows) if sum(r.count for r in rows) == denied > 0 else None
+
+    denied, rows = wait_for(all_recorded, timeout=15, what="the refusals to be recorded (in "
+                            "fewer rows than EGRESS_MAX_EVENTS)")
+    seconds = FLOOD_S + 3  # the windows a loop of FLOOD_S seconds can touch, and then some
+    assert len(rows) <= seconds * (REFUSALS_PER_S + 1), (len(rows), denied)
+    shed = [r for r in rows if r.reason == "refusal_flood"]
+    answered = [r for r in rows if r.reason == "sandbox_connection_cap"]
+    assert len(shed) + len(answered) == len(rows) and len(shed) <= seconds
+    assert denied <= tried and denied > 5 * len(rows), (denied, made, tried, len(rows))
+    api = team_a.get(f"/runs/{started['id']}/egress").json()
+    assert api["summary"]["denied"] == denied
+    assert max(e["count"] for e in api["events"]) > 1
+
+    r = team_a.client.post(f"/api/v1/runs/{started['id']}/cancel", **team_a.headers)
+    assert r.status_code == 202, r.content
+    assert team_a.wait(started)["state"] == "cancelled"

@@ -10,9 +10,10 @@ TLS inside a tunnel is passed through untouched.
 Each connection accepted holds a descriptor (two while it has an upstream) in the
 agent, which also follows every run's log and ends every team's runs: connections are
 counted at the door, per sandbox, per team and for the whole agent (`Gauge`), and one
-past a cap is answered 429 at once, before it can hold anything for long. Every wait,
-for the sandbox's request as for a peer to read what was written, ends after
-EGRESS_IDLE_TIMEOUT_S.
+past a cap is answered 429 at once, before it can hold anything for long (past
+EGRESS_MAX_REFUSALS_PER_S refusals a second, closed unanswered: runner.egress.door).
+Every wait, for the sandbox's request as for a peer to read what was written, ends
+after EGRESS_IDLE_TIMEOUT_S.
 """
 
 import asyncio
@@ -20,15 +21,17 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import urlsplit
 
 import h11
 from django.conf import settings
 
 from runner.egress import policy
+from runner.egress.door import Door, RefusalRate, reset
 from runner.sandbox.netns import Namespace, socket_in
 
 log = logging.getLogger("berth.egress")
@@ -81,6 +84,7 @@ class Attempt:
     bytes_down: int = 0
     started: float = field(default_factory=time.time)
     ended: float | None = None
+    count: int = 1  # connections it stands for: more for a second's refusals shed at once
 
 
 class Refused(Exception):
@@ -100,13 +104,14 @@ class Proxy:
         self.budget = budget
         self.record = record
         self.idle = float(settings.EGRESS_IDLE_TIMEOUT_S)
-        self.server: asyncio.Server | None = None
+        self.door: Door | None = None
         self.sessions: set[asyncio.Task[None]] = set()
         # This sandbox's own gauge first, then those it shares (its team's, the agent's).
         self.gauges = (Gauge(settings.EGRESS_MAX_CONNECTIONS_PER_SANDBOX,
                              "sandbox_connection_cap", "this sandbox's limit "
                              "(EGRESS_MAX_CONNECTIONS_PER_SANDBOX)"), *shared)
         self.refusing = 0
+        self.refusals = RefusalRate(settings.EGRESS_MAX_REFUSALS_PER_S, self._shed)
 
     async def listen(self, ns: Namespace) -> None:
         sock = socket_in(ns)
@@ -115,39 +120,71 @@ class Proxy:
             # Bound in the socket's own namespace: its loopback, not the host's.
             sock.bind(("127.0.0.1", policy.PROXY_PORT))
             sock.listen(128)
-            self.server = await asyncio.start_server(self._serve, sock=sock, limit=CHUNK)
+            self.door = Door(sock, self._accepted)
         except BaseException:
             sock.close()
             raise
 
     async def close(self) -> None:
         """Stop listening and end every open connection (each is recorded)."""
-        if self.server is not None:
-            self.server.close()
+        if self.door is not None:
+            self.door.close()
+        self.refusals.flush()
+        await asyncio.sleep(0)  # every task accepted so far starts: its `finally` runs
         for task in list(self.sessions):
             task.cancel()
         await asyncio.gather(*self.sessions, return_exceptions=True)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.sessions.add(task)
+    def _accepted(self, conn: socket.socket) -> None:
+        """A connection, as it is accepted: counted now (a batch accepted at once must
+        see each other), refused past a cap, closed unanswered past the refusal rate."""
         full = next((g for g in self.gauges if g.open >= g.cap), None)
-        try:
-            if full is not None:
-                await self._refuse_at_door(reader, writer, full)
+        if full is not None:
+            if not self.refusals.answer():
+                reset(conn)
                 return
+            self._spawn(self._refused(conn, full))
+            return
+        for gauge in self.gauges:
+            gauge.open += 1
+        self._spawn(self._served(conn))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.sessions.add(task)
+        task.add_done_callback(self.sessions.discard)
+
+    def _shed(self, count: int, since: float, until: float) -> None:
+        """One record for the connections closed unanswered in a second."""
+        self.record(Attempt("", "", policy.PROXY_PORT, reason="refusal_flood", count=count,
+                            started=since, ended=until))
+
+    async def _served(self, conn: socket.socket) -> None:
+        try:
+            await self._spoken(conn, self._session)
+        finally:
             for gauge in self.gauges:
-                gauge.open += 1
-            try:
-                await self._session(reader, writer)
-            finally:
-                for gauge in self.gauges:
-                    gauge.open -= 1
+                gauge.open -= 1
+
+    async def _refused(self, conn: socket.socket, full: Gauge) -> None:
+        await self._spoken(conn, lambda reader, writer: self._refuse_at_door(reader, writer,
+                                                                             full))
+
+    async def _spoken(self, conn: socket.socket, talk: Callable[
+            [asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]) -> None:
+        """`talk` over an accepted connection, which ends closed whatever happens."""
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn, limit=CHUNK)
+        except BaseException as e:
+            conn.close()
+            if isinstance(e, OSError):
+                return  # gone before it could be served
+            raise
+        try:
+            await talk(reader, writer)
         except (ConnectionError, TimeoutError, h11.ProtocolError):
             pass  # the sandbox's side went away or spoke nonsense: nothing to record
         finally:
-            self.sessions.discard(task)
             writer.close()
 
     async def _refuse_at_door(self, reader: asyncio.StreamReader,

@@ -150,7 +150,7 @@ class Egress:
                 run_id=run_pk, phase=p, method=a.method[:16], host=a.host[:255], port=a.port,
                 address=a.address, allowed=a.allowed, reason=a.reason, bytes_up=a.bytes_up,
                 bytes_down=a.bytes_down, started_at=_when(a.started) or timezone.now(),
-                ended_at=_when(a.ended))
+                ended_at=_when(a.ended), count=a.count)
                 for p, a in batch]
             try:
                 await self.db(lambda r=rows: EgressEvent.record(run_pk, r))()
