@@ -263,3 +263,17 @@ def supervised_stack(root: Path) -> Iterator[Stack]:
         stack.kill_all()
         stack.remove_sandboxes()
         redis_server.stop()
+
+
+@contextmanager
+def stack_with_shop(name: str) -> Iterator[Stack]:
+    """A stack of the test's own (under the test DATA_DIR's stacks/<name>) whose member
+    has made the workspace `shop` from the python-http template."""
+    from django.conf import settings
+
+    with supervised_stack(settings.DATA_DIR / "stacks" / name) as stack:
+        r = stack.api("POST", "/workspaces", {"name": "Shop", "slug": "shop",
+                                              "template": "python-http"})
+        assert r.status_code == 201, r.text
+        yield stack
+

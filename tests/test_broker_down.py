@@ -6,10 +6,9 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
 
 from tests.servers import wait_for
-from tests.stacks import Stack, supervised_stack
+from tests.stacks import Stack, stack_with_shop
 from tests.test_mcp import session as mcp_session
 
 pytestmark = pytest.mark.docker
@@ -17,10 +16,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with supervised_stack(settings.DATA_DIR / "stacks" / "broker-down") as s:
-        r = s.api("POST", "/workspaces", {"name": "Shop", "slug": "shop",
-                                          "template": "python-http"})
-        assert r.status_code == 201, r.text
+    with stack_with_shop("broker-down") as s:
         yield s
 
 

@@ -17,6 +17,7 @@ from accounts.access import Actor
 from runner.engine import engine
 from runner.outputs import walk_volume
 from runner.sandbox.usage import count
+from tests.test_quotas import agents  # noqa: F401 (the fixture: carol on team A, charlie on B)
 from tests.test_runs import TERMINAL, Agent, no_container_left
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
@@ -132,14 +133,6 @@ def test_a_tree_too_deep_or_a_folder_swapped_mid_count_fails_the_count(tmp_path)
 # -- runs through the API ---------------------------------------------------------------
 
 
-@pytest.fixture
-def teams(client, cast, run_stack) -> tuple[Agent, Agent]:
-    """carol's agent on team A's `shop`, charlie's on team B's `shop`."""
-    for team, user in ((cast.team_a, cast.carol), (cast.team_b, cast.charlie)):
-        workspace_actions.create_workspace(team, Actor(user), "Shop", "shop", "python-http")
-    _, a = cast.token(cast.carol, ["workspace:read", "run"])
-    _, b = cast.token(cast.charlie, ["workspace:read", "run"])
-    return Agent(client, a), Agent(client, b)
 
 
 def put(cast, files: dict[str, str]) -> None:
@@ -174,10 +167,10 @@ class FreeInodes:
 
 @runtimes
 def test_a_flood_of_empty_files_ends_inode_quota_exceeded_and_other_teams_keep_their_timeouts(
-        teams, cast, settings, runtime):
+        agents, cast, settings, runtime):  # noqa: F811
     """runc makes ~50,000 files a second on one core here, gVisor ~1,500: the cap is the
     default under runc and small under gVisor, so each crosses it within seconds."""
-    ours, theirs = teams
+    ours, theirs = agents
     cap = 100_000 if runtime == "runc" else 5_000
     settings.SANDBOX_MAX_INODES = cap
     put(cast, {"flood.py": FLOOD})
@@ -217,12 +210,12 @@ def _seconds(iso: str) -> float:
 
 
 @runtimes
-def test_a_folder_swapped_for_a_link_to_the_host_is_never_followed(teams, cast, settings,
+def test_a_folder_swapped_for_a_link_to_the_host_is_never_followed(agents, cast, settings,  # noqa: F811
                                                                    runtime):
     """Following the link would count the host's whole filesystem: far past this cap.
     The run ends typed either way: it succeeds when no count caught a swap, and ends
     inode_quota_exceeded, saying the count failed, when one did."""
-    ours, _ = teams
+    ours, _ = agents
     settings.SANDBOX_MAX_INODES = 2_000
     put(cast, {"swap.py": SWAP})
     done = ours.wait(ours.run("python3 swap.py", runtime=runtime), timeout=120)
@@ -239,8 +232,8 @@ def test_a_folder_swapped_for_a_link_to_the_host_is_never_followed(teams, cast, 
 
 
 @runtimes
-def test_writing_past_disk_mb_in_many_files_ends_disk_quota_exceeded(teams, cast, runtime):
-    ours, _ = teams
+def test_writing_past_disk_mb_in_many_files_ends_disk_quota_exceeded(agents, cast, runtime):  # noqa: F811
+    ours, _ = agents
     put(cast, {"workspace.toml": "[sandbox]\ndisk_mb = 20\n"})
     done = ours.wait(ours.run(
         "trap '' TERM; for i in $(seq 1 40); do head -c 1048576 /dev/zero > f$i; done; "
@@ -254,11 +247,11 @@ def test_writing_past_disk_mb_in_many_files_ends_disk_quota_exceeded(teams, cast
 
 
 @runtimes
-def test_a_setup_step_that_fills_deps_with_too_many_files_leaves_no_cache(teams, cast,
+def test_a_setup_step_that_fills_deps_with_too_many_files_leaves_no_cache(agents, cast,  # noqa: F811
                                                                           settings, runtime):
     """/deps is counted while setup fills it, and once more when it exits: what it left
     would become a cache every later run of the key mounts."""
-    ours, _ = teams
+    ours, _ = agents
     settings.SANDBOX_MAX_INODES = 3_000
     put(cast, {"workspace.toml": '[setup]\ncommand = "mkdir /deps/many && cd /deps/many && '
                                  'seq 1 5000 | xargs touch"\ncache_key = []\n'})

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from tests.browser import chromium_page
 from tests.servers import wait_for
-from tests.stacks import PROGRAMS, Stack, supervised_stack
+from tests.stacks import PROGRAMS, Stack, stack_with_shop
 
 pytestmark = pytest.mark.docker
 
@@ -27,10 +27,7 @@ RECOVERY_S = 60
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    with supervised_stack(settings.DATA_DIR / "stacks" / "supervision") as s:
-        r = s.api("POST", "/workspaces", {"name": "Shop", "slug": "shop",
-                                          "template": "python-http"})
-        assert r.status_code == 201, r.text
+    with stack_with_shop("supervision") as s:
         yield s
 
 
