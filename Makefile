@@ -36,6 +36,7 @@ sandbox-image: venv
 
 lint:
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
 
 test-sqlite:

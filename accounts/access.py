@@ -42,9 +42,7 @@ class Actor:
             )
 
 
-def access_team(
-    user: User | AnonymousUser, slug: str, need: str = Role.MEMBER
-) -> Membership:
+def access_team(user: User | AnonymousUser, slug: str, need: str = Role.MEMBER) -> Membership:
     """The user's membership of team `slug`, with at least role `need`.
 
     Raises NotFound when the user is not in the team (or it does not exist), and
@@ -53,9 +51,7 @@ def access_team(
     if not user.is_authenticated:
         raise NotFound("No such team.")
     membership = (
-        Membership.objects.select_related("team", "user")
-        .filter(team__slug=slug, user=user)
-        .first()
+        Membership.objects.select_related("team", "user").filter(team__slug=slug, user=user).first()
     )
     if membership is None:
         raise NotFound("No such team.")
@@ -91,12 +87,16 @@ def require_team_admin(actor: Actor, team: Team) -> Membership:
     admin of the team, so a demoted admin's tokens lose the power with them. Someone
     outside the team gets 404, as everywhere.
     """
-    membership = Membership.objects.select_related("team", "user").filter(
-        team=team, user=actor.user).first()
+    membership = (
+        Membership.objects.select_related("team", "user").filter(team=team, user=actor.user).first()
+    )
     if membership is None or (actor.token is not None and actor.token.team_id != team.pk):
         raise NotFound("No such team.")
     actor.require_scope("workspace:write")
     if not membership.is_admin:
-        raise Forbidden(f"Only an admin of team {team.slug} may do this; ask one of them.",
-                        {"role": membership.role, "need": Role.ADMIN}, code="admin_required")
+        raise Forbidden(
+            f"Only an admin of team {team.slug} may do this; ask one of them.",
+            {"role": membership.role, "need": Role.ADMIN},
+            code="admin_required",
+        )
     return membership

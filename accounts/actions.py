@@ -18,8 +18,9 @@ from accounts.slugs import validate_slug
 from config.errors import Conflict, Invalid
 
 
-def record(team: Team, actor: Actor | None, verb: str, target: str = "",
-           workspace: str = "", **detail: Any) -> Activity:
+def record(
+    team: Team, actor: Actor | None, verb: str, target: str = "", workspace: str = "", **detail: Any
+) -> Activity:
     """Write the audit row of an action; `actor` None means the operator (a command)."""
     row = Activity.objects.create(
         team=team,
@@ -59,8 +60,9 @@ def create_team(slug: str, name: str = "") -> tuple[Team, bool]:
 
 def _check_role(role: str) -> str:
     if role not in Role.values:
-        raise Invalid(f"Unknown role {role!r}; use one of {', '.join(Role.values)}.",
-                      {"field": "role"})
+        raise Invalid(
+            f"Unknown role {role!r}; use one of {', '.join(Role.values)}.", {"field": "role"}
+        )
     return role
 
 
@@ -71,8 +73,9 @@ def _check_password(password: str, user: User | None = None) -> None:
         raise Invalid(" ".join(e.messages), {"field": "password"}, code="weak_password") from e
 
 
-def create_user(team: Team, username: str, role: str, by: Actor | None,
-                password: str | None = None) -> tuple[User, str | None]:
+def create_user(
+    team: Team, username: str, role: str, by: Actor | None, password: str | None = None
+) -> tuple[User, str | None]:
     """Create a user in `team`; an existing user is added to the team instead.
 
     Returns the user and the password when one was generated (shown once).
@@ -91,8 +94,10 @@ def create_user(team: Team, username: str, role: str, by: Actor | None,
             user = User.objects.create_user(username=username, password=password)
             record(team, by, "user.created", f"user:{username}")
         elif password is not None:
-            raise Conflict(f"The user {username!r} already exists; their password is theirs "
-                           "to change.", {"field": "username"})
+            raise Conflict(
+                f"The user {username!r} already exists; their password is theirs to change.",
+                {"field": "username"},
+            )
         membership, created = Membership.objects.get_or_create(
             team=team, user=user, defaults={"role": role}
         )
@@ -110,8 +115,9 @@ def change_role(membership: Membership, role: str, by: Actor | None) -> Membersh
         _keep_one_admin(membership, role)
         old, membership.role = membership.role, role
         membership.save(update_fields=["role"])
-        record(membership.team, by, "member.role_changed", f"user:{membership.user}",
-               old=old, new=role)
+        record(
+            membership.team, by, "member.role_changed", f"user:{membership.user}", old=old, new=role
+        )
     return membership
 
 
@@ -120,13 +126,15 @@ def remove_member(membership: Membership, by: Actor) -> None:
     with transaction.atomic():
         _keep_one_admin(membership, None)
         now = timezone.now()
-        ApiToken.objects.filter(team=membership.team, user=membership.user,
-                                revoked_at=None).update(revoked_at=now)
+        ApiToken.objects.filter(team=membership.team, user=membership.user, revoked_at=None).update(
+            revoked_at=now
+        )
         membership.delete()
         record(membership.team, by, "member.removed", f"user:{membership.user}")
         # Their open WebSockets (feed, logs; by session or token) end too.
-        transaction.on_commit(lambda: socket_access.signal_changed(
-            membership.team_id, membership.user_id))
+        transaction.on_commit(
+            lambda: socket_access.signal_changed(membership.team_id, membership.user_id)
+        )
 
 
 def _keep_one_admin(membership: Membership, new_role: str | None) -> None:
@@ -142,8 +150,7 @@ def set_team_gvisor_policy(team: Team, actor: Actor, required: bool) -> Team:
     with transaction.atomic():
         team.require_gvisor = required
         team.save(update_fields=["require_gvisor"])
-        record(team, actor, "team.policy_changed", f"team:{team.slug}",
-               require_gvisor=required)
+        record(team, actor, "team.policy_changed", f"team:{team.slug}", require_gvisor=required)
     return team
 
 
@@ -151,14 +158,19 @@ def set_approvals_required(team: Team, actor: Actor, count: int) -> Team:
     """How many distinct reviewers must approve each deploy of the team (admins decide;
     requests already approved are not affected)."""
     if not 1 <= count <= 10:
-        raise Invalid("Deploys need between 1 and 10 approvals.",
-                      {"field": "approvals_required"})
+        raise Invalid("Deploys need between 1 and 10 approvals.", {"field": "approvals_required"})
     with transaction.atomic():
         before = team.approvals_required
         team.approvals_required = count
         team.save(update_fields=["approvals_required"])
-        record(team, actor, "team.policy_changed", f"team:{team.slug}",
-               approvals_required=count, before=before)
+        record(
+            team,
+            actor,
+            "team.policy_changed",
+            f"team:{team.slug}",
+            approvals_required=count,
+            before=before,
+        )
     return team
 
 
@@ -175,8 +187,14 @@ def set_egress_ceiling(team: Team, actor: Actor, entries: list[str]) -> Team:
         before = list(team.egress_ceiling)
         team.egress_ceiling = cleaned
         team.save(update_fields=["egress_ceiling"])
-        record(team, actor, "team.egress_ceiling_changed", f"team:{team.slug}",
-               before=before, after=cleaned)
+        record(
+            team,
+            actor,
+            "team.egress_ceiling_changed",
+            f"team:{team.slug}",
+            before=before,
+            after=cleaned,
+        )
     return team
 
 
@@ -184,7 +202,10 @@ def create_invitation(team: Team, role: str, by: Actor, note: str = "") -> tuple
     _check_role(role)
     with transaction.atomic():
         invitation, secret = Invitation.mint(
-            team=team, role=role, note=note[:100], created_by=by.user,
+            team=team,
+            role=role,
+            note=note[:100],
+            created_by=by.user,
             expires_at=timezone.now() + timedelta(days=settings.INVITATION_DAYS),
         )
         record(team, by, "invitation.created", f"invitation:{invitation.public_id}", role=role)
@@ -203,14 +224,17 @@ def accept_invitation(secret: str, username: str, password: str) -> User:
     with transaction.atomic():
         invitation = Invitation.find_open(secret, lock=True)
         if invitation is None:
-            raise Invalid("This invitation link is used, expired or revoked; ask for a new one.",
-                          code="invitation_closed")
+            raise Invalid(
+                "This invitation link is used, expired or revoked; ask for a new one.",
+                code="invitation_closed",
+            )
         username = username.strip()
         if not username or len(username) > 150:
             raise Invalid("A username of 1–150 characters is required.", {"field": "username"})
         if User.objects.filter(username=username).exists():
-            raise Conflict(f"The username {username!r} is taken; choose another.",
-                           {"field": "username"})
+            raise Conflict(
+                f"The username {username!r} is taken; choose another.", {"field": "username"}
+            )
         _check_password(password)
         try:
             user = User.objects.create_user(username=username, password=password)
@@ -219,41 +243,68 @@ def accept_invitation(secret: str, username: str, password: str) -> User:
         Membership.objects.create(team=invitation.team, user=user, role=invitation.role)
         invitation.accepted_by, invitation.accepted_at = user, timezone.now()
         invitation.save(update_fields=["accepted_by", "accepted_at"])
-        record(invitation.team, Actor(user), "invitation.accepted",
-               f"invitation:{invitation.public_id}", role=invitation.role)
+        record(
+            invitation.team,
+            Actor(user),
+            "invitation.accepted",
+            f"invitation:{invitation.public_id}",
+            role=invitation.role,
+        )
     return user
 
 
-def create_token(team: Team, user: User, name: str, scopes: list[str],
-                 by: Actor | None, *, workspaces: list[str] | None = None,
-                 secret_names: list[str] | None = None,
-                 expires_days: int | None = None) -> tuple[ApiToken, str]:
+def create_token(
+    team: Team,
+    user: User,
+    name: str,
+    scopes: list[str],
+    by: Actor | None,
+    *,
+    workspaces: list[str] | None = None,
+    secret_names: list[str] | None = None,
+    expires_days: int | None = None,
+) -> tuple[ApiToken, str]:
     """Mint a token for `user` in `team`; returns it with its plaintext (shown once)."""
     name = name.strip() or "token"
     unknown = sorted(set(scopes) - set(ApiToken.SCOPES))
     if unknown or not scopes:
         raise Invalid(
             f"Unknown scope(s) {', '.join(unknown)}; use some of {', '.join(ApiToken.SCOPES)}."
-            if unknown else f"Give at least one scope: {', '.join(ApiToken.SCOPES)}.",
+            if unknown
+            else f"Give at least one scope: {', '.join(ApiToken.SCOPES)}.",
             {"field": "scopes", "allowed": list(ApiToken.SCOPES)},
             code="invalid_scope",
         )
     days = settings.TOKEN_DEFAULT_DAYS if expires_days is None else expires_days
     if not 1 <= days <= settings.TOKEN_MAX_DAYS:
-        raise Invalid(f"A token expires after 1 to {settings.TOKEN_MAX_DAYS} days.",
-                      {"field": "expires_days", "maximum": settings.TOKEN_MAX_DAYS})
+        raise Invalid(
+            f"A token expires after 1 to {settings.TOKEN_MAX_DAYS} days.",
+            {"field": "expires_days", "maximum": settings.TOKEN_MAX_DAYS},
+        )
     workspaces = [validate_slug(w, "workspace slug") for w in (workspaces or [])]
     secret_names = [s.strip() for s in (secret_names or []) if s.strip()]
     if not Membership.objects.filter(team=team, user=user).exists():
         raise Invalid(f"{user} is not a member of team {team.slug}.", {"field": "user"})
     with transaction.atomic():
         token, secret = ApiToken.mint(
-            team=team, user=user, name=name[:100], scopes=sorted(set(scopes)),
-            workspaces=workspaces, secret_names=secret_names,
+            team=team,
+            user=user,
+            name=name[:100],
+            scopes=sorted(set(scopes)),
+            workspaces=workspaces,
+            secret_names=secret_names,
             expires_at=timezone.now() + timedelta(days=days),
         )
-        record(team, by, "token.created", f"token:{token.public_id}", name=token.name,
-               owner=str(user), scopes=token.scopes, workspaces=workspaces)
+        record(
+            team,
+            by,
+            "token.created",
+            f"token:{token.public_id}",
+            name=token.name,
+            owner=str(user),
+            scopes=token.scopes,
+            workspaces=workspaces,
+        )
     return token, secret
 
 
@@ -262,9 +313,16 @@ def revoke_token(token: ApiToken, by: Actor) -> ApiToken:
         if token.revoked_at is None:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
-            record(token.team, by, "token.revoked", f"token:{token.public_id}",
-                   name=token.name, owner=str(token.user))
+            record(
+                token.team,
+                by,
+                "token.revoked",
+                f"token:{token.public_id}",
+                name=token.name,
+                owner=str(token.user),
+            )
             # Sockets it opened stream on until they hear: tell them after commit.
-            transaction.on_commit(lambda: socket_access.signal_changed(
-                token.team_id, token.user_id))
+            transaction.on_commit(
+                lambda: socket_access.signal_changed(token.team_id, token.user_id)
+            )
     return token

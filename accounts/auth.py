@@ -27,20 +27,21 @@ def authenticate_bearer(header: str | None) -> Actor:
     scheme, _, value = header.strip().partition(" ")
     value = value.strip()
     if scheme.lower() != "bearer" or not value or " " in value:
-        raise Unauthenticated("The Authorization header must be `Bearer <token>`.",
-                              code="malformed_authorization")
+        raise Unauthenticated(
+            "The Authorization header must be `Bearer <token>`.", code="malformed_authorization"
+        )
     token = ApiToken.find(value)
     if token is None:
-        raise Unauthenticated("This token is not valid. Check that it was copied whole.",
-                              code="invalid_token")
+        raise Unauthenticated(
+            "This token is not valid. Check that it was copied whole.", code="invalid_token"
+        )
     if token.revoked_at is not None:
         raise Unauthenticated("This token was revoked. Create a new one.", code="token_revoked")
     if token.expires_at <= timezone.now():
         raise Unauthenticated("This token has expired. Create a new one.", code="token_expired")
     # A person removed from the team takes their tokens' access with them.
     if not token.owner_is_member:  # type: ignore[attr-defined]
-        raise Unauthenticated("This token's owner is no longer in its team.",
-                              code="token_revoked")
+        raise Unauthenticated("This token's owner is no longer in its team.", code="token_revoked")
     token.touch()
     return Actor.of_token(token)
 

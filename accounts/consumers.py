@@ -62,8 +62,9 @@ class ActivityConsumer(AccessCheckedConsumer):
     async def pump(self) -> None:
         while True:
             self.wake.clear()
-            rows = await database_sync_to_async(feed.rows_after)(self.team_id, self.cursor,
-                                                                 self.workspace)
+            rows = await database_sync_to_async(feed.rows_after)(
+                self.team_id, self.cursor, self.workspace
+            )
             if rows:
                 self.cursor = rows[-1]["id"]
                 await self.send_json({"type": "entries", "entries": rows})

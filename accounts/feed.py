@@ -19,14 +19,23 @@ def signal(team_id: int, activity_id: int) -> None:
 
 def entry(row: Activity) -> dict[str, Any]:
     """A row as the page shows it: people and agent tokens told apart."""
-    return {"id": row.id, "at": row.created_at.isoformat(), "who": row.actor_label,
-            "kind": "agent" if row.token_id else ("person" if row.user_id else "system"),
-            "verb": row.verb, "target": row.target, "workspace": row.workspace}
+    return {
+        "id": row.id,
+        "at": row.created_at.isoformat(),
+        "who": row.actor_label,
+        "kind": "agent" if row.token_id else ("person" if row.user_id else "system"),
+        "verb": row.verb,
+        "target": row.target,
+        "workspace": row.workspace,
+    }
 
 
 def rows_after(team_id: int, after: int, workspace: str = "", limit: int = 50) -> list[Any]:
-    rows = Activity.objects.filter(team_id=team_id, id__gt=after).select_related(
-        "user", "token").order_by("id")
+    rows = (
+        Activity.objects.filter(team_id=team_id, id__gt=after)
+        .select_related("user", "token")
+        .order_by("id")
+    )
     if workspace:
         rows = rows.filter(workspace=workspace)
     return [entry(r) for r in rows[:limit]]

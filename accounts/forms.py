@@ -12,15 +12,17 @@ class CreateUserForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices)
     password = forms.CharField(
-        required=False, widget=forms.PasswordInput,
+        required=False,
+        widget=forms.PasswordInput,
         help_text="Leave empty to generate one; it is shown once.",
     )
 
 
 class InviteForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
-    note = forms.CharField(max_length=100, required=False,
-                           help_text="Who it is for, to recognise it in the list.")
+    note = forms.CharField(
+        max_length=100, required=False, help_text="Who it is for, to recognise it in the list."
+    )
 
 
 class AcceptInvitationForm(forms.Form):

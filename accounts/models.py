@@ -126,10 +126,18 @@ class ApiToken(models.Model):
             return None
         # One query: this runs on every API request. `owner_is_member` says whether the
         # token's user is still in its team (a removed member's tokens stop working).
-        rows = (cls.objects.select_related("team", "user").filter(public_id=body[:12])
-                .annotate(owner_is_member=models.Exists(Membership.objects.filter(
-                    team=models.OuterRef("team"), user=models.OuterRef("user"))))
-                .order_by()[:1])
+        rows = (
+            cls.objects.select_related("team", "user")
+            .filter(public_id=body[:12])
+            .annotate(
+                owner_is_member=models.Exists(
+                    Membership.objects.filter(
+                        team=models.OuterRef("team"), user=models.OuterRef("user")
+                    )
+                )
+            )
+            .order_by()[:1]
+        )
         token = next(iter(rows), None)
         if token is None or not hmac.compare_digest(token.digest, _digest(secret)):
             return None
@@ -207,7 +215,8 @@ class Invitation(models.Model):
     @property
     def is_open(self) -> bool:
         return (
-            self.accepted_at is None and self.revoked_at is None
+            self.accepted_at is None
+            and self.revoked_at is None
             and self.expires_at > timezone.now()
         )
 

@@ -16,6 +16,9 @@ def validate_slug(value: str, what: str = "slug", reserved: tuple[str, ...] = ()
             code="invalid_slug",
         )
     if value in reserved:
-        raise Invalid(f"The {what} {value!r} is reserved; choose another.", {"field": what},
-                      code="invalid_slug")
+        raise Invalid(
+            f"The {what} {value!r} is reserved; choose another.",
+            {"field": what},
+            code="invalid_slug",
+        )
     return value

@@ -56,8 +56,9 @@ class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
     # sent once access is gone.
     streaming_task: "asyncio.Task[None] | None" = None
 
-    async def watch_access(self, team_id: int, user_id: int,
-                           expires_at: datetime | None = None) -> None:
+    async def watch_access(
+        self, team_id: int, user_id: int, expires_at: datetime | None = None
+    ) -> None:
         self.access_event = asyncio.Event()
         self.access_expires_at = expires_at
         self.access_group = group_name(team_id, user_id)

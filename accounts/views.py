@@ -59,8 +59,11 @@ class SignInView(LoginView):
             minutes = settings.SIGNIN_WINDOW_S // 60
             form = self.get_form()
             form.errors.clear()
-            form.add_error(None, f"Too many failed sign-ins. Wait {minutes} minutes and try "
-                                 "again, or ask an admin to reset your password.")
+            form.add_error(
+                None,
+                f"Too many failed sign-ins. Wait {minutes} minutes and try "
+                "again, or ask an admin to reset your password.",
+            )
             return self.render_to_response(self.get_context_data(form=form), status=429)
         response = super().post(request, *args, **kwargs)
         if request.user.is_authenticated:
@@ -112,15 +115,17 @@ def member_create(request: HttpRequest, membership: Membership) -> HttpResponse:
     if form.is_valid():
         try:
             user, password = actions.create_user(
-                membership.team, form.cleaned_data["username"], form.cleaned_data["role"],
-                Actor(membership.user), form.cleaned_data["password"] or None,
+                membership.team,
+                form.cleaned_data["username"],
+                form.cleaned_data["role"],
+                Actor(membership.user),
+                form.cleaned_data["password"] or None,
             )
         except BerthError as e:
             messages.error(request, e.message)
         else:
             if password:
-                messages.success(request, f"Created {user}. Their password, shown once: "
-                                          f"{password}")
+                messages.success(request, f"Created {user}. Their password, shown once: {password}")
             else:
                 messages.success(request, f"Added {user} to the team.")
     else:
@@ -166,8 +171,10 @@ def gvisor_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
     if required:
         messages.success(request, "Every run of every workspace of this team now uses gVisor.")
     else:
-        messages.success(request, "The team no longer requires gVisor; workspaces that "
-                                  "require it themselves still do.")
+        messages.success(
+            request,
+            "The team no longer requires gVisor; workspaces that require it themselves still do.",
+        )
     return redirect("members", team=membership.team.slug)
 
 
@@ -176,13 +183,17 @@ def gvisor_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
 def approvals_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
     raw = request.POST.get("approvals_required", "")
     try:
-        team = actions.set_approvals_required(membership.team, Actor(membership.user),
-                                              int(raw) if raw.isdigit() else 0)
+        team = actions.set_approvals_required(
+            membership.team, Actor(membership.user), int(raw) if raw.isdigit() else 0
+        )
     except Invalid as e:
         messages.error(request, f"Not saved: {e.message}")
     else:
-        messages.success(request, f"Each deploy now needs {team.approvals_required} "
-                                  f"approval{'s' if team.approvals_required > 1 else ''}.")
+        messages.success(
+            request,
+            f"Each deploy now needs {team.approvals_required} "
+            f"approval{'s' if team.approvals_required > 1 else ''}.",
+        )
     return redirect("members", team=membership.team.slug)
 
 
@@ -195,9 +206,12 @@ def egress_policy(request: HttpRequest, membership: Membership) -> HttpResponse:
     except Invalid as e:
         messages.error(request, f"Egress ceiling not saved: {e.message}")
     else:
-        messages.success(request, "Egress ceiling saved: " + (
-            ", ".join(team.egress_ceiling) or "no workspace of this team may reach anything")
-            + ". Runs started from now on use it.")
+        messages.success(
+            request,
+            "Egress ceiling saved: "
+            + (", ".join(team.egress_ceiling) or "no workspace of this team may reach anything")
+            + ". Runs started from now on use it.",
+        )
     return redirect("members", team=membership.team.slug)
 
 
@@ -209,19 +223,22 @@ def invitation_create(request: HttpRequest, membership: Membership) -> HttpRespo
         messages.error(request, "Choose a role for the invitation.")
         return redirect("members", team=membership.team.slug)
     invitation, secret = actions.create_invitation(
-        membership.team, form.cleaned_data["role"], Actor(membership.user),
+        membership.team,
+        form.cleaned_data["role"],
+        Actor(membership.user),
         form.cleaned_data["note"],
     )
     link = request.build_absolute_uri(f"/invite/{secret}/")
-    return render(request, "accounts/invitation_created.html",
-                  {"membership": membership, "invitation": invitation, "link": link})
+    return render(
+        request,
+        "accounts/invitation_created.html",
+        {"membership": membership, "invitation": invitation, "link": link},
+    )
 
 
 @require_POST
 @team_page(Role.ADMIN)
-def invitation_revoke(
-    request: HttpRequest, membership: Membership, public_id: str
-) -> HttpResponse:
+def invitation_revoke(request: HttpRequest, membership: Membership, public_id: str) -> HttpResponse:
     invitation = membership.team.invitations.filter(public_id=public_id).first()
     if invitation is None:
         raise Http404("No such invitation.")
@@ -233,9 +250,12 @@ def invitation_revoke(
 def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
     invitation = Invitation.find_open(secret)
     if invitation is None:
-        return render(request, "error.html", {
-            "message": "This invitation link is used, expired or revoked. Ask for a new one."
-        }, status=404)
+        return render(
+            request,
+            "error.html",
+            {"message": "This invitation link is used, expired or revoked. Ask for a new one."},
+            status=404,
+        )
     form = AcceptInvitationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -247,8 +267,9 @@ def invitation_accept(request: HttpRequest, secret: str) -> HttpResponse:
         else:
             login(request, user, backend="django.contrib.auth.backends.ModelBackend")
             return redirect("team", team=invitation.team.slug)
-    return render(request, "accounts/invitation_accept.html",
-                  {"invitation": invitation, "form": form})
+    return render(
+        request, "accounts/invitation_accept.html", {"invitation": invitation, "form": form}
+    )
 
 
 @team_page()
@@ -261,22 +282,32 @@ def tokens(request: HttpRequest, membership: Membership) -> HttpResponse:
         try:
             secret_names = [check_name(n) for n in dict.fromkeys(form.split("secret_names"))]
             token, secret = actions.create_token(
-                membership.team, membership.user, form.cleaned_data["name"],
-                form.cleaned_data["scopes"], Actor(membership.user),
-                workspaces=form.split("workspaces"), secret_names=secret_names,
+                membership.team,
+                membership.user,
+                form.cleaned_data["name"],
+                form.cleaned_data["scopes"],
+                Actor(membership.user),
+                workspaces=form.split("workspaces"),
+                secret_names=secret_names,
                 expires_days=form.cleaned_data["expires_days"],
             )
         except BerthError as e:
             form.add_error(None, e.message)
         else:
             # The plaintext is rendered into this one response and never again.
-            response = render(request, "accounts/token_created.html",
-                              {"membership": membership, "token": token, "secret": secret})
+            response = render(
+                request,
+                "accounts/token_created.html",
+                {"membership": membership, "token": token, "secret": secret},
+            )
             response["Cache-Control"] = "no-store"
             return response
-    return render(request, "accounts/tokens.html",
-                  {"membership": membership, "tokens": team_tokens, "form": form},
-                  status=422 if form.errors else 200)
+    return render(
+        request,
+        "accounts/tokens.html",
+        {"membership": membership, "tokens": team_tokens, "form": form},
+        status=422 if form.errors else 200,
+    )
 
 
 @require_POST

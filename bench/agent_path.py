@@ -26,14 +26,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-agent"
 sys.path.insert(0, str(ROOT))
-os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR),
-                  REDIS_URL="redis://127.0.0.1:6379/4", PYTHONUNBUFFERED="1")
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATA_DIR=str(DATA_DIR),
+    REDIS_URL="redis://127.0.0.1:6379/4",
+    PYTHONUNBUFFERED="1",
+)
 
 from bench.common import start_daphne  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PORT = 18770
-FAILING_TEST = '''import unittest
+FAILING_TEST = """import unittest
 
 from app import greeting
 
@@ -41,22 +45,29 @@ from app import greeting
 class T(unittest.TestCase):
     def test_it_greets_berth(self):
         self.assertEqual(greeting("Berth"), "Ahoy, Berth!")
-'''
+"""
 
 
 def setup_instance() -> str:
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     DATA_DIR.mkdir(parents=True)
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from accounts import actions as accounts
 
     team, _ = accounts.create_team("bench")
     user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
-    _, secret = accounts.create_token(team, user, "agent", [
-        "workspace:read", "workspace:write", "run", "preview", "deploy:request"], None)
+    _, secret = accounts.create_token(
+        team,
+        user,
+        "agent",
+        ["workspace:read", "workspace:write", "run", "preview", "deploy:request"],
+        None,
+    )
     return secret
 
 
@@ -71,10 +82,11 @@ async def scenario(secret: str, slug: str) -> list[tuple[str, float]]:
     from mcp.client.streamable_http import streamable_http_client
 
     steps: list[tuple[str, float]] = []
-    async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"},
-                                   timeout=180) as http,
-                Client(streamable_http_client(f"http://127.0.0.1:{PORT}/mcp",
-                                              http_client=http)) as client):
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=180) as http,
+        Client(streamable_http_client(f"http://127.0.0.1:{PORT}/mcp", http_client=http)) as client,
+    ):
+
         async def call(label: str, tool: str, **args: Any) -> dict[str, Any]:
             t = time.perf_counter()
             result = await client.call_tool(tool, args)
@@ -82,25 +94,51 @@ async def scenario(secret: str, slug: str) -> list[tuple[str, float]]:
             assert not result.is_error, (tool, result.structured_content or result.content)
             return result.structured_content or {}
 
-        made = await call("create_workspace", "create_workspace", name=slug,
-                          template="python-http")
-        await call("write_files (failing test)", "write_files", workspace=slug,
-                   message="a failing test", base_commit=made["head"], changes=[
-                       {"op": "write", "path": "test_ahoy.py", "content": FAILING_TEST}])
-        failed = await call("run_command (fails)", "run_command", workspace=slug,
-                            command="python3 -m unittest", wait_seconds=60)
+        made = await call("create_workspace", "create_workspace", name=slug, template="python-http")
+        await call(
+            "write_files (failing test)",
+            "write_files",
+            workspace=slug,
+            message="a failing test",
+            base_commit=made["head"],
+            changes=[{"op": "write", "path": "test_ahoy.py", "content": FAILING_TEST}],
+        )
+        failed = await call(
+            "run_command (fails)",
+            "run_command",
+            workspace=slug,
+            command="python3 -m unittest",
+            wait_seconds=60,
+        )
         assert failed["state"] == "failed", failed
         app = await call("read_file app.py", "read_file", workspace=slug, path="app.py")
-        tests = await call("read_file test_app.py", "read_file", workspace=slug,
-                           path="test_app.py")
-        await call("write_files (fix)", "write_files", workspace=slug, message="ahoy",
-                   base_commit=app["commit"], changes=[
-                       {"op": "write", "path": "app.py",
-                        "content": app["content"].replace('f"Hello, {', 'f"Ahoy, {')},
-                       {"op": "write", "path": "test_app.py",
-                        "content": tests["content"].replace('"Hello, ', '"Ahoy, ')}])
-        passed = await call("run_command (passes)", "run_command", workspace=slug,
-                            command="python3 -m unittest", wait_seconds=60)
+        tests = await call("read_file test_app.py", "read_file", workspace=slug, path="test_app.py")
+        await call(
+            "write_files (fix)",
+            "write_files",
+            workspace=slug,
+            message="ahoy",
+            base_commit=app["commit"],
+            changes=[
+                {
+                    "op": "write",
+                    "path": "app.py",
+                    "content": app["content"].replace('f"Hello, {', 'f"Ahoy, {'),
+                },
+                {
+                    "op": "write",
+                    "path": "test_app.py",
+                    "content": tests["content"].replace('"Hello, ', '"Ahoy, '),
+                },
+            ],
+        )
+        passed = await call(
+            "run_command (passes)",
+            "run_command",
+            workspace=slug,
+            command="python3 -m unittest",
+            wait_seconds=60,
+        )
         assert passed["state"] == "succeeded", passed
         preview = await call("start_preview", "start_preview", workspace=slug)
         assert preview["state"] == "ready", preview
@@ -117,14 +155,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     import logging
+
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per request otherwise
     logging.getLogger("mcp").setLevel(logging.WARNING)
     secret = setup_instance()
-    procs = [start_daphne(PORT),
-             start([str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
-                    "--pool", "threads", "--concurrency", "4", "--without-heartbeat",
-                    "--without-mingle", "--without-gossip"], "worker"),
-             start([sys.executable, "manage.py", "runner_agent"], "agent")]
+    procs = [
+        start_daphne(PORT),
+        start(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "celery,runner",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            "worker",
+        ),
+        start([sys.executable, "manage.py", "runner_agent"], "agent"),
+    ]
     rounds = []
     try:
         deadline = time.monotonic() + 60

@@ -12,9 +12,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def start_daphne(port: int) -> subprocess.Popen:
     """A daphne on 127.0.0.1:`port` with the caller's environment, once it answers."""
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1",
-                             "-p", str(port), "config.asgi:application"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "daphne"),
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "config.asgi:application",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:

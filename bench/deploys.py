@@ -28,17 +28,23 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-deploys"
 sys.path.insert(0, str(ROOT))
-os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR),
-                  REDIS_URL="redis://127.0.0.1:6379/5", PYTHONUNBUFFERED="1")
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATA_DIR=str(DATA_DIR),
+    REDIS_URL="redis://127.0.0.1:6379/5",
+    PYTHONUNBUFFERED="1",
+)
 
 from bench.common import start_daphne  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PORT = 18769
 HOST = "app--bench.apps.localhost"
-TOML = ('[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
-        '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\nhealth_path = "/"\n')
-APP = '''from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+TOML = (
+    '[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
+    '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\nhealth_path = "/"\n'
+)
+APP = """from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -54,15 +60,17 @@ class H(BaseHTTPRequestHandler):
         pass
 
 ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
-'''
+"""
 
 
 def setup_instance() -> tuple[Any, Any, Any]:
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     DATA_DIR.mkdir(parents=True)
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from accounts import actions as accounts
     from accounts.access import Actor
@@ -84,9 +92,15 @@ def commit(workspace: Any, actor: Any, version: str) -> None:
     from workspaces import actions
     from workspaces.changes import Change
 
-    actions.commit_changes(workspace, actor, [
-        Change("write", "app.py", APP.replace("VERSION", version).encode()),
-        Change("write", "workspace.toml", TOML.encode())], version)
+    actions.commit_changes(
+        workspace,
+        actor,
+        [
+            Change("write", "app.py", APP.replace("VERSION", version).encode()),
+            Change("write", "workspace.toml", TOML.encode()),
+        ],
+        version,
+    )
 
 
 class Load:
@@ -105,8 +119,7 @@ class Load:
         while not self.stop.is_set():
             self.sent += 1
             try:
-                r = session.get(f"http://127.0.0.1:{PORT}/", headers={"Host": HOST},
-                                timeout=10)
+                r = session.get(f"http://127.0.0.1:{PORT}/", headers={"Host": HOST}, timeout=10)
                 if r.status_code != 200:
                     self.failed += 1
                     self.failures.append(f"{r.status_code} {r.text[:80]}")
@@ -119,8 +132,9 @@ class Load:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def deploy(workspace: Any, asker: Any, reviewer: Any, version: str,
-           load: Load | None = None) -> dict[str, float]:
+def deploy(
+    workspace: Any, asker: Any, reviewer: Any, version: str, load: Load | None = None
+) -> dict[str, float]:
     from deploys import actions
     from deploys.models import DeployRequest, Release
 
@@ -153,18 +167,26 @@ def deploy(workspace: Any, asker: Any, reviewer: Any, version: str,
         return (b - a).total_seconds() * 1000 if a and b else float("nan")
 
     from runner import logstore
-    commit_s = next((float(e["text"].rsplit(" in ", 1)[1].split(" ")[0])
-                     for e in logstore.read(build.public_id, 0, 10_000)
-                     if e["text"].startswith("[build] image committed")), float("nan"))
-    return {"total": total,
-            "approve -> build queued": ms(request.approved_at, build.queued_at),
-            "build (queued -> ended, incl. commit)": ms(build.queued_at, build.finished_at),
-            "  of which: image commit": commit_s * 1000,
-            "start (release queued -> process)": ms(process.run.queued_at,
-                                                    process.run.process_started_at),
-            "health (process -> healthy)": ms(process.run.process_started_at,
-                                              process.ready_at),
-            "switch (healthy -> route live)": ms(process.ready_at, request.live_at)}
+
+    commit_s = next(
+        (
+            float(e["text"].rsplit(" in ", 1)[1].split(" ")[0])
+            for e in logstore.read(build.public_id, 0, 10_000)
+            if e["text"].startswith("[build] image committed")
+        ),
+        float("nan"),
+    )
+    return {
+        "total": total,
+        "approve -> build queued": ms(request.approved_at, build.queued_at),
+        "build (queued -> ended, incl. commit)": ms(build.queued_at, build.finished_at),
+        "  of which: image commit": commit_s * 1000,
+        "start (release queued -> process)": ms(
+            process.run.queued_at, process.run.process_started_at
+        ),
+        "health (process -> healthy)": ms(process.run.process_started_at, process.ready_at),
+        "switch (healthy -> route live)": ms(process.ready_at, request.live_at),
+    }
 
 
 def main() -> None:
@@ -174,11 +196,28 @@ def main() -> None:
     workspace, asker, reviewer = setup_instance()
     from django.conf import settings
 
-    procs = [start_daphne(PORT),
-             start([str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
-                    "--pool", "threads", "--concurrency", "4", "--without-heartbeat",
-                    "--without-mingle", "--without-gossip"], "worker"),
-             start([sys.executable, "manage.py", "runner_agent"], "agent")]
+    procs = [
+        start_daphne(PORT),
+        start(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "celery,runner",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            "worker",
+        ),
+        start([sys.executable, "manage.py", "runner_agent"], "agent"),
+    ]
     results, loads = [], []
     try:
         deadline = time.monotonic() + 60
@@ -202,14 +241,15 @@ def main() -> None:
             proc.wait(20)
 
     med = statistics.median
-    print(f"\nApproval -> release URL answers the new version, {args.rounds} rounds "
-          "(median ms)")
+    print(f"\nApproval -> release URL answers the new version, {args.rounds} rounds (median ms)")
     for key in results[0]:
         print(f"  {key:44} {med(r[key] for r in results):9.0f}")
     print("\nLoad at 20 req/s across each switch (until the old process was stopped)")
     for i, load in enumerate(loads, 1):
-        print(f"  round {i}: {load.sent} requests, {load.failed} failed, versions seen "
-              f"{sorted(load.bodies)}" + (f"; {load.failures[:3]}" if load.failures else ""))
+        print(
+            f"  round {i}: {load.sent} requests, {load.failed} failed, versions seen "
+            f"{sorted(load.bodies)}" + (f"; {load.failures[:3]}" if load.failures else "")
+        )
     print(f"goal: zero failed requests; total failed {sum(x.failed for x in loads)}")
 
 

@@ -27,10 +27,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-egress"
 sys.path.insert(0, str(ROOT))
-os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR),
-                  REDIS_URL="redis://127.0.0.1:6379/8", PYTHONUNBUFFERED="1",
-                  EGRESS_HOSTS="files.test=127.0.0.1", EGRESS_ALLOWED_ADDRESSES="127.0.0.1",
-                  EGRESS_MAX_MB="100000")
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATA_DIR=str(DATA_DIR),
+    REDIS_URL="redis://127.0.0.1:6379/8",
+    PYTHONUNBUFFERED="1",
+    EGRESS_HOSTS="files.test=127.0.0.1",
+    EGRESS_ALLOWED_ADDRESSES="127.0.0.1",
+    EGRESS_MAX_MB="100000",
+)
 
 BIN = Path(sys.executable).parent
 SIZE = 50 * 1024 * 1024
@@ -57,13 +62,16 @@ def setup_instance(port: int) -> tuple[dict[str, Any], Any]:
     DATA_DIR.mkdir(parents=True)
     (DATA_DIR / "50m.bin").write_bytes(os.urandom(SIZE))
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from accounts import actions as accounts
     from accounts.access import Actor
     from workspaces import actions
     from workspaces.changes import Change
+
     team, _ = accounts.create_team("bench")
     team.egress_ceiling = [f"files.test:{port}"]
     team.save()
@@ -71,9 +79,21 @@ def setup_instance(port: int) -> tuple[dict[str, Any], Any]:
     workspaces = {}
     for runtime in ("runc", "gvisor"):
         ws = actions.create_workspace(team, Actor(user), runtime, runtime)
-        actions.commit_changes(ws, Actor(user), [Change("write", "workspace.toml", (
-            f'[sandbox]\nruntime = "{runtime}"\n[network]\negress = ["files.test:{port}"]\n'
-        ).encode())], "egress")
+        actions.commit_changes(
+            ws,
+            Actor(user),
+            [
+                Change(
+                    "write",
+                    "workspace.toml",
+                    (
+                        f'[sandbox]\nruntime = "{runtime}"\n'
+                        f'[network]\negress = ["files.test:{port}"]\n'
+                    ).encode(),
+                )
+            ],
+            "egress",
+        )
         workspaces[runtime] = ws
     return workspaces, Actor(user)
 
@@ -83,8 +103,9 @@ def start(cmd: list[str], name: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 
-def sandboxed(workspace: object, actor: object, port: int, n: int,
-              command: str = "") -> list[float]:
+def sandboxed(
+    workspace: object, actor: object, port: int, n: int, command: str = ""
+) -> list[float]:
     from runner import actions, logstore
     from runner.models import Run
 
@@ -95,8 +116,7 @@ def sandboxed(workspace: object, actor: object, port: int, n: int,
         assert time.monotonic() < deadline, "the run did not end"
         time.sleep(0.05)
     run.refresh_from_db()
-    lines = [e["text"] for e in logstore.read(run.public_id, 0, 1000)
-             if e["stream"] != "system"]
+    lines = [e["text"] for e in logstore.read(run.public_id, 0, 1000) if e["stream"] != "system"]
     assert run.state == "succeeded", (run.state, run.message, lines)
     return [float(x) for x in lines]
 
@@ -117,15 +137,24 @@ while True:
 
 
 def inside(workspace: object, actor: object, n: int) -> list[float]:
-    return sandboxed(workspace, actor, 0, n, LOOPBACK_SERVER + "; " + "; ".join(
-        [f"{CURL} http://127.0.0.1:8001/"] * n))
+    return sandboxed(
+        workspace,
+        actor,
+        0,
+        n,
+        LOOPBACK_SERVER + "; " + "; ".join([f"{CURL} http://127.0.0.1:8001/"] * n),
+    )
 
 
 def direct(port: int, n: int) -> list[float]:
     out = []
     for _ in range(n):
-        answer = subprocess.run(["sh", "-c", f"{CURL} http://127.0.0.1:{port}/50m"],
-                                capture_output=True, text=True, check=True)
+        answer = subprocess.run(
+            ["sh", "-c", f"{CURL} http://127.0.0.1:{port}/50m"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out.append(float(answer.stdout))
     return out
 
@@ -139,10 +168,27 @@ def main() -> None:
     port = server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     workspaces, actor = setup_instance(port)
-    procs = [start([str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
-                    "--pool", "threads", "--concurrency", "4", "--without-heartbeat",
-                    "--without-mingle", "--without-gossip"], "worker"),
-             start([sys.executable, "manage.py", "runner_agent"], "agent")]
+    procs = [
+        start(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "celery,runner",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            "worker",
+        ),
+        start([sys.executable, "manage.py", "runner_agent"], "agent"),
+    ]
     results: dict[str, tuple[list[float], list[float], list[float]]] = {}
     try:
         deadline = time.monotonic() + 60
@@ -165,13 +211,17 @@ def main() -> None:
         server.shutdown()
 
     print(f"\n50 MB downloads, {args.rounds} rounds x {args.per_round}, medians (MB/s)")
-    print(f"{'runtime':<8} {'proxied':>9} {'host':>9} {'ratio':>6}   {'in-sandbox':>10} "
-          f"{'ratio':>6}   goal: proxied/host >= 0.5")
+    print(
+        f"{'runtime':<8} {'proxied':>9} {'host':>9} {'ratio':>6}   {'in-sandbox':>10} "
+        f"{'ratio':>6}   goal: proxied/host >= 0.5"
+    )
     for runtime, (proxied, host, loop) in results.items():
         p, d, i = (statistics.median(x) / 1e6 for x in (proxied, host, loop))
         print(f"{runtime:<8} {p:>9.0f} {d:>9.0f} {p / d:>6.2f}   {i:>10.0f} {p / i:>6.2f}")
-    print("in-sandbox: curl from a server on the sandbox's own loopback, no proxy at all "
-          "(the runtime's own ceiling)")
+    print(
+        "in-sandbox: curl from a server on the sandbox's own loopback, no proxy at all "
+        "(the runtime's own ceiling)"
+    )
 
 
 if __name__ == "__main__":

@@ -24,13 +24,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-fairness"
 sys.path.insert(0, str(ROOT))
-os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR),
-                  REDIS_URL="redis://127.0.0.1:6379/6", PYTHONUNBUFFERED="1")
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATA_DIR=str(DATA_DIR),
+    REDIS_URL="redis://127.0.0.1:6379/6",
+    PYTHONUNBUFFERED="1",
+)
 
 BIN = Path(sys.executable).parent
 WORK = "python3 -c 'sum(i * i for i in range(1_500_000))'"  # ~0.1-0.2 s of CPU
-UNLIMITED = {"RUNNER_SLOTS": "1000", "QUOTA_MAX_CONCURRENT_RUNS": "1000",
-             "QUOTA_MAX_QUEUED_RUNS": "1000"}
+UNLIMITED = {
+    "RUNNER_SLOTS": "1000",
+    "QUOTA_MAX_CONCURRENT_RUNS": "1000",
+    "QUOTA_MAX_QUEUED_RUNS": "1000",
+}
 DEFAULTS: dict[str, int] = {}  # the settings' own values, read at start
 
 
@@ -65,8 +72,9 @@ def fresh_instance(limits: dict[str, str]) -> tuple[Any, Any]:
 
 def start(cmd: list[str], name: str) -> subprocess.Popen:
     log = open(DATA_DIR / f"{name}.log", "w")  # noqa: SIM115 (lives as long as the process)
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env=os.environ.copy())
+    return subprocess.Popen(
+        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy()
+    )
 
 
 def scenario(limits: dict[str, str], a_runs: int, b_runs: int) -> dict[str, float]:
@@ -74,10 +82,27 @@ def scenario(limits: dict[str, str], a_runs: int, b_runs: int) -> dict[str, floa
     from runner.models import Run
 
     (a_ws, a_actor), (b_ws, b_actor) = fresh_instance(limits)
-    procs = [start([str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
-                    "--pool", "threads", "--concurrency", "8", "--without-heartbeat",
-                    "--without-mingle", "--without-gossip"], "worker"),
-             start([sys.executable, "manage.py", "runner_agent"], "agent")]
+    procs = [
+        start(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "celery,runner",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "8",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            "worker",
+        ),
+        start([sys.executable, "manage.py", "runner_agent"], "agent"),
+    ]
     try:
         deadline = time.monotonic() + 60
         while "runner agent started" not in (DATA_DIR / "agent.log").read_text():
@@ -92,8 +117,11 @@ def scenario(limits: dict[str, str], a_runs: int, b_runs: int) -> dict[str, floa
         deadline = time.monotonic() + 900
         while all_done is None:
             assert time.monotonic() < deadline, "the runs did not end"
-            active = set(Run.objects.filter(state__in=("queued", "preparing", "running"))
-                         .values_list("pk", flat=True))
+            active = set(
+                Run.objects.filter(state__in=("queued", "preparing", "running")).values_list(
+                    "pk", flat=True
+                )
+            )
             if b_done is None and not active & set(b):
                 b_done = time.monotonic() - tb
             if not active & set(a + b):

@@ -35,8 +35,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-previews"
 sys.path.insert(0, str(ROOT))
-os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR),
-                  REDIS_URL="redis://127.0.0.1:6379/7", PYTHONUNBUFFERED="1")
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATA_DIR=str(DATA_DIR),
+    REDIS_URL="redis://127.0.0.1:6379/7",
+    PYTHONUNBUFFERED="1",
+)
 
 from bench.common import start_daphne  # noqa: E402
 
@@ -71,22 +75,32 @@ NODE_TOML = '[preview]\ncommand = "node server.js"\nport = 8000\nhealth_path = "
 def setup_instance() -> str:
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from accounts import actions as accounts
     from accounts.access import Actor
     from workspaces import actions
     from workspaces.changes import Change
+
     team, _ = accounts.create_team("bench")
     user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
-    _, token = accounts.create_token(team, user, "bench", ["workspace:read", "run", "preview"],
-                                     None)
+    _, token = accounts.create_token(
+        team, user, "bench", ["workspace:read", "run", "preview"], None
+    )
     actions.create_workspace(team, Actor(user), "App", "app", "python-http")
     fast = actions.create_workspace(team, Actor(user), "Fast", "fast")
-    actions.commit_changes(fast, Actor(user), [
-        Change("write", "server.js", NODE_SERVER.encode()),
-        Change("write", "workspace.toml", NODE_TOML.encode())], "a minimal node server")
+    actions.commit_changes(
+        fast,
+        Actor(user),
+        [
+            Change("write", "server.js", NODE_SERVER.encode()),
+            Change("write", "workspace.toml", NODE_TOML.encode()),
+        ],
+        "a minimal node server",
+    )
     return token
 
 
@@ -126,16 +140,20 @@ def cookie_for(link: str) -> tuple[str, str]:
     response = conn.getresponse()
     response.read()
     assert response.status == 302, response.status
-    value = next(h.split(";")[0] for h in response.headers.get_all("Set-Cookie") or []
-                 if h.startswith("berth_preview_lax="))
+    value = next(
+        h.split(";")[0]
+        for h in response.headers.get_all("Set-Cookie") or []
+        if h.startswith("berth_preview_lax=")
+    )
     return host, value
 
 
 def first_200(host: str, cookie: str) -> None:
     while True:
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
-        conn.request("GET", "/", headers={"Host": host, "Cookie": cookie,
-                                          "Accept": "application/json"})
+        conn.request(
+            "GET", "/", headers={"Host": host, "Cookie": cookie, "Accept": "application/json"}
+        )
         response = conn.getresponse()
         response.read()
         conn.close()
@@ -157,7 +175,10 @@ def berth_preview(client: Client, slug: str) -> tuple[float, dict]:
 def stop(client: Client, preview: dict) -> None:
     client.call("POST", f"/api/v1/previews/{preview['id']}/stop")
     while client.call("GET", f"/api/v1/runs/{preview['run']}")["state"] in (
-            "queued", "preparing", "running"):
+        "queued",
+        "preparing",
+        "running",
+    ):
         time.sleep(0.05)
 
 
@@ -180,15 +201,21 @@ def bare_preview(i: int) -> float:
     with open_store(workspace) as store:
         tarball = tree_tarball(store, store.branch_head("main") or "")
     t = time.perf_counter()
-    template = Run(limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048, "pids": 256,
-                           "nofile": 4096}, runtime="runc")
+    template = Run(
+        limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048, "pids": 256, "nofile": 4096},
+        runtime="runc",
+    )
     template.public_id = f"bare{i:08d}"
     name = template.container_name
     engine().volumes.create(name)
     container = engine().containers.create(
-        "berth-sandbox:bookworm", ["sh", "-c", "/deps/venv/bin/python app.py"], name=name,
-        **_host_config(template, "runc", Mount("/deps", cache.volume, type="volume",
-                                               read_only=True)))
+        "berth-sandbox:bookworm",
+        ["sh", "-c", "/deps/venv/bin/python app.py"],
+        name=name,
+        **_host_config(
+            template, "runc", Mount("/deps", cache.volume, type="volume", read_only=True)
+        ),
+    )
     container.put_archive("/workspace", tarball)
     container.start()
     container.reload()
@@ -210,8 +237,12 @@ def bare_preview(i: int) -> float:
 
 def wrk(args: list[str], prefix: list[str] | None = None) -> tuple[float, float, float]:
     """(requests/s, p50 ms, p99 ms) of one wrk run."""
-    out = subprocess.run([*(prefix or []), "wrk", "-t1", "-c32", "-d8s", "--latency", *args],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [*(prefix or []), "wrk", "-t1", "-c32", "-d8s", "--latency", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
     def latency(pct: str) -> float:
         m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)$", out, re.M)
@@ -234,13 +265,40 @@ def main() -> None:
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install wrk")
     token = setup_instance()
-    procs = [start_daphne(PORT),
-             start([sys.executable, "manage.py", "preview_gateway", "--port", str(GATEWAY),
-                    "--app", f"127.0.0.1:{PORT}"], "gateway"),
-             start([str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
-                    "--pool", "threads", "--concurrency", "4", "--without-heartbeat",
-                    "--without-mingle", "--without-gossip"], "worker"),
-             start([sys.executable, "manage.py", "runner_agent"], "agent")]
+    procs = [
+        start_daphne(PORT),
+        start(
+            [
+                sys.executable,
+                "manage.py",
+                "preview_gateway",
+                "--port",
+                str(GATEWAY),
+                "--app",
+                f"127.0.0.1:{PORT}",
+            ],
+            "gateway",
+        ),
+        start(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "celery,runner",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            "worker",
+        ),
+        start([sys.executable, "manage.py", "runner_agent"], "agent"),
+    ]
     client = Client(token)
     try:
         deadline = time.monotonic() + 60
@@ -261,21 +319,31 @@ def main() -> None:
             bare_ms.append(bare_preview(i + 1))
 
         fast = client.call("POST", "/api/v1/workspaces/fast/previews", {})
-        host, cookie = cookie_for(client.call("POST",
-                                              f"/api/v1/previews/{fast['id']}/link")["url"])
+        host, cookie = cookie_for(client.call("POST", f"/api/v1/previews/{fast['id']}/link")["url"])
         first_200(host, cookie)
         from previews.models import Preview
+
         pid = Preview.objects.get(public_id=fast["id"]).sandbox_pid
         proxied, gateway, direct, ceiling, nginx = [], [], [], [], []
         inside = ["nsenter", f"--net=/proc/{pid}/ns/net"]
         if shutil.which("nginx"):
-            (DATA_DIR / "nginx.conf").write_text(NGINX_CONF.format(dir=DATA_DIR,
-                                                                   port=NGINX_PORT))
-            procs.append(start([*inside, "nginx", "-c", str(DATA_DIR / "nginx.conf")],
-                               "nginx-stdout"))
-        trivial = subprocess.Popen([str(BIN / "daphne"), "-b", "127.0.0.1", "-p",
-                                    str(PORT + 1), "bench.trivial_asgi:application"], cwd=ROOT,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            (DATA_DIR / "nginx.conf").write_text(NGINX_CONF.format(dir=DATA_DIR, port=NGINX_PORT))
+            procs.append(
+                start([*inside, "nginx", "-c", str(DATA_DIR / "nginx.conf")], "nginx-stdout")
+            )
+        trivial = subprocess.Popen(
+            [
+                str(BIN / "daphne"),
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(PORT + 1),
+                "bench.trivial_asgi:application",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         procs.append(trivial)
         deadline = time.monotonic() + 30
         while True:
@@ -286,10 +354,20 @@ def main() -> None:
                 assert time.monotonic() < deadline, "the trivial daphne did not start"
                 time.sleep(0.1)
         for _ in range(args.rounds if args.only != "a" else 0):
-            gateway.append(wrk(["-H", f"Host: {host}", "-H", f"Cookie: {cookie}",
-                                f"http://127.0.0.1:{GATEWAY}/"]))
-            proxied.append(wrk(["-H", f"Host: {host}", "-H", f"Cookie: {cookie}",
-                                f"http://127.0.0.1:{PORT}/"]))
+            gateway.append(
+                wrk(
+                    [
+                        "-H",
+                        f"Host: {host}",
+                        "-H",
+                        f"Cookie: {cookie}",
+                        f"http://127.0.0.1:{GATEWAY}/",
+                    ]
+                )
+            )
+            proxied.append(
+                wrk(["-H", f"Host: {host}", "-H", f"Cookie: {cookie}", f"http://127.0.0.1:{PORT}/"])
+            )
             direct.append(wrk(["http://127.0.0.1:8000/"], inside))
             ceiling.append(wrk([f"http://127.0.0.1:{PORT + 1}/"]))
             if shutil.which("nginx"):
@@ -305,56 +383,62 @@ def main() -> None:
         report_a(args, berth_ms, bare_ms, phases)
     if proxied:
         report_b(args, gateway, proxied, direct, ceiling, nginx)
-    print("goals: (a) <= 1500 ms p50 and <= 1.3x bare; (b) >= 70% of direct, <= 2 ms added "
-          "p50")
+    print("goals: (a) <= 1500 ms p50 and <= 1.3x bare; (b) >= 70% of direct, <= 2 ms added p50")
 
 
-def report_a(args: argparse.Namespace, berth_ms: list[float], bare_ms: list[float],
-             phases: list[dict]) -> None:
+def report_a(
+    args: argparse.Namespace, berth_ms: list[float], bare_ms: list[float], phases: list[dict]
+) -> None:
     med = statistics.median
     ratio = med(berth_ms) / med(bare_ms)
     print(f"\n(a) python-http: start -> first 200, {args.runs} each, interleaved\n")
     print(f"{'path':46} {'median ms':>10} {'ratio':>8}")
-    print(f"{'Berth: POST, link, ticket, GET until 200':46} {med(berth_ms):10.1f} "
-          f"{ratio:7.2f}x")
+    print(f"{'Berth: POST, link, ticket, GET until 200':46} {med(berth_ms):10.1f} {ratio:7.2f}x")
     print(f"{'bare docker-py, probed in its netns to 200':46} {med(bare_ms):10.1f}")
     print("\nBerth phases (median ms)")
-    steps = [("queued -> hydrated (worker, create, put_archive)", "queued_at", "hydrated_at"),
-             ("hydrated -> process started", "hydrated_at", "process_started_at"),
-             ("process started -> ready (health check 2xx)", "process_started_at",
-              "ready_at")]
+    steps = [
+        ("queued -> hydrated (worker, create, put_archive)", "queued_at", "hydrated_at"),
+        ("hydrated -> process started", "hydrated_at", "process_started_at"),
+        ("process started -> ready (health check 2xx)", "process_started_at", "ready_at"),
+    ]
     for label, a, b in steps:
         print(f"  {label:50} {med(ms(p[a], p[b]) for p in phases):8.1f}")
-    print(f"  {'queued -> ready':50} "
-          f"{med(ms(p['queued_at'], p['ready_at']) for p in phases):8.1f}")
+    print(f"  {'queued -> ready':50} {med(ms(p['queued_at'], p['ready_at']) for p in phases):8.1f}")
 
 
-def report_b(args: argparse.Namespace, gateway: list, proxied: list, direct: list,
-             ceiling: list, nginx: list) -> None:
+def report_b(
+    args: argparse.Namespace, gateway: list, proxied: list, direct: list, ceiling: list, nginx: list
+) -> None:
     med = statistics.median
 
-    print(f"\n(b) small GETs, 32 keep-alive connections, wrk -d8s, {args.rounds} rounds "
-          "alternating\n")
+    print(
+        f"\n(b) small GETs, 32 keep-alive connections, wrk -d8s, {args.rounds} rounds alternating\n"
+    )
     print(f"{'path':34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
-    for label, rows in (("through the preview gateway", gateway),
-                        ("through the proxy inside daphne", proxied),
-                        ("direct, inside the sandbox netns", direct),
-                        ("daphne + a trivial ASGI app", ceiling),
-                        ("nginx, 1 worker, in the netns", nginx)):
+    for label, rows in (
+        ("through the preview gateway", gateway),
+        ("through the proxy inside daphne", proxied),
+        ("direct, inside the sandbox netns", direct),
+        ("daphne + a trivial ASGI app", ceiling),
+        ("nginx, 1 worker, in the netns", nginx),
+    ):
         if not rows:
             continue
-        print(f"{label:34} {med(r[0] for r in rows):10.0f} {med(r[1] for r in rows):8.2f} "
-              f"{med(r[2] for r in rows):8.2f}")
+        print(
+            f"{label:34} {med(r[0] for r in rows):10.0f} {med(r[1] for r in rows):8.2f} "
+            f"{med(r[2] for r in rows):8.2f}"
+        )
     share = med(r[0] for r in gateway) / med(r[0] for r in direct)
     added = med(r[1] for r in gateway) - med(r[1] for r in direct)
-    print(f"\ngateway throughput = {share:.0%} of direct; added p50 latency = {added:.2f} ms; "
-          f"{med(r[0] for r in gateway) / med(r[0] for r in proxied):.1f}x the proxy inside "
-          "daphne")
+    print(
+        f"\ngateway throughput = {share:.0%} of direct; added p50 latency = {added:.2f} ms; "
+        f"{med(r[0] for r in gateway) / med(r[0] for r in proxied):.1f}x the proxy inside "
+        "daphne"
+    )
     if nginx:
         share = med(r[0] for r in nginx) / med(r[0] for r in direct)
         added = med(r[1] for r in nginx) - med(r[1] for r in direct)
-        print(f"nginx proxying in the same place: {share:.0%} of direct, {added:.2f} ms added "
-              "p50")
+        print(f"nginx proxying in the same place: {share:.0%} of direct, {added:.2f} ms added p50")
 
 
 if __name__ == "__main__":

@@ -48,10 +48,13 @@ def setup_instance() -> str:
     """A fresh instance with one workspace; returns a token with the `run` scope."""
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from accounts import actions as accounts
+
     team, _ = accounts.create_team("bench")
     user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
     _, token = accounts.create_token(team, user, "bench", ["run"], None)
@@ -66,16 +69,25 @@ def new_run() -> str:
     from runner.models import Run
     from workspaces import actions
     from workspaces.models import Workspace
+
     team = Team.objects.get(slug="bench")
     workspace = Workspace.objects.filter(team=team).first() or actions.create_workspace(
-        team, Actor(User.objects.get(username="bench")), "Logs", "logs")
-    return Run.objects.create(workspace=workspace, ref="main", commit="0" * 40,
-                              command="yes", image="bench", state="running").public_id
+        team, Actor(User.objects.get(username="bench")), "Logs", "logs"
+    )
+    return Run.objects.create(
+        workspace=workspace,
+        ref="main",
+        commit="0" * 40,
+        command="yes",
+        image="bench",
+        state="running",
+    ).public_id
 
 
 def finish(run_id: str) -> None:
     from runner import logstore
     from runner.models import Run
+
     Run.objects.get(public_id=run_id).finish("succeeded", "exit_zero", "Exited with 0.", 0)
     logstore.signal(run_id, logstore.count(run_id))
 
@@ -84,10 +96,14 @@ def websocket(port: int, path: str, token: str) -> BinaryIO:
     """A bare RFC 6455 client: enough to read a server's unmasked text frames."""
     sock = socket.create_connection(("127.0.0.1", port))
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall((f"GET {path} HTTP/1.1\r\nHost: localhost:{port}\r\n"
-                  f"Origin: http://localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                  f"Authorization: Bearer {token}\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: localhost:{port}\r\n"
+            f"Origin: http://localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            f"Authorization: Bearer {token}\r\n\r\n"
+        ).encode()
+    )
     stream = sock.makefile("rb")
     status = stream.readline()
     assert b" 101 " in status, status
@@ -140,6 +156,7 @@ def main() -> None:
     port = 18766
     server = start_daphne(port)
     from runner.logstore import LogWriter
+
     try:
         replayed = new_run()
         with LogWriter(replayed) as w:
@@ -152,8 +169,7 @@ def main() -> None:
 
         live = new_run()
         stream = websocket(port, f"/ws/runs/{live}/logs", token)
-        agent = subprocess.Popen([sys.executable, "-c", AGENT, live, str(args.lines)],
-                                 cwd=ROOT)
+        agent = subprocess.Popen([sys.executable, "-c", AGENT, live, str(args.lines)], cwd=ROOT)
 
         def end_when_written() -> None:
             agent.wait()

@@ -26,8 +26,12 @@ from bench.common import p95, start_daphne  # noqa: E402
 from bench.run_logs import messages, websocket  # noqa: E402
 
 # After those imports: bench.run_logs sets its own DATA_DIR when imported.
-os.environ.update(DJANGO_SETTINGS_MODULE="config.settings", DATA_DIR=str(DATA_DIR),
-                  REDIS_URL="redis://127.0.0.1:6379/8", PYTHONUNBUFFERED="1")
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATA_DIR=str(DATA_DIR),
+    REDIS_URL="redis://127.0.0.1:6379/8",
+    PYTHONUNBUFFERED="1",
+)
 
 BIN = Path(sys.executable).parent
 
@@ -35,12 +39,15 @@ BIN = Path(sys.executable).parent
 def setup_instance() -> str:
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from accounts import actions as accounts
     from accounts.access import Actor
     from workspaces import actions
+
     team, _ = accounts.create_team("bench")
     user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
     _, token = accounts.create_token(team, user, "bench", ["workspace:read", "run"], None)
@@ -95,11 +102,28 @@ def main() -> None:
     args = parser.parse_args()
     token = setup_instance()
     port = 18767
-    procs = [start_daphne(port),
-             start([str(BIN / "celery"), "-A", "config", "worker", "-Q", "celery,runner",
-                    "--pool", "threads", "--concurrency", "4", "--without-heartbeat",
-                    "--without-mingle", "--without-gossip"], "worker"),
-             start([sys.executable, "manage.py", "runner_agent"], "agent")]
+    procs = [
+        start_daphne(port),
+        start(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "celery,runner",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            "worker",
+        ),
+        start([sys.executable, "manage.py", "runner_agent"], "agent"),
+    ]
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
@@ -120,8 +144,12 @@ def main() -> None:
         assert run["state"] == "succeeded" and logs["complete"], (run, logs)
         assert [e["text"] for e in logs["entries"] if e["stream"] != "system"] == ["hi"], logs
         # The client's side of it, on the same clock as the run's timestamps.
-        run["timings"].update(sent=sent.isoformat(), posted=posted.isoformat(),
-                              woken=woken.isoformat(), logs=datetime.now(UTC).isoformat())
+        run["timings"].update(
+            sent=sent.isoformat(),
+            posted=posted.isoformat(),
+            woken=woken.isoformat(),
+            logs=datetime.now(UTC).isoformat(),
+        )
         return run
 
     from runner.engine import engine
@@ -139,14 +167,19 @@ def main() -> None:
         """The same work with docker-py alone: volume, create (same hardening),
         put_archive of the same tree, start, wait, logs, remove; the time of each step."""
         marks = {"begun": time.perf_counter()}
-        template = Run(limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048,
-                               "pids": 256, "nofile": 4096}, runtime="runc")
+        template = Run(
+            limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048, "pids": 256, "nofile": 4096},
+            runtime="runc",
+        )
         template.public_id = f"bare{i:08d}"
         name = template.container_name
         engine().volumes.create(name)
         container = engine().containers.create(
-            "berth-sandbox:bookworm", ["sh", "-c", "echo hi"], name=name,
-            **_host_config(template, "runc"))
+            "berth-sandbox:bookworm",
+            ["sh", "-c", "echo hi"],
+            name=name,
+            **_host_config(template, "runc"),
+        )
         container.put_archive("/workspace", tarball)
         marks["hydrated"] = time.perf_counter()
         container.start()
@@ -168,8 +201,13 @@ def main() -> None:
         berth_echo()  # warm up: first connections, first container of the session
         bare_echo(0)
         berth_ms, bare_ms, phases, bare_phases = [], [], [], []
-        watched = {"daphne": procs[0].pid, "worker": procs[1].pid, "agent": procs[2].pid,
-                   "bench": os.getpid(), **engine_pids()}
+        watched = {
+            "daphne": procs[0].pid,
+            "worker": procs[1].pid,
+            "agent": procs[2].pid,
+            "bench": os.getpid(),
+            **engine_pids(),
+        }
         berth_cpu = dict.fromkeys(watched, 0.0)
         bare_cpu = dict.fromkeys(watched, 0.0)
         for i in range(args.runs):  # interleaved: both see the same machine noise
@@ -185,8 +223,7 @@ def main() -> None:
             bare_ms.append((time.perf_counter() - t) * 1000)
             add(bare_cpu, before, cpu_of(watched))
 
-        run = call("POST", "/api/v1/workspaces/app/runs",
-                   {"command": f"seq 1 {args.lines}"})
+        run = call("POST", "/api/v1/workspaces/app/runs", {"command": f"seq 1 {args.lines}"})
         stream = websocket(port, f"/ws/runs/{run['id']}/logs?after=0", token)
         seq, line, first, last = 0, 0, 0.0, 0.0
         for message in messages(stream):
@@ -211,21 +248,22 @@ def main() -> None:
     print(f"\n`echo hi`, {args.runs} runs each, interleaved\n")
     print(f"{'path':40} {'median ms':>10} {'p95 ms':>10} {'ratio':>8}")
     ratio = statistics.median(berth_ms) / statistics.median(bare_ms)
-    print(f"{'Berth: API POST -> end + full log':40} {statistics.median(berth_ms):10.1f} "
-          f"{p95(berth_ms):10.1f} {ratio:7.2f}x")
-    print(f"{'bare docker-py sequence':40} {statistics.median(bare_ms):10.1f} "
-          f"{p95(bare_ms):10.1f}")
+    print(
+        f"{'Berth: API POST -> end + full log':40} {statistics.median(berth_ms):10.1f} "
+        f"{p95(berth_ms):10.1f} {ratio:7.2f}x"
+    )
+    print(f"{'bare docker-py sequence':40} {statistics.median(bare_ms):10.1f} {p95(bare_ms):10.1f}")
     print("\nBerth phase breakdown (median ms)")
-    steps = [("client sends POST -> queued", "sent", "queued_at"),
-             ("queued -> POST answered", "queued_at", "posted"),
-             ("queued -> worker picked up", "queued_at", "started_at"),
-             ("picked up -> hydrated (create, put_archive)", "started_at", "hydrated_at"),
-             ("hydrated -> process started (setup: cache hit)", "hydrated_at",
-              "process_started_at"),
-             ("process started -> end written", "process_started_at",
-              "finished_at"),
-             ("end written -> the waiting GET answered", "finished_at", "woken"),
-             ("then: GET of the full log", "woken", "logs")]
+    steps = [
+        ("client sends POST -> queued", "sent", "queued_at"),
+        ("queued -> POST answered", "queued_at", "posted"),
+        ("queued -> worker picked up", "queued_at", "started_at"),
+        ("picked up -> hydrated (create, put_archive)", "started_at", "hydrated_at"),
+        ("hydrated -> process started (setup: cache hit)", "hydrated_at", "process_started_at"),
+        ("process started -> end written", "process_started_at", "finished_at"),
+        ("end written -> the waiting GET answered", "finished_at", "woken"),
+        ("then: GET of the full log", "woken", "logs"),
+    ]
     for label, a, b in steps:
         print(f"  {label:46} {statistics.median(seconds(p[a], p[b]) for p in phases):8.1f}")
     print("  (the last step includes reading /workspace back for changes and artifacts)")
@@ -239,8 +277,9 @@ def main() -> None:
     for name in watched:
         print(f"  {name:12} {berth_cpu[name] / args.runs:8.1f} {bare_cpu[name] / args.runs:8.1f}")
     rate = args.lines / (last - first) if last > first else float("inf")
-    print(f"\n{args.lines:,} lines of `seq` over the WebSocket: {rate:,.0f} lines/s, "
-          f"0 lost, in order")
+    print(
+        f"\n{args.lines:,} lines of `seq` over the WebSocket: {rate:,.0f} lines/s, 0 lost, in order"
+    )
     print("goals: Berth <= 1.25x bare; >= 50,000 lines/s")
 
 

@@ -30,21 +30,30 @@ def setup_instance() -> tuple[str, str]:
     """A fresh instance with a 1,000-file workspace; returns (token, repo path)."""
     shutil.rmtree(DATA_DIR, ignore_errors=True)
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from accounts import actions as accounts
     from accounts.access import Actor
     from workspaces import actions
     from workspaces.changes import Change
+
     team, _ = accounts.create_team("bench")
     user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
-    _, token = accounts.create_token(team, user, "bench", ["workspace:read", "workspace:write"],
-                                     None)
+    _, token = accounts.create_token(
+        team, user, "bench", ["workspace:read", "workspace:write"], None
+    )
     ws = actions.create_workspace(team, Actor(user), "Big", "big")
-    files = [Change("write", f"pkg{i // 100}/mod{i % 100}.py",
-                    (f"# module {i}\n" + "def f(x):\n    return x * 2\n" * 20).encode())
-             for i in range(1000)]
+    files = [
+        Change(
+            "write",
+            f"pkg{i // 100}/mod{i % 100}.py",
+            (f"# module {i}\n" + "def f(x):\n    return x * 2\n" * 20).encode(),
+        )
+        for i in range(1000)
+    ]
     actions.commit_changes(ws, Actor(user), files, "1,000 files")
     return token, str(ws.repo_path)
 
@@ -70,8 +79,11 @@ def main() -> None:
 
     def commit() -> None:
         n = next(counter)
-        request("PUT", "/api/v1/workspaces/big/files/pkg3/mod42.py",
-                {"content": f"VALUE = {n}\n", "message": f"edit {n}"})
+        request(
+            "PUT",
+            "/api/v1/workspaces/big/files/pkg3/mod42.py",
+            {"content": f"VALUE = {n}\n", "message": f"edit {n}"},
+        )
 
     def read() -> None:
         request("GET", "/api/v1/workspaces/big/files/pkg7/mod13.py")
@@ -98,10 +110,12 @@ def main() -> None:
         server.wait()
         shutil.rmtree(work, ignore_errors=True)
 
-    rows = [("one-file commit via API", commit_ms, None),
-            ("read a file via API", read_ms, None),
-            ("git clone over Berth HTTP", http_ms, local_ms),
-            ("git clone file:// (baseline)", local_ms, None)]
+    rows = [
+        ("one-file commit via API", commit_ms, None),
+        ("read a file via API", read_ms, None),
+        ("git clone over Berth HTTP", http_ms, local_ms),
+        ("git clone file:// (baseline)", local_ms, None),
+    ]
     print(f"\n1,000-file repository; {args.runs} API runs, {args.clones} clones each\n")
     print(f"{'operation':32} {'median ms':>10} {'p95 ms':>10} {'ratio':>8}")
     for name, values, base in rows:

@@ -60,8 +60,9 @@ def authentication_error(request: HttpRequest, exc: AuthenticationError) -> Http
 def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if exc.status_code == 400 and "parse" in str(exc).lower():
         # ninja's "Cannot parse request body": bad JSON is invalid input like any other.
-        return error_response(422, "invalid_json", "The request body is not valid JSON, or "
-                              "is nested too deeply.")
+        return error_response(
+            422, "invalid_json", "The request body is not valid JSON, or is nested too deeply."
+        )
     return error_response(exc.status_code, "http_error", str(exc))
 
 
@@ -85,8 +86,12 @@ def too_deep(request: HttpRequest, exc: RecursionError) -> HttpResponse:
 @api.exception_handler(Exception)
 def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     log.exception("unexpected error in %s %s", request.method, request.path)
-    return error_response(500, "internal_error", "Something went wrong on our side; it has "
-                          "been logged. Try again, and tell your operator if it persists.")
+    return error_response(
+        500,
+        "internal_error",
+        "Something went wrong on our side; it has "
+        "been logged. Try again, and tell your operator if it persists.",
+    )
 
 
 api.add_router("/", accounts_router)

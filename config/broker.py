@@ -19,8 +19,7 @@ log = logging.getLogger(__name__)
 
 # Short: a request must not hang on a broker that refuses connections. Celery's default
 # tries 4 times over about a second; one retry catches a connection Redis just dropped.
-RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2,
-                "interval_max": 0.2}
+RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 UNREACHABLE = (kombu.exceptions.OperationalError, redis.exceptions.RedisError, OSError)
 
 # Within this long of a failed send, the next one fails at once: an admission round
@@ -42,8 +41,9 @@ def send(task: Any, args: tuple[Any, ...], **options: Any) -> bool:
         _failed_at = time.monotonic()
         if not _down.is_set():
             _down.set()
-            log.warning("broker unreachable, %s will be sent again once it is back: %s",
-                        task.name, e)
+            log.warning(
+                "broker unreachable, %s will be sent again once it is back: %s", task.name, e
+            )
         return False
     if _down.is_set():
         _down.clear()

@@ -14,8 +14,14 @@ class BerthError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None, *,
-                 code: str | None = None, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or {}
@@ -59,10 +65,15 @@ class QuotaExceeded(BerthError):
     status = 429
     code = "quota_exceeded"
 
-    def __init__(self, message: str, details: dict[str, Any] | None = None, *,
-                 retry_after: int, code: str | None = None) -> None:
-        super().__init__(message, {**(details or {}), "retry_after_s": retry_after},
-                         code=code)
+    def __init__(
+        self,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        retry_after: int,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, {**(details or {}), "retry_after_s": retry_after}, code=code)
         self.retry_after = retry_after
 
 
@@ -70,6 +81,7 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
-def error_response(status: int, code: str, message: str,
-                   details: dict[str, Any] | None = None) -> JsonResponse:
+def error_response(
+    status: int, code: str, message: str, details: dict[str, Any] | None = None
+) -> JsonResponse:
     return JsonResponse(error_body(code, message, details), status=status)

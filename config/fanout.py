@@ -41,8 +41,7 @@ def _sender_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _loop_pid != os.getpid():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="channel-signals",
-                             daemon=True).start()
+            threading.Thread(target=loop.run_forever, name="channel-signals", daemon=True).start()
             if _loop is None:
                 atexit.register(drain)
             _loop, _loop_pid = loop, os.getpid()
@@ -58,11 +57,13 @@ def group_send(group: str, message: dict[str, Any]) -> None:
     loop = _sender_loop()
     with _lock:
         if len(_pending) >= MAX_PENDING:
-            log.warning("channel-layer signal to %s dropped: %d still pending", group,
-                        len(_pending))
+            log.warning(
+                "channel-layer signal to %s dropped: %d still pending", group, len(_pending)
+            )
             return
         future = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_S), loop)
+            asyncio.wait_for(layer.group_send(group, message), SEND_TIMEOUT_S), loop
+        )
         _pending.add(future)
     future.add_done_callback(_sent)
 

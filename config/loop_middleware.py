@@ -41,8 +41,9 @@ class OnLoop:
         response = response or await self.get_response(request)
         if hasattr(self, "process_response"):
             if self.response_blocks(request):
-                response = await sync_to_async(self.process_response,
-                                               thread_sensitive=True)(request, response)
+                response = await sync_to_async(self.process_response, thread_sensitive=True)(
+                    request, response
+                )
             else:
                 response = self.process_response(request, response)
         return response
@@ -57,8 +58,11 @@ class SessionMiddleware(OnLoop, sessions.SessionMiddleware):
     # session's cookie, which is pure) happens in process_response.
     def response_blocks(self, request: HttpRequest) -> bool:
         session = getattr(request, "session", None)
-        return session is not None and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST) \
+        return (
+            session is not None
+            and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST)
             and not session.is_empty()
+        )
 
 
 class CommonMiddleware(OnLoop, common.CommonMiddleware):
@@ -69,9 +73,11 @@ class CsrfViewMiddleware(OnLoop, csrf.CsrfViewMiddleware):
     # The secret is read from, and written to, a cookie: no session, no database.
     def __init__(self, get_response: Any) -> None:
         if settings.CSRF_USE_SESSIONS:
-            raise ImproperlyConfigured("config.loop_middleware.CsrfViewMiddleware keeps the "
-                                       "CSRF secret in a cookie; use Django's own with "
-                                       "CSRF_USE_SESSIONS.")
+            raise ImproperlyConfigured(
+                "config.loop_middleware.CsrfViewMiddleware keeps the "
+                "CSRF secret in a cookie; use Django's own with "
+                "CSRF_USE_SESSIONS."
+            )
         super().__init__(get_response)
 
 

@@ -48,17 +48,20 @@ PATHS = ("/mcp", "/mcp/")
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 server: MCPServer = MCPServer(
-    "berth", title="Berth",
+    "berth",
+    title="Berth",
     instructions="Berth is a workspace IDE: each workspace is a Git repository. Read and "
-                 "write files (one commit per write_files), run commands in a sandbox "
-                 "(run_command returns the outcome and log), start a preview and fetch its "
-                 "pages, and ask for a deploy — which only a human reviewer can approve. "
-                 "Every error says what to do next.")
+    "write files (one commit per write_files), run commands in a sandbox "
+    "(run_command returns the outcome and log), start a preview and fetch its "
+    "pages, and ask for a deploy — which only a human reviewer can approve. "
+    "Every error says what to do next.",
+)
 
 
 def tool(name: str | None = None) -> Callable[[F], F]:
     """Register an async tool; a BerthError it raises is returned as a tool error with
     the API's error object (`{"error": {code, message, details}}`) as structured content."""
+
     def decorator(fn: F) -> F:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -66,16 +69,20 @@ def tool(name: str | None = None) -> Callable[[F], F]:
                 return await fn(*args, **kwargs)
             except BerthError as e:
                 return tool_error(e.code, e.message, e.details)
+
         server.add_tool(wrapper, name=name or fn.__name__, description=fn.__doc__)
         return fn
+
     return decorator
 
 
-def tool_error(code: str, message: str, details: dict[str, Any] | None = None
-               ) -> CallToolResult:
+def tool_error(code: str, message: str, details: dict[str, Any] | None = None) -> CallToolResult:
     body = error_body(code, message, details)
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))],
-                          structured_content=body, is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(body))],
+        structured_content=body,
+        is_error=True,
+    )
 
 
 async def actor_of(ctx: Context) -> Actor:
@@ -100,8 +107,12 @@ def _hosts() -> tuple[list[str], list[str]]:
         if allowed == "*" or allowed.startswith("."):
             continue  # wildcards: previews and releases, which must never reach /mcp
         hosts += [allowed, f"{allowed}:*"]
-        origins += [f"http://{allowed}", f"http://{allowed}:*", f"https://{allowed}",
-                    f"https://{allowed}:*"]
+        origins += [
+            f"http://{allowed}",
+            f"http://{allowed}:*",
+            f"https://{allowed}",
+            f"https://{allowed}:*",
+        ]
     return hosts, origins
 
 
@@ -124,14 +135,18 @@ class SessionManager:
                 # With ALLOWED_HOSTS = "*" or only wildcard domains, the operator chose not
                 # to pin hosts: the SDK cannot express those, so its check is off.
                 transport_security=TransportSecuritySettings(
-                    enable_dns_rebinding_protection=bool(hosts), allowed_hosts=hosts,
-                    allowed_origins=origins),
+                    enable_dns_rebinding_protection=bool(hosts),
+                    allowed_hosts=hosts,
+                    allowed_origins=origins,
+                ),
                 # The API's cap: a 10 MB file fits, base64-encoded, in one write_files.
-                max_request_body_size=settings.MAX_REQUEST_BODY)
+                max_request_body_size=settings.MAX_REQUEST_BODY,
+            )
             self.manager = server.session_manager
             # An empty context: the manager's task must not keep the first request's.
             self.task = asyncio.get_running_loop().create_task(
-                self._run(), name="mcp-session-manager", context=contextvars.Context())
+                self._run(), name="mcp-session-manager", context=contextvars.Context()
+            )
             _stop_before_shutdown(self)
         await self.ready.wait()
         if self.error is not None or self.manager is None:
@@ -168,6 +183,7 @@ def _stop_before_shutdown(manager: SessionManager) -> None:
         return
     if not getattr(reactor, "running", False):
         return
+
     def stop() -> defer.Deferred[None]:
         return defer.Deferred.fromFuture(asyncio.ensure_future(manager.shutdown()))
 
@@ -178,12 +194,21 @@ def _stop_before_shutdown(manager: SessionManager) -> None:
 _manager = SessionManager()
 
 
-async def _reply(send: Any, status: int, body: dict[str, Any],
-                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _reply(
+    send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     data = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-        *(headers or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -192,23 +217,39 @@ async def mcp_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     header = dict(scope["headers"]).get(b"authorization")
     try:
         actor = await database_sync_to_async(authenticate_bearer)(
-            header.decode("latin-1") if header else None)
+            header.decode("latin-1") if header else None
+        )
     except BerthError as e:
-        await _reply(send, 401, e.as_dict(), [(b"www-authenticate",
-                                               b'Bearer realm="berth", error="invalid_token"')])
+        await _reply(
+            send,
+            401,
+            e.as_dict(),
+            [(b"www-authenticate", b'Bearer realm="berth", error="invalid_token"')],
+        )
         return
     length = dict(scope["headers"]).get(b"content-length", b"0")
     if length.isdigit() and int(length) > settings.MAX_REQUEST_BODY:
-        await _reply(send, 413, error_body("too_large", "Request bodies are capped at "
-                                           f"{settings.MAX_REQUEST_BODY // 2**20} MB; write "
-                                           "large files in several write_files calls."))
+        await _reply(
+            send,
+            413,
+            error_body(
+                "too_large",
+                "Request bodies are capped at "
+                f"{settings.MAX_REQUEST_BODY // 2**20} MB; write "
+                "large files in several write_files calls.",
+            ),
+        )
         return
     if _manager.stop.is_set():
         await _reply(send, 503, error_body("shutting_down", "Berth is restarting; retry."))
         return
     assert actor.token is not None
     # Bind the SDK's sessions to the token: another token cannot reuse a session id.
-    scope = {**scope, "user": AuthenticatedUser(AccessToken(
-        token=actor.token.public_id, client_id=actor.token.public_id, scopes=[]))}
+    scope = {
+        **scope,
+        "user": AuthenticatedUser(
+            AccessToken(token=actor.token.public_id, client_id=actor.token.public_id, scopes=[])
+        ),
+    }
     manager = await _manager.started()
     await manager.handle_request(scope, receive, send)

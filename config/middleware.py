@@ -50,8 +50,11 @@ class BodySizeLimitMiddleware(Hooks):
 
     def before(self, request: HttpRequest) -> HttpResponse | None:
         # A git push carries a whole pack: it has its own, larger cap (GIT_MAX_PUSH_MB).
-        limit = (settings.GIT_MAX_PUSH_BYTES if request.path.startswith("/git/")
-                 else settings.MAX_REQUEST_BODY)
+        limit = (
+            settings.GIT_MAX_PUSH_BYTES
+            if request.path.startswith("/git/")
+            else settings.MAX_REQUEST_BODY
+        )
         try:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -76,8 +79,13 @@ class ApiErrorShapeMiddleware(Hooks):
     error shape, so a client never has to parse an HTML error page."""
 
     PREFIXES = ("/api/",)
-    CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
-             413: "too_large", 500: "internal_error"}
+    CODES = {
+        400: "bad_request",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "too_large",
+        500: "internal_error",
+    }
 
     def after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         if (
@@ -88,7 +96,7 @@ class ApiErrorShapeMiddleware(Hooks):
             status = response.status_code
             message = {
                 405: f"{request.method} is not allowed here; allowed: "
-                     f"{response.get('Allow', 'none')}.",
+                f"{response.get('Allow', 'none')}.",
             }.get(status, response.reason_phrase or "The request failed.")
             shaped = error_response(status, self.CODES.get(status, "http_error"), message)
             if "Allow" in response:

@@ -32,8 +32,11 @@ class RequestThreads:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        executor = self.idle.pop() if self.idle else concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="request")
+        executor = (
+            self.idle.pop()
+            if self.idle
+            else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="request")
+        )
         try:
             async with ThreadSensitiveContext(executor=executor):
                 await self.app(scope, receive, send)

@@ -9,8 +9,7 @@ from previews.routing import websocket_urlpatterns as preview_websockets
 from runner.routing import websocket_urlpatterns as runner_websockets
 
 # Each app appends its consumers' routes here (logs, activity) as they arrive.
-websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets,
-                                    *activity_websockets]
+websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets, *activity_websockets]
 
 
 def route_by_host(app: Any) -> Any:
@@ -51,8 +50,9 @@ class BerthOriginValidator(OriginValidator):
 
     def __init__(self, application: Any) -> None:
         super().__init__(application, settings.ALLOWED_HOSTS)
-        self.foreign = tuple(d.lower().strip(".") for d in (settings.PREVIEW_DOMAIN,
-                                                            settings.APPS_DOMAIN))
+        self.foreign = tuple(
+            d.lower().strip(".") for d in (settings.PREVIEW_DOMAIN, settings.APPS_DOMAIN)
+        )
 
     def valid_origin(self, parsed_origin: ParseResult | None) -> bool:
         host = (parsed_origin.hostname or "") if parsed_origin is not None else ""

@@ -72,9 +72,9 @@ ALLOWED_HOSTS += [f".{PREVIEW_DOMAIN}", f".{APPS_DOMAIN}"]
 
 # Names and labels every container, volume and image this instance creates, so
 # several instances (a dev server, test runs) can share one Docker engine.
-BERTH_INSTANCE = os.environ.get("BERTH_INSTANCE") or hashlib.sha256(
-    str(DATA_DIR).encode()
-).hexdigest()[:8]
+BERTH_INSTANCE = (
+    os.environ.get("BERTH_INSTANCE") or hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:8]
+)
 SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
 SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/tmp"))  # noqa: S108 (root-only build)
 
@@ -201,8 +201,10 @@ CHANNEL_LAYERS = {
         # socket_timeout None: channels_redis waits for messages with a 5 s blocking
         # pop, and redis-py 8's default 5 s read timeout would otherwise end every
         # quiet WebSocket (a log with no output for 5 s) with a 1011 (channels_redis#422).
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}],
-                   "prefix": f"berth-{BERTH_INSTANCE}"},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+            "prefix": f"berth-{BERTH_INSTANCE}",
+        },
     }
 }
 

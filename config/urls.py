@@ -8,8 +8,11 @@ from workspaces.git_http import git_http
 
 urlpatterns = [
     path("api/v1/", api.urls),
-    re_path(r"^git/(?P<team>[a-z0-9-]+)/(?P<slug>[a-z0-9-]+?)(?:\.git)?/(?P<rest>.*)$", git_http,
-            name="git-http"),
+    re_path(
+        r"^git/(?P<team>[a-z0-9-]+)/(?P<slug>[a-z0-9-]+?)(?:\.git)?/(?P<rest>.*)$",
+        git_http,
+        name="git-http",
+    ),
     path("healthz", lambda request: JsonResponse({"ok": True}), name="healthz"),
     # Before accounts: the team dashboard at /t/<team>/ is the workspaces list.
     path("", include("workspaces.urls")),
@@ -32,13 +35,16 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
 
 def handler500(request: HttpRequest) -> HttpResponse:
     if _wants_json(request):
-        return JsonResponse(error_body("internal_error", "Something went wrong on our side; "
-                                       "it has been logged. Try again."), status=500)
+        return JsonResponse(
+            error_body(
+                "internal_error", "Something went wrong on our side; it has been logged. Try again."
+            ),
+            status=500,
+        )
     return render(request, "error.html", {"message": "Something went wrong."}, status=500)
 
 
 def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _wants_json(request):
-        return JsonResponse(error_body("bad_request", "The request could not be read."),
-                            status=400)
+        return JsonResponse(error_body("bad_request", "The request could not be read."), status=400)
     return render(request, "error.html", {"message": "Bad request."}, status=400)

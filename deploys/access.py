@@ -7,15 +7,20 @@ from deploys.models import DeployRequest
 def access_deploy(actor: Actor, public_id: str, scope: str = "deploy:request") -> DeployRequest:
     """A deploy request the actor may see: its workspace's team is the actor's (a
     token's own team and allowed workspaces); anything else is 404."""
-    deploy = DeployRequest.objects.select_related(
-        "workspace__team", "requested_by", "token", "build_run").filter(
-        public_id=public_id).first()
+    deploy = (
+        DeployRequest.objects.select_related(
+            "workspace__team", "requested_by", "token", "build_run"
+        )
+        .filter(public_id=public_id)
+        .first()
+    )
     if deploy is None:
         raise NotFound("No such deploy.")
     workspace = deploy.workspace
     if actor.token is not None:
-        visible = (actor.token.team_id == workspace.team_id and
-                   actor.token.allows_workspace(workspace.slug))
+        visible = actor.token.team_id == workspace.team_id and actor.token.allows_workspace(
+            workspace.slug
+        )
     else:
         visible = Membership.objects.filter(team=workspace.team_id, user=actor.user).exists()
     if not visible:

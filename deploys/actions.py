@@ -36,8 +36,9 @@ from workspaces.store import open_store, pin_commit
 RELEASES_KEPT = 3
 
 
-def request_deploy(workspace: Workspace, actor: Actor, ref: str | None = None,
-                   note: str = "") -> DeployRequest:
+def request_deploy(
+    workspace: Workspace, actor: Actor, ref: str | None = None, note: str = ""
+) -> DeployRequest:
     """Ask to ship a commit: the ref is resolved now, and `[deploy]` must say how the
     app starts. Nothing is built until a reviewer approves."""
     ref = ref or workspace.default_branch
@@ -45,58 +46,93 @@ def request_deploy(workspace: Workspace, actor: Actor, ref: str | None = None,
         commit = store.resolve(ref)
     config = runner_actions.load_config(workspace, commit)
     if not config.deploy.command.strip():
-        raise Invalid(f"workspace.toml at {commit[:12]} has no [deploy] command; add one "
-                      "(with its port and health_path) to say how the release starts.",
-                      {"field": "ref", "commit": commit}, code="no_deploy_command")
+        raise Invalid(
+            f"workspace.toml at {commit[:12]} has no [deploy] command; add one "
+            "(with its port and health_path) to say how the release starts.",
+            {"field": "ref", "commit": commit},
+            code="no_deploy_command",
+        )
     if len(note) > 5000:
         raise Invalid("Keep the note under 5,000 characters.", {"field": "note"})
-    deploy = DeployRequest(workspace=workspace, ref=ref, commit=commit, note=note.strip(),
-                           requested_by=actor.user, token=actor.token)
+    deploy = DeployRequest(
+        workspace=workspace,
+        ref=ref,
+        commit=commit,
+        note=note.strip(),
+        requested_by=actor.user,
+        token=actor.token,
+    )
     with transaction.atomic():
         deploy.save()
         pin_commit(workspace, commit)
-        record(workspace.team, actor, "deploy.requested", f"deploy:{deploy.public_id}",
-               workspace.slug, commit=commit, ref=ref)
+        record(
+            workspace.team,
+            actor,
+            "deploy.requested",
+            f"deploy:{deploy.public_id}",
+            workspace.slug,
+            commit=commit,
+            ref=ref,
+        )
     return deploy
 
 
 def _reviewer(deploy: DeployRequest, actor: Actor, verb: str) -> Membership:
     """The human reviewer acting, or why not (the same checks for every door)."""
     if not actor.is_human:
-        raise Forbidden(f"Only a signed-in person may {verb} a deploy: open the request's "
-                        "page in Berth. API tokens and MCP cannot.",
-                        {"deploy": deploy.public_id}, code="approval_requires_human")
-    membership = Membership.objects.filter(team=deploy.workspace.team_id,
-                                           user=actor.user).first()
+        raise Forbidden(
+            f"Only a signed-in person may {verb} a deploy: open the request's "
+            "page in Berth. API tokens and MCP cannot.",
+            {"deploy": deploy.public_id},
+            code="approval_requires_human",
+        )
+    membership = Membership.objects.filter(team=deploy.workspace.team_id, user=actor.user).first()
     if membership is None:
         raise NotFound("No such deploy.")
     if not membership.has_role(Role.REVIEWER):
-        raise Forbidden(f"Only a reviewer or an admin of team {deploy.workspace.team.slug} "
-                        f"may {verb} a deploy; you are a {membership.role}.",
-                        {"role": membership.role}, code="reviewer_required")
+        raise Forbidden(
+            f"Only a reviewer or an admin of team {deploy.workspace.team.slug} "
+            f"may {verb} a deploy; you are a {membership.role}.",
+            {"role": membership.role},
+            code="reviewer_required",
+        )
     return membership
 
 
-def approve_deploy(deploy: DeployRequest, actor: Actor, confirm_older: bool = False
-                   ) -> DeployRequest:
+def approve_deploy(
+    deploy: DeployRequest, actor: Actor, confirm_older: bool = False
+) -> DeployRequest:
     _reviewer(deploy, actor, "approve")
     if deploy.requested_by_id == actor.user.pk:
         who = "your token" if deploy.token_id else "you"
-        raise Forbidden(f"This deploy was asked for by {who}; another reviewer must "
-                        "approve it.", {"requested_by": actor.user.username},
-                        code="own_request")
+        raise Forbidden(
+            f"This deploy was asked for by {who}; another reviewer must approve it.",
+            {"requested_by": actor.user.username},
+            code="own_request",
+        )
     with transaction.atomic():
-        deploy = DeployRequest.objects.select_for_update().select_related(
-            "workspace__team").get(pk=deploy.pk)
+        deploy = (
+            DeployRequest.objects.select_for_update()
+            .select_related("workspace__team")
+            .get(pk=deploy.pk)
+        )
         if deploy.state != DeployState.REQUESTED:
-            raise Conflict(f"This deploy is {deploy.state}; only a requested one can be "
-                           "approved.", {"state": deploy.state})
-        live = Route.objects.select_related("release__request").filter(
-            workspace=deploy.workspace).first()
+            raise Conflict(
+                f"This deploy is {deploy.state}; only a requested one can be approved.",
+                {"state": deploy.state},
+            )
+        live = (
+            Route.objects.select_related("release__request")
+            .filter(workspace=deploy.workspace)
+            .first()
+        )
         if live and live.release.request.created_at > deploy.created_at and not confirm_older:
-            raise Conflict(f"Release {live.release.number}, from a newer request, is live; "
-                           "approving this older one would replace it. Confirm to go on.",
-                           {"live_release": live.release.number}, code="newer_release_live")
+            raise Conflict(
+                f"Release {live.release.number}, from a newer request, is live; "
+                "approving this older one would replace it. Confirm to go on.",
+                {"live_release": live.release.number},
+                code="newer_release_live",
+            )
         try:
             with transaction.atomic():
                 Approval.objects.create(request=deploy, user=actor.user)
@@ -105,13 +141,25 @@ def approve_deploy(deploy: DeployRequest, actor: Actor, confirm_older: bool = Fa
         # Only approvals of people who are reviewers or admins of the team now count.
         given = deploy.approvals.filter(
             user__memberships__team=deploy.workspace.team,
-            user__memberships__role__in=(Role.REVIEWER, Role.ADMIN)).count()
+            user__memberships__role__in=(Role.REVIEWER, Role.ADMIN),
+        ).count()
         needed = deploy.workspace.team.approvals_required
-        record(deploy.workspace.team, actor, "deploy.approved", f"deploy:{deploy.public_id}",
-               deploy.workspace.slug, commit=deploy.commit, approvals=given, needed=needed)
-        if given >= needed and deploy.move(DeployState.APPROVED, (DeployState.REQUESTED,),
-                                           approved_at=timezone.now(),
-                                           confirmed_older=confirm_older):
+        record(
+            deploy.workspace.team,
+            actor,
+            "deploy.approved",
+            f"deploy:{deploy.public_id}",
+            deploy.workspace.slug,
+            commit=deploy.commit,
+            approvals=given,
+            needed=needed,
+        )
+        if given >= needed and deploy.move(
+            DeployState.APPROVED,
+            (DeployState.REQUESTED,),
+            approved_at=timezone.now(),
+            confirmed_older=confirm_older,
+        ):
             _start_build(deploy, actor)
     return deploy
 
@@ -122,32 +170,63 @@ def reject_deploy(deploy: DeployRequest, actor: Actor, reason: str) -> DeployReq
     if not reason:
         raise Invalid("Say why it is rejected: the requester reads it.", {"field": "reason"})
     with transaction.atomic():
-        if not deploy.move(DeployState.REJECTED, (DeployState.REQUESTED,), reason="rejected",
-                           message=f"Rejected by {actor.user}: {reason[:2000]}",
-                           decided_by=actor.user, ended_at=timezone.now()):
-            raise Conflict(f"This deploy is {deploy.state}; only a requested one can be "
-                           "rejected.", {"state": deploy.state})
-        record(deploy.workspace.team, actor, "deploy.rejected", f"deploy:{deploy.public_id}",
-               deploy.workspace.slug, reason=reason[:500])
+        if not deploy.move(
+            DeployState.REJECTED,
+            (DeployState.REQUESTED,),
+            reason="rejected",
+            message=f"Rejected by {actor.user}: {reason[:2000]}",
+            decided_by=actor.user,
+            ended_at=timezone.now(),
+        ):
+            raise Conflict(
+                f"This deploy is {deploy.state}; only a requested one can be rejected.",
+                {"state": deploy.state},
+            )
+        record(
+            deploy.workspace.team,
+            actor,
+            "deploy.rejected",
+            f"deploy:{deploy.public_id}",
+            deploy.workspace.slug,
+            reason=reason[:500],
+        )
     return deploy
 
 
 def cancel_deploy(deploy: DeployRequest, actor: Actor) -> DeployRequest:
     """The requester (or a token of theirs) or a team admin withdraws a pending request;
     a cancelled request can never be approved."""
-    is_admin = actor.is_human and Membership.objects.filter(
-        team=deploy.workspace.team_id, user=actor.user, role=Role.ADMIN).exists()
+    is_admin = (
+        actor.is_human
+        and Membership.objects.filter(
+            team=deploy.workspace.team_id, user=actor.user, role=Role.ADMIN
+        ).exists()
+    )
     if deploy.requested_by_id != actor.user.pk and not is_admin:
-        raise Forbidden("Only whoever asked for this deploy, or a team admin, may cancel it.",
-                        code="not_requester")
+        raise Forbidden(
+            "Only whoever asked for this deploy, or a team admin, may cancel it.",
+            code="not_requester",
+        )
     with transaction.atomic():
-        if not deploy.move(DeployState.CANCELLED, (DeployState.REQUESTED,), reason="cancelled",
-                           message=f"Cancelled by {actor.label}.", decided_by=actor.user,
-                           ended_at=timezone.now()):
-            raise Conflict(f"This deploy is {deploy.state}; only a requested one can be "
-                           "cancelled.", {"state": deploy.state})
-        record(deploy.workspace.team, actor, "deploy.cancelled", f"deploy:{deploy.public_id}",
-               deploy.workspace.slug)
+        if not deploy.move(
+            DeployState.CANCELLED,
+            (DeployState.REQUESTED,),
+            reason="cancelled",
+            message=f"Cancelled by {actor.label}.",
+            decided_by=actor.user,
+            ended_at=timezone.now(),
+        ):
+            raise Conflict(
+                f"This deploy is {deploy.state}; only a requested one can be cancelled.",
+                {"state": deploy.state},
+            )
+        record(
+            deploy.workspace.team,
+            actor,
+            "deploy.cancelled",
+            f"deploy:{deploy.public_id}",
+            deploy.workspace.slug,
+        )
     return deploy
 
 
@@ -158,25 +237,28 @@ def _next_number(workspace: Workspace) -> int:
     """The workspace's next release number, under its row's lock (inside the caller's
     transaction): two approvals at once never pick the same one."""
     Workspace.objects.select_for_update().filter(pk=workspace.pk).first()
-    return (Release.objects.filter(workspace=workspace).aggregate(n=Max("number"))["n"]
-            or 0) + 1
+    return (Release.objects.filter(workspace=workspace).aggregate(n=Max("number"))["n"] or 0) + 1
 
 
 def _start_build(deploy: DeployRequest, actor: Actor) -> None:
     workspace = deploy.workspace
     number = _next_number(workspace)
     image = f"berth-{settings.BERTH_INSTANCE}-release-{workspace.public_id}:{number}"
-    run = runner_actions.start_build(workspace, actor, deploy.commit, deploy.ref, image,
-                                     {"deploy": deploy.public_id})
-    Release.objects.create(workspace=workspace, number=number, request=deploy,
-                           commit=deploy.commit, image=image)
-    deploy.move(DeployState.BUILDING, (DeployState.APPROVED,), build_run=run,
-                building_at=timezone.now())
+    run = runner_actions.start_build(
+        workspace, actor, deploy.commit, deploy.ref, image, {"deploy": deploy.public_id}
+    )
+    Release.objects.create(
+        workspace=workspace, number=number, request=deploy, commit=deploy.commit, image=image
+    )
+    deploy.move(
+        DeployState.BUILDING, (DeployState.APPROVED,), build_run=run, building_at=timezone.now()
+    )
 
 
 def _fail(deploy: DeployRequest, reason: str, message: str) -> None:
-    if deploy.move(DeployState.FAILED, IN_FLIGHT, reason=reason, message=message,
-                   ended_at=timezone.now()):
+    if deploy.move(
+        DeployState.FAILED, IN_FLIGHT, reason=reason, message=message, ended_at=timezone.now()
+    ):
         Release.objects.filter(request=deploy, live_at=None).update(ended_at=timezone.now())
 
 
@@ -185,27 +267,46 @@ def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
     live release, if any, keeps serving)."""
     if run.purpose != "build":
         return
-    deploy = DeployRequest.objects.select_related("workspace__team", "requested_by",
-                                                  "token").filter(build_run=run).first()
+    deploy = (
+        DeployRequest.objects.select_related("workspace__team", "requested_by", "token")
+        .filter(build_run=run)
+        .first()
+    )
     if deploy is None or deploy.state != DeployState.BUILDING:
         return
     if run.state != "succeeded":
-        _fail(deploy, "build_failed", f"The build ended {run.state} ({run.reason}): "
-              f"{run.message} The live release, if any, still serves; its log says why.")
+        _fail(
+            deploy,
+            "build_failed",
+            f"The build ended {run.state} ({run.reason}): "
+            f"{run.message} The live release, if any, still serves; its log says why.",
+        )
         return
     release = Release.objects.get(request=deploy)
     with transaction.atomic():
-        if not deploy.move(DeployState.RELEASING, (DeployState.BUILDING,),
-                           built_at=run.finished_at, releasing_at=timezone.now()):
+        if not deploy.move(
+            DeployState.RELEASING,
+            (DeployState.BUILDING,),
+            built_at=run.finished_at,
+            releasing_at=timezone.now(),
+        ):
             return
         actor = Actor(deploy.requested_by, deploy.token) if deploy.requested_by else None
         if actor is None:
-            _fail(deploy, "requester_gone", "The account that asked for this deploy is "
-                  "gone; ask for it again.")
+            _fail(
+                deploy,
+                "requester_gone",
+                "The account that asked for this deploy is gone; ask for it again.",
+            )
             return
         process = preview_actions.start_release(
-            deploy.workspace, actor, deploy.commit, deploy.ref, release.image,
-            public=not deploy.workspace.releases_team_only)
+            deploy.workspace,
+            actor,
+            deploy.commit,
+            deploy.ref,
+            release.image,
+            public=not deploy.workspace.releases_team_only,
+        )
         Release.objects.filter(pk=release.pk).update(process=process)
 
 
@@ -217,8 +318,11 @@ def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> No
     fails; the live one keeps serving) or crashed while live (start it again)."""
     if preview.kind != "release":
         return
-    release = Release.objects.select_related("request__workspace__team", "workspace").filter(
-        process=preview).first()
+    release = (
+        Release.objects.select_related("request__workspace__team", "workspace")
+        .filter(process=preview)
+        .first()
+    )
     if release is None:
         return
     deploy = release.request
@@ -227,16 +331,23 @@ def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> No
             _switch(release)
         elif Route.objects.filter(release=release).exists():
             # Back: the next failure may be retried at once again.
-            Release.objects.filter(pk=release.pk).update(restored_at=timezone.now(),
-                                                         restore_tried_at=None)
+            Release.objects.filter(pk=release.pk).update(
+                restored_at=timezone.now(), restore_tried_at=None
+            )
     elif preview.state == PreviewState.FAILED and deploy.state == DeployState.RELEASING:
         # Why it never came up, typed as the process said it (a wrong port, an exit):
         # the reviewer and the agent see the same reason the release's process has.
         reason = preview.reason if preview.reason in TYPED_START_FAILURES else "health_failed"
-        _fail(deploy, reason, f"The release did not become healthy: "
-              f"{preview.message} The live release, if any, still serves.")
-    elif preview.state in (PreviewState.CRASHED, PreviewState.FAILED) and \
-            Route.objects.filter(release=release).exists():
+        _fail(
+            deploy,
+            reason,
+            f"The release did not become healthy: "
+            f"{preview.message} The live release, if any, still serves.",
+        )
+    elif (
+        preview.state in (PreviewState.CRASHED, PreviewState.FAILED)
+        and Route.objects.filter(release=release).exists()
+    ):
         restore(release)
 
 
@@ -249,23 +360,35 @@ def _switch(release: Release) -> None:
     deploy = release.request
     now = timezone.now()
     with transaction.atomic():
-        previous = Route.objects.select_for_update().select_related(
-            "release__request").filter(workspace=release.workspace).first()
-        if previous is not None and not release.rollback_of_id and \
-                not deploy.confirmed_older and \
-                previous.release.request.created_at > deploy.created_at:
+        previous = (
+            Route.objects.select_for_update()
+            .select_related("release__request")
+            .filter(workspace=release.workspace)
+            .first()
+        )
+        if (
+            previous is not None
+            and not release.rollback_of_id
+            and not deploy.confirmed_older
+            and previous.release.request.created_at > deploy.created_at
+        ):
             # Both were approved, and the newer one went live first: this older one must
             # not replace it behind everyone's back.
-            if deploy.move(DeployState.SUPERSEDED, (DeployState.RELEASING,), ended_at=now,
-                           reason="newer_release_live",
-                           message=f"Release {previous.release.number}, from a newer request, "
-                                   "went live first; this older one was not switched in. "
-                                   "Ask for it again and confirm, if it should replace it."):
+            if deploy.move(
+                DeployState.SUPERSEDED,
+                (DeployState.RELEASING,),
+                ended_at=now,
+                reason="newer_release_live",
+                message=f"Release {previous.release.number}, from a newer request, "
+                "went live first; this older one was not switched in. "
+                "Ask for it again and confirm, if it should replace it.",
+            ):
                 Release.objects.filter(pk=release.pk).update(ended_at=now)
                 if release.process_id:
                     # A broker that is down delays it: restore_all's safety net stops it.
-                    transaction.on_commit(lambda: broker.send(stop_release_process, (
-                        release.process_id,)))
+                    transaction.on_commit(
+                        lambda: broker.send(stop_release_process, (release.process_id,))
+                    )
             return
         if previous is None:
             Route.objects.create(workspace=release.workspace, release=release, switched_at=now)
@@ -277,14 +400,24 @@ def _switch(release: Release) -> None:
             old = Release.objects.select_related("request").get(pk=previous.release_id)
             Release.objects.filter(pk=old.pk).update(ended_at=now)
             DeployRequest.objects.filter(pk=old.request_id, state=DeployState.LIVE).update(
-                state=DeployState.ROLLED_BACK if release.rollback_of_id else
-                DeployState.SUPERSEDED, ended_at=now)
+                state=DeployState.ROLLED_BACK if release.rollback_of_id else DeployState.SUPERSEDED,
+                ended_at=now,
+            )
             if old.process_id:
-                transaction.on_commit(lambda: broker.send(
-                    stop_release_process, (old.process_id,),
-                    countdown=settings.RELEASE_DRAIN_S))
-        record(release.workspace.team, None, "deploy.live", f"deploy:{deploy.public_id}",
-               release.workspace.slug, release=release.number, commit=release.commit)
+                transaction.on_commit(
+                    lambda: broker.send(
+                        stop_release_process, (old.process_id,), countdown=settings.RELEASE_DRAIN_S
+                    )
+                )
+        record(
+            release.workspace.team,
+            None,
+            "deploy.live",
+            f"deploy:{deploy.public_id}",
+            release.workspace.slug,
+            release=release.number,
+            commit=release.commit,
+        )
         transaction.on_commit(lambda: prune_images(release.workspace))
 
 
@@ -302,8 +435,9 @@ def restore(release: Release) -> None:
     actor = _acting_for(release)
     if actor is None:
         return
-    Release.objects.filter(pk=release.pk).update(restorations=release.restorations + 1,
-                                                 restore_tried_at=now)
+    Release.objects.filter(pk=release.pk).update(
+        restorations=release.restorations + 1, restore_tried_at=now
+    )
     preview_actions.restart_preview(process, actor)
 
 
@@ -311,8 +445,11 @@ def _acting_for(release: Release) -> Actor | None:
     """Who a restore is recorded under: the requester, else an admin of the team."""
     if release.request.requested_by is not None:
         return Actor(release.request.requested_by)
-    admin = Membership.objects.select_related("user").filter(
-        team=release.workspace.team_id, role=Role.ADMIN).first()
+    admin = (
+        Membership.objects.select_related("user")
+        .filter(team=release.workspace.team_id, role=Role.ADMIN)
+        .first()
+    )
     return Actor(admin.user) if admin else None
 
 
@@ -324,13 +461,14 @@ def restore_all() -> None:
     from deploys.tasks import stop_release_process
 
     for route in Route.objects.select_related("release__process").exclude(
-            release__process__state__in=LIVE_STATES):
+        release__process__state__in=LIVE_STATES
+    ):
         restore(route.release)
     # Well past the drain time, so the task (sent with that countdown) goes first.
     overdue = timezone.now() - timedelta(seconds=2 * settings.RELEASE_DRAIN_S + 30)
     for release in Release.objects.filter(
-            ended_at__lt=overdue, process__state__in=LIVE_STATES).exclude(
-            process__in=Route.objects.values("release__process")):
+        ended_at__lt=overdue, process__state__in=LIVE_STATES
+    ).exclude(process__in=Route.objects.values("release__process")):
         assert release.process_id is not None
         stop_release_process(release.process_id)
 
@@ -338,15 +476,18 @@ def restore_all() -> None:
 def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
     """Serve an earlier release again: its kept image is started, health-checked and
     switched in (no rebuild). Only a human reviewer may."""
-    target = Release.objects.select_related("request").filter(workspace=workspace,
-                                                              number=number).first()
+    target = (
+        Release.objects.select_related("request").filter(workspace=workspace, number=number).first()
+    )
     if target is None or target.live_at is None:
         raise NotFound(f"No release {number} that was ever live in this workspace.")
     _reviewer(target.request, actor, "roll back")
     if target.image_removed_at is not None:
-        raise Conflict(f"Release {number}'s image was removed (only the last "
-                       f"{RELEASES_KEPT} are kept); deploy its commit again instead.",
-                       code="image_gone")
+        raise Conflict(
+            f"Release {number}'s image was removed (only the last "
+            f"{RELEASES_KEPT} are kept); deploy its commit again instead.",
+            code="image_gone",
+        )
     route = Route.objects.filter(workspace=workspace).first()
     if route and route.release_id == target.pk:
         raise Conflict(f"Release {number} is already live.")
@@ -354,20 +495,42 @@ def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
         # A new request and release record who rolled back to what, in the same story;
         # the old request becomes rolled_back once this one is switched in.
         deploy = DeployRequest.objects.create(
-            workspace=workspace, ref=f"release {number}", commit=target.commit,
-            note=f"Rollback to release {number}", requested_by=actor.user,
-            state=DeployState.RELEASING, approved_at=timezone.now(),
-            releasing_at=timezone.now())
+            workspace=workspace,
+            ref=f"release {number}",
+            commit=target.commit,
+            note=f"Rollback to release {number}",
+            requested_by=actor.user,
+            state=DeployState.RELEASING,
+            approved_at=timezone.now(),
+            releasing_at=timezone.now(),
+        )
         Approval.objects.create(request=deploy, user=actor.user)
         release = Release.objects.create(
-            workspace=workspace, number=_next_number(workspace), request=deploy,
-            commit=target.commit, image=target.image, rollback_of=target)
-        process = preview_actions.start_release(workspace, actor, target.commit,
-                                                deploy.ref, target.image,
-                                                public=not workspace.releases_team_only)
+            workspace=workspace,
+            number=_next_number(workspace),
+            request=deploy,
+            commit=target.commit,
+            image=target.image,
+            rollback_of=target,
+        )
+        process = preview_actions.start_release(
+            workspace,
+            actor,
+            target.commit,
+            deploy.ref,
+            target.image,
+            public=not workspace.releases_team_only,
+        )
         Release.objects.filter(pk=release.pk).update(process=process)
-        record(workspace.team, actor, "deploy.rolled_back", f"deploy:{deploy.public_id}",
-               workspace.slug, to_release=number, commit=target.commit)
+        record(
+            workspace.team,
+            actor,
+            "deploy.rolled_back",
+            f"deploy:{deploy.public_id}",
+            workspace.slug,
+            to_release=number,
+            commit=target.commit,
+        )
     return release
 
 
@@ -380,8 +543,14 @@ def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) 
         processes = Preview.objects.filter(workspace=workspace, kind="release")
         processes.update(public=not team_only)
         preview_actions.visibility_changed(list(processes.values_list("public_id", flat=True)))
-        record(workspace.team, actor, "workspace.releases_visibility", f"workspace:"
-               f"{workspace.slug}", workspace.slug, team_only=team_only)
+        record(
+            workspace.team,
+            actor,
+            "workspace.releases_visibility",
+            f"workspace:{workspace.slug}",
+            workspace.slug,
+            team_only=team_only,
+        )
 
 
 def prune_images(workspace: Workspace) -> None:
@@ -389,11 +558,18 @@ def prune_images(workspace: Workspace) -> None:
     from runner import sandbox
 
     live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
-    kept = set(Release.objects.filter(workspace=workspace).exclude(live_at=None)
-               .order_by("-number").values_list("image", flat=True)[:RELEASES_KEPT]) | set(live)
+    kept = set(
+        Release.objects.filter(workspace=workspace)
+        .exclude(live_at=None)
+        .order_by("-number")
+        .values_list("image", flat=True)[:RELEASES_KEPT]
+    ) | set(live)
     # Releases that went live and fell out of the last few, and ones that never did.
-    for old in Release.objects.filter(workspace=workspace, image_removed_at=None).exclude(
-            image__in=kept).exclude(live_at=None, ended_at=None):
+    for old in (
+        Release.objects.filter(workspace=workspace, image_removed_at=None)
+        .exclude(image__in=kept)
+        .exclude(live_at=None, ended_at=None)
+    ):
         in_use = Preview.objects.filter(image=old.image, state__in=LIVE_STATES).exists()
         if not in_use:
             sandbox.remove_image(old.image)
@@ -406,21 +582,37 @@ def deploy_summary(deploy: DeployRequest, port: str = "") -> dict[str, Any]:
 
     release = deploy.releases.order_by("-number").first()
     return {
-        "id": deploy.public_id, "workspace": deploy.workspace.slug, "ref": deploy.ref,
-        "commit": deploy.commit, "note": deploy.note, "state": deploy.state,
-        "reason": deploy.reason or None, "message": deploy.message or None,
-        "requested_by": {"user": deploy.requested_by.username if deploy.requested_by
-                         else None, "token": deploy.token.name if deploy.token else None},
+        "id": deploy.public_id,
+        "workspace": deploy.workspace.slug,
+        "ref": deploy.ref,
+        "commit": deploy.commit,
+        "note": deploy.note,
+        "state": deploy.state,
+        "reason": deploy.reason or None,
+        "message": deploy.message or None,
+        "requested_by": {
+            "user": deploy.requested_by.username if deploy.requested_by else None,
+            "token": deploy.token.name if deploy.token else None,
+        },
         "approvals": [a.user.username for a in deploy.approvals.select_related("user")],
         "approvals_required": deploy.workspace.team.approvals_required,
         "build_run": deploy.build_run.public_id if deploy.build_run else None,
         "release": release.number if release else None,
         "url": f"/t/{deploy.workspace.team.slug}/w/{deploy.workspace.slug}/deploys/"
-               f"{deploy.public_id}/",
+        f"{deploy.public_id}/",
         "release_url": release_url(deploy.workspace, port),
-        "timings": {k: iso(getattr(deploy, k)) for k in (
-            "created_at", "approved_at", "building_at", "built_at", "releasing_at",
-            "live_at", "ended_at")},
+        "timings": {
+            k: iso(getattr(deploy, k))
+            for k in (
+                "created_at",
+                "approved_at",
+                "building_at",
+                "built_at",
+                "releasing_at",
+                "live_at",
+                "ended_at",
+            )
+        },
     }
 
 
@@ -430,5 +622,4 @@ def release_host(workspace: Workspace) -> str:
 
 def release_url(workspace: Workspace, port: str = "") -> str:
     port = settings.PREVIEW_PORT or port  # the gateway's, when there is one
-    return f"http://{release_host(workspace)}" + (f":{port}" if port and port != "80"
-                                                  else "") + "/"
+    return f"http://{release_host(workspace)}" + (f":{port}" if port and port != "80" else "") + "/"

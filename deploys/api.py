@@ -22,8 +22,11 @@ class DeployIn(Schema):
     note: str = Field("", max_length=5000)
 
 
-@router.post("/workspaces/{slug}/deploys", response={201: dict[str, Any]},
-             summary="Ask for a deploy of a commit; a human reviewer approves it in Berth")
+@router.post(
+    "/workspaces/{slug}/deploys",
+    response={201: dict[str, Any]},
+    summary="Ask for a deploy of a commit; a human reviewer approves it in Berth",
+)
 def request_deploy(request: HttpRequest, slug: str, body: DeployIn | None = None) -> Status:
     workspace = workspace_for(request, slug, "deploy:request")
     body = body or DeployIn(ref=None, note="")
@@ -35,7 +38,8 @@ def request_deploy(request: HttpRequest, slug: str, body: DeployIn | None = None
 def list_deploys(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str, Any]]:
     workspace = workspace_for(request, slug, "deploy:request")
     deploys = DeployRequest.objects.filter(workspace=workspace).select_related(
-        "workspace__team", "requested_by", "token", "build_run")[: max(1, min(limit, 200))]
+        "workspace__team", "requested_by", "token", "build_run"
+    )[: max(1, min(limit, 200))]
     return [actions.deploy_summary(d, request.get_port()) for d in deploys]
 
 
@@ -55,15 +59,20 @@ def cancel_deploy(request: HttpRequest, deploy_id: str) -> dict[str, Any]:
 @router.get("/workspaces/{slug}/release", summary="What is live: commit, release, URL")
 def live_release(request: HttpRequest, slug: str) -> dict[str, Any]:
     workspace = workspace_for(request, slug, "deploy:request")
-    route = Route.objects.select_related("release__request").filter(
-        workspace=workspace).first()
+    route = Route.objects.select_related("release__request").filter(workspace=workspace).first()
     if route is None:
         return {"live": None, "url": actions.release_url(workspace, request.get_port())}
     release: Release = route.release
     approvers = [a.user.username for a in release.request.approvals.select_related("user")]
-    return {"live": {"release": release.number, "commit": release.commit,
-                     "deploy": release.request.public_id, "since": route.switched_at,
-                     "approved_by": approvers, "restored_at": release.restored_at,
-                     "rollback_of": release.rollback_of.number if release.rollback_of
-                     else None},
-            "url": actions.release_url(workspace, request.get_port())}
+    return {
+        "live": {
+            "release": release.number,
+            "commit": release.commit,
+            "deploy": release.request.public_id,
+            "since": route.switched_at,
+            "approved_by": approvers,
+            "restored_at": release.restored_at,
+            "rollback_of": release.rollback_of.number if release.rollback_of else None,
+        },
+        "url": actions.release_url(workspace, request.get_port()),
+    }

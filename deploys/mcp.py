@@ -15,9 +15,11 @@ class DeployOut(BaseModel):
     id: str
     workspace: str
     commit: str
-    state: str = Field(description="requested (waiting for a human reviewer), approved, "
-                                   "rejected, cancelled, building, releasing, live, failed, "
-                                   "superseded or rolled_back")
+    state: str = Field(
+        description="requested (waiting for a human reviewer), approved, "
+        "rejected, cancelled, building, releasing, live, failed, "
+        "superseded or rolled_back"
+    )
     reason: str | None
     message: str | None
     approvals: list[str]
@@ -29,15 +31,25 @@ class DeployOut(BaseModel):
 
 def _out(deploy: DeployRequest) -> DeployOut:
     s = actions.deploy_summary(deploy)
-    return DeployOut(id=s["id"], workspace=s["workspace"], commit=s["commit"],
-                     state=s["state"], reason=s["reason"], message=s["message"],
-                     approvals=s["approvals"], approvals_required=s["approvals_required"],
-                     review_url=s["url"], release=s["release"], release_url=s["release_url"])
+    return DeployOut(
+        id=s["id"],
+        workspace=s["workspace"],
+        commit=s["commit"],
+        state=s["state"],
+        reason=s["reason"],
+        message=s["message"],
+        approvals=s["approvals"],
+        approvals_required=s["approvals_required"],
+        review_url=s["url"],
+        release=s["release"],
+        release_url=s["release_url"],
+    )
 
 
 @tool()
-async def request_deploy(ctx: Ctx, workspace: str, ref: str | None = None, note: str = ""
-                         ) -> DeployOut:
+async def request_deploy(
+    ctx: Ctx, workspace: str, ref: str | None = None, note: str = ""
+) -> DeployOut:
     """Ask for a deploy of a commit (the ref is resolved now; the release is built from
     exactly that commit). A human reviewer must approve it at review_url: tell your
     person. Instant. Then get_deploy to follow it (building, releasing, live)."""

@@ -40,17 +40,20 @@ class DeployRequest(models.Model):
     commit = models.CharField(max_length=40)
     note = models.TextField(blank=True)
     # The human behind it: the signed-in user, or the owner of the token that asked.
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
-                                     related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
     token = models.ForeignKey(ApiToken, models.SET_NULL, null=True, blank=True, related_name="+")
-    state = models.CharField(max_length=12, choices=DeployState.choices,
-                             default=DeployState.REQUESTED, db_index=True)
+    state = models.CharField(
+        max_length=12, choices=DeployState.choices, default=DeployState.REQUESTED, db_index=True
+    )
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
     # Approved with "replace the newer live release": it may switch in over a newer one.
     confirmed_older = models.BooleanField(default=False)
-    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
-                                   blank=True, related_name="+")  # rejected or cancelled
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )  # rejected or cancelled
     build_run = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     approved_at = models.DateTimeField(null=True, blank=True)
@@ -70,7 +73,8 @@ class DeployRequest(models.Model):
         """A conditional UPDATE: two approvals, a cancel and a build end racing can
         never both write one transition (exactly one release per approval)."""
         updated = DeployRequest.objects.filter(pk=self.pk, state__in=from_states).update(
-            state=to, **fields)
+            state=to, **fields
+        )
         if updated:
             self.refresh_from_db()
         return bool(updated)
@@ -100,12 +104,12 @@ class Release(models.Model):
     request = models.ForeignKey(DeployRequest, models.CASCADE, related_name="releases")
     commit = models.CharField(max_length=40)
     image = models.CharField(max_length=200)
-    rollback_of = models.ForeignKey("self", models.SET_NULL, null=True, blank=True,
-                                    related_name="+")
+    rollback_of = models.ForeignKey(
+        "self", models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     # The release's process: a preview of kind "release" (same proxy, health checks,
     # crash handling and log as previews).
-    process = models.ForeignKey(Preview, models.SET_NULL, null=True, blank=True,
-                                related_name="+")
+    process = models.ForeignKey(Preview, models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     live_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -116,8 +120,7 @@ class Release(models.Model):
     restore_tried_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint("workspace", "number",
-                                               name="one_release_number")]
+        constraints = [models.UniqueConstraint("workspace", "number", name="one_release_number")]
         ordering = ["-number"]
 
     def __str__(self) -> str:

@@ -11,8 +11,7 @@ def stop_release_process(preview_id: int) -> None:
     """The process of a release the route moved away from, after its drain time."""
     from deploys.models import Route
 
-    preview = Preview.objects.select_related("workspace__team", "run").filter(
-        pk=preview_id).first()
+    preview = Preview.objects.select_related("workspace__team", "run").filter(pk=preview_id).first()
     if preview is None or not preview.is_live:
         return
     if Route.objects.filter(release__process=preview).exists():

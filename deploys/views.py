@@ -42,30 +42,49 @@ def _deploy(request: HttpRequest, workspace: Workspace, deploy_id: str) -> Deplo
     return deploy
 
 
-def _page(membership: Membership, workspace: Workspace, request: HttpRequest,
-          **ctx: Any) -> dict[str, Any]:
-    return {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-            "tab": "deploys", "clone_url": clone_url(request, workspace),
-            "release_url": actions.release_url(workspace, request.get_port()), **ctx}
+def _page(
+    membership: Membership, workspace: Workspace, request: HttpRequest, **ctx: Any
+) -> dict[str, Any]:
+    return {
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "deploys",
+        "clone_url": clone_url(request, workspace),
+        "release_url": actions.release_url(workspace, request.get_port()),
+        **ctx,
+    }
 
 
 @workspace_page
-def deploys_page(request: HttpRequest, membership: Membership, workspace: Workspace
-                 ) -> HttpResponse:
-    route = Route.objects.select_related("release__request").filter(
-        workspace=workspace).first()
+def deploys_page(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
+    route = Route.objects.select_related("release__request").filter(workspace=workspace).first()
     deploys = DeployRequest.objects.filter(workspace=workspace).select_related(
-        "requested_by", "token")[:100]
+        "requested_by", "token"
+    )[:100]
     releases = Release.objects.filter(workspace=workspace).exclude(live_at=None)[:20]
-    return render(request, "deploys/deploys.html", _page(
-        membership, workspace, request, route=route, deploys=deploys, releases=releases,
-        pending=[d for d in deploys if d.state in PENDING],
-        can_review=membership.can_review))
+    return render(
+        request,
+        "deploys/deploys.html",
+        _page(
+            membership,
+            workspace,
+            request,
+            route=route,
+            deploys=deploys,
+            releases=releases,
+            pending=[d for d in deploys if d.state in PENDING],
+            can_review=membership.can_review,
+        ),
+    )
 
 
 @workspace_page
-def review_page(request: HttpRequest, membership: Membership, workspace: Workspace,
-                deploy_id: str) -> HttpResponse:
+def review_page(
+    request: HttpRequest, membership: Membership, workspace: Workspace, deploy_id: str
+) -> HttpResponse:
     deploy = _deploy(request, workspace, deploy_id)
     route = Route.objects.select_related("release").filter(workspace=workspace).first()
     base = route.release.commit if route else None
@@ -75,37 +94,56 @@ def review_page(request: HttpRequest, membership: Membership, workspace: Workspa
         summary = history.commit_summary(store, deploy.commit)
     for f in diff["files"]:
         f["rows"] = diff_lines(f["patch"])
-    runs = list(Run.objects.filter(workspace=workspace, commit=deploy.commit, purpose="run")
-                .order_by("-queued_at")[:10])
-    preview = Preview.objects.filter(workspace=workspace, commit=deploy.commit,
-                                     kind="preview", state__in=LIVE_STATES).first()
+    runs = list(
+        Run.objects.filter(workspace=workspace, commit=deploy.commit, purpose="run").order_by(
+            "-queued_at"
+        )[:10]
+    )
+    preview = Preview.objects.filter(
+        workspace=workspace, commit=deploy.commit, kind="preview", state__in=LIVE_STATES
+    ).first()
     summary["when"] = datetime.fromtimestamp(summary["authored_at"], tz=UTC)
-    return render(request, "deploys/review.html", _page(
-        membership, workspace, request, deploy=deploy, diff=diff, base=base, route=route,
-        runs=runs, failed_runs=[r for r in runs if r.state != "succeeded" and not r.is_active],
-        preview=preview, c=summary, summary=actions.deploy_summary(deploy),
-        approvals=list(deploy.approvals.select_related("user")),
-        can_review=membership.can_review and deploy.requested_by_id != membership.user_id,
-        own=deploy.requested_by_id == membership.user_id))
+    return render(
+        request,
+        "deploys/review.html",
+        _page(
+            membership,
+            workspace,
+            request,
+            deploy=deploy,
+            diff=diff,
+            base=base,
+            route=route,
+            runs=runs,
+            failed_runs=[r for r in runs if r.state != "succeeded" and not r.is_active],
+            preview=preview,
+            c=summary,
+            summary=actions.deploy_summary(deploy),
+            approvals=list(deploy.approvals.select_related("user")),
+            can_review=membership.can_review and deploy.requested_by_id != membership.user_id,
+            own=deploy.requested_by_id == membership.user_id,
+        ),
+    )
 
 
 def _back(workspace: Workspace, deploy: DeployRequest) -> str:
-    return reverse("workspace-deploy", args=[workspace.team.slug, workspace.slug,
-                                             deploy.public_id])
+    return reverse("workspace-deploy", args=[workspace.team.slug, workspace.slug, deploy.public_id])
 
 
 @require_POST
 @workspace_page
-def decide(request: HttpRequest, membership: Membership, workspace: Workspace,
-           deploy_id: str, action: str) -> HttpResponse:
+def decide(
+    request: HttpRequest, membership: Membership, workspace: Workspace, deploy_id: str, action: str
+) -> HttpResponse:
     """Approve, reject or cancel, as the signed-in person; the action checks the rules."""
     deploy = _deploy(request, workspace, deploy_id)
     actor = _actor(request)
     try:
         if action == "approve":
             actions.approve_deploy(deploy, actor, request.POST.get("confirm") == "yes")
-            messages.success(request, "Approved: the release is being built from "
-                                      f"{deploy.commit[:12]}.")
+            messages.success(
+                request, f"Approved: the release is being built from {deploy.commit[:12]}."
+            )
         elif action == "reject":
             actions.reject_deploy(deploy, actor, request.POST.get("reason", ""))
             messages.success(request, "Rejected; the requester sees your reason.")
@@ -122,44 +160,59 @@ def decide(request: HttpRequest, membership: Membership, workspace: Workspace,
 
 @require_POST
 @workspace_page
-def ask(request: HttpRequest, membership: Membership, workspace: Workspace
-            ) -> HttpResponse:
+def ask(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     """A member asks for a deploy from the page (agents use the API or MCP)."""
     try:
-        deploy = actions.request_deploy(workspace, _actor(request),
-                                        request.POST.get("ref") or None,
-                                        request.POST.get("note", ""))
+        deploy = actions.request_deploy(
+            workspace,
+            _actor(request),
+            request.POST.get("ref") or None,
+            request.POST.get("note", ""),
+        )
     except BerthError as e:
         messages.error(request, e.message)
         return redirect("workspace-deploys", team=workspace.team.slug, slug=workspace.slug)
-    messages.success(request, f"Deploy of {deploy.commit[:12]} requested; a reviewer other "
-                              "than you approves it here.")
+    messages.success(
+        request,
+        f"Deploy of {deploy.commit[:12]} requested; a reviewer other than you approves it here.",
+    )
     return redirect(_back(workspace, deploy))
 
 
 @require_POST
 @workspace_page
-def visibility(request: HttpRequest, membership: Membership, workspace: Workspace
-               ) -> HttpResponse:
+def visibility(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     if not membership.is_admin:
-        return render(request, "error.html", {
-            "message": "Only an admin of the team may change who sees releases."}, status=403)
+        return render(
+            request,
+            "error.html",
+            {"message": "Only an admin of the team may change who sees releases."},
+            status=403,
+        )
     team_only = request.POST.get("team_only") == "on"
     actions.set_release_visibility(workspace, _actor(request), team_only)
-    messages.success(request, "Releases of this workspace are now visible to the team only."
-                     if team_only else "Releases of this workspace are now public.")
+    messages.success(
+        request,
+        "Releases of this workspace are now visible to the team only."
+        if team_only
+        else "Releases of this workspace are now public.",
+    )
     return redirect("workspace-settings", team=workspace.team.slug, slug=workspace.slug)
 
 
 @require_POST
 @workspace_page
-def rollback(request: HttpRequest, membership: Membership, workspace: Workspace,
-             number: int) -> HttpResponse:
+def rollback(
+    request: HttpRequest, membership: Membership, workspace: Workspace, number: int
+) -> HttpResponse:
     try:
         release = actions.rollback(workspace, _actor(request), number)
     except BerthError as e:
         messages.error(request, e.message)
     else:
-        messages.success(request, f"Rolling back to release {number} (as release "
-                                  f"{release.number}); it serves once healthy.")
+        messages.success(
+            request,
+            f"Rolling back to release {number} (as release "
+            f"{release.number}); it serves once healthy.",
+        )
     return redirect("workspace-deploys", team=workspace.team.slug, slug=workspace.slug)

@@ -7,14 +7,18 @@ from previews.models import Preview
 def access_preview(actor: Actor, public_id: str, scope: str = "preview") -> Preview:
     """A preview the actor may see: its workspace's team is the actor's (a token's own
     team and allowed workspaces); anything else is 404, as for runs."""
-    preview = Preview.objects.select_related("workspace__team", "run", "requested_by",
-                                             "token").filter(public_id=public_id).first()
+    preview = (
+        Preview.objects.select_related("workspace__team", "run", "requested_by", "token")
+        .filter(public_id=public_id)
+        .first()
+    )
     if preview is None:
         raise NotFound("No such preview.")
     workspace = preview.workspace
     if actor.token is not None:
-        visible = (actor.token.team_id == workspace.team_id and
-                   actor.token.allows_workspace(workspace.slug))
+        visible = actor.token.team_id == workspace.team_id and actor.token.allows_workspace(
+            workspace.slug
+        )
     else:
         visible = Membership.objects.filter(team=workspace.team_id, user=actor.user).exists()
     if not visible:
@@ -28,6 +32,9 @@ def managed_preview(actor: Actor, public_id: str) -> Preview:
     which only deploys move (a deploy, a rollback, the agent's restore)."""
     preview = access_preview(actor, public_id)
     if preview.kind == "release":
-        raise Conflict("This is the process of a release: deploys run it. Ask for a deploy, "
-                       "or roll back on the workspace's Deploys tab.", code="release_process")
+        raise Conflict(
+            "This is the process of a release: deploys run it. Ask for a deploy, "
+            "or roll back on the workspace's Deploys tab.",
+            code="release_process",
+        )
     return preview

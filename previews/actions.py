@@ -37,32 +37,56 @@ from workspaces.store import open_store
 SYSTEM = "Berth"
 
 
-def start_preview(workspace: Workspace, actor: Actor, ref: str | None = None,
-                  follow: bool = False, idle_timeout_s: int | None = None) -> Preview:
+def start_preview(
+    workspace: Workspace,
+    actor: Actor,
+    ref: str | None = None,
+    follow: bool = False,
+    idle_timeout_s: int | None = None,
+) -> Preview:
     """Start the app of a commit: the ref is resolved now (the preview is pinned to that
     SHA) and `[preview]` of its workspace.toml says what runs and where it listens."""
     ref = ref or workspace.default_branch
     with open_store(workspace) as store:
         commit = store.resolve(ref)
         if follow and ref not in store.branches():
-            raise Invalid(f"`follow` needs a branch to follow, and {ref!r} is not one.",
-                          {"field": "follow"})
+            raise Invalid(
+                f"`follow` needs a branch to follow, and {ref!r} is not one.", {"field": "follow"}
+            )
     config = runner_actions.load_config(workspace, commit)
     if not config.preview.command.strip():
-        raise Invalid(f"workspace.toml at {commit[:12]} has no [preview] command; add one "
-                      "(with its port) to say how the app starts.",
-                      {"field": "ref", "commit": commit}, code="no_preview_command")
-    preview = Preview(workspace=workspace, ref=ref, commit=commit, follow=follow,
-                      command=config.preview.command, port=config.preview.port,
-                      health_path=config.preview.health_path,
-                      idle_timeout_s=idle_timeout_s or settings.PREVIEW_IDLE_TIMEOUT_S,
-                      requested_by=actor.user, token=actor.token)
+        raise Invalid(
+            f"workspace.toml at {commit[:12]} has no [preview] command; add one "
+            "(with its port) to say how the app starts.",
+            {"field": "ref", "commit": commit},
+            code="no_preview_command",
+        )
+    preview = Preview(
+        workspace=workspace,
+        ref=ref,
+        commit=commit,
+        follow=follow,
+        command=config.preview.command,
+        port=config.preview.port,
+        health_path=config.preview.health_path,
+        idle_timeout_s=idle_timeout_s or settings.PREVIEW_IDLE_TIMEOUT_S,
+        requested_by=actor.user,
+        token=actor.token,
+    )
     with transaction.atomic():
         preview.save()
         make_room(preview)
         _new_process(preview, actor)
-        record(workspace.team, actor, "preview.started", f"preview:{preview.public_id}",
-               workspace.slug, commit=commit, ref=ref, follow=follow)
+        record(
+            workspace.team,
+            actor,
+            "preview.started",
+            f"preview:{preview.public_id}",
+            workspace.slug,
+            commit=commit,
+            ref=ref,
+            follow=follow,
+        )
     return preview
 
 
@@ -77,9 +101,11 @@ def make_room(starting: Preview) -> None:
     # Locks the team's row: two previews starting at once see each other.
     Team.objects.select_for_update().filter(pk=team.pk).first()
     limit = Limits.of(team).concurrent_previews
-    live = list(Preview.objects.filter(workspace__team=team, state__in=LIVE_STATES,
-                                       kind="preview")
-                .exclude(pk=starting.pk).select_related("workspace", "run"))
+    live = list(
+        Preview.objects.filter(workspace__team=team, state__in=LIVE_STATES, kind="preview")
+        .exclude(pk=starting.pk)
+        .select_related("workspace", "run")
+    )
     over = len(live) - limit + 1
     if over <= 0:
         return
@@ -94,24 +120,35 @@ def make_room(starting: Preview) -> None:
             f"Team {team.slug} has {len(live)} live previews, its limit of {limit}, and each "
             f"served a request in the last {settings.QUOTA_PREVIEW_BUSY_S} s; stop one you "
             "no longer need, then start this one.",
-            {"limit": "concurrent_previews", "max": limit,
-             "live": [p.public_id for p in live]},
-            retry_after=settings.QUOTA_PREVIEW_BUSY_S)
+            {"limit": "concurrent_previews", "max": limit, "live": [p.public_id for p in live]},
+            retry_after=settings.QUOTA_PREVIEW_BUSY_S,
+        )
     for victim in idle[:over]:
-        stop_preview(victim, None, reason="stopped_for_quota", limit=limit,
-                     for_preview=starting.public_id)
+        stop_preview(
+            victim, None, reason="stopped_for_quota", limit=limit, for_preview=starting.public_id
+        )
 
 
-def start_release(workspace: Workspace, actor: Actor, commit: str, ref: str, image: str,
-                  public: bool) -> Preview:
+def start_release(
+    workspace: Workspace, actor: Actor, commit: str, ref: str, image: str, public: bool
+) -> Preview:
     """A release's process: the built `image`, with `[deploy]`'s command, port and
     health check, served on the workspace's release host once deploys switch to it.
     Never stopped for idleness or the preview quota."""
     config = runner_actions.load_config(workspace, commit).deploy
-    preview = Preview(workspace=workspace, kind="release", image=image, ref=ref,
-                      commit=commit, command=config.command, port=config.port,
-                      health_path=config.health_path, public=public,
-                      requested_by=actor.user, token=actor.token)
+    preview = Preview(
+        workspace=workspace,
+        kind="release",
+        image=image,
+        ref=ref,
+        commit=commit,
+        command=config.command,
+        port=config.port,
+        health_path=config.health_path,
+        public=public,
+        requested_by=actor.user,
+        token=actor.token,
+    )
     with transaction.atomic():
         preview.save()
         _new_process(preview, actor)
@@ -120,13 +157,29 @@ def start_release(workspace: Workspace, actor: Actor, commit: str, ref: str, ima
 
 def _new_process(preview: Preview, actor: Actor) -> None:
     run = runner_actions.start_service(
-        preview.workspace, actor, preview.commit, preview.ref, preview.command,
+        preview.workspace,
+        actor,
+        preview.commit,
+        preview.ref,
+        preview.command,
         purpose="release" if preview.kind == "release" else "preview",
-        image=preview.image or None)
+        image=preview.image or None,
+    )
     Preview.objects.filter(pk=preview.pk).update(
-        run=run, state=PreviewState.STARTING, reason="", message="", exit_code=None,
-        last_health_status=None, last_health_at=None, sandbox_pid=None, sandbox_netns=None,
-        started_at=timezone.now(), ready_at=None, ended_at=None, last_request_at=None)
+        run=run,
+        state=PreviewState.STARTING,
+        reason="",
+        message="",
+        exit_code=None,
+        last_health_status=None,
+        last_health_at=None,
+        sandbox_pid=None,
+        sandbox_netns=None,
+        started_at=timezone.now(),
+        ready_at=None,
+        ended_at=None,
+        last_request_at=None,
+    )
     preview.refresh_from_db()
 
 
@@ -135,22 +188,35 @@ def _end_process(preview: Preview, who: str) -> None:
         runner_actions.stop_service(preview.run, "service_stopped", who)
 
 
-def stop_preview(preview: Preview, actor: Actor | None, reason: str = "stopped_by_user",
-                 **facts: Any) -> Preview:
+def stop_preview(
+    preview: Preview, actor: Actor | None, reason: str = "stopped_by_user", **facts: Any
+) -> Preview:
     """Stop a live preview: its state says why at once, the agent ends the process."""
     who = actor.label if actor else SYSTEM
     with transaction.atomic():
-        if not preview.move(PreviewState.STOPPED, LIVE_STATES, reason=reason,
-                            message=describe(reason, preview, who=who, **facts),
-                            ended_at=timezone.now()):
+        if not preview.move(
+            PreviewState.STOPPED,
+            LIVE_STATES,
+            reason=reason,
+            message=describe(reason, preview, who=who, **facts),
+            ended_at=timezone.now(),
+        ):
             preview.refresh_from_db()
             if actor is None:
                 return preview
-            raise Conflict(f"The preview is already {preview.state}; restart it instead.",
-                           {"state": preview.state})
+            raise Conflict(
+                f"The preview is already {preview.state}; restart it instead.",
+                {"state": preview.state},
+            )
         _end_process(preview, who)
-        record(preview.workspace.team, actor, "preview.stopped",
-               f"preview:{preview.public_id}", preview.workspace.slug, reason=reason)
+        record(
+            preview.workspace.team,
+            actor,
+            "preview.stopped",
+            f"preview:{preview.public_id}",
+            preview.workspace.slug,
+            reason=reason,
+        )
     return preview
 
 
@@ -163,15 +229,24 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
         if commit:
             config = runner_actions.load_config(preview.workspace, commit)
             Preview.objects.filter(pk=preview.pk).update(
-                commit=commit, command=config.preview.command or preview.command,
-                port=config.preview.port, health_path=config.preview.health_path)
+                commit=commit,
+                command=config.preview.command or preview.command,
+                port=config.preview.port,
+                health_path=config.preview.health_path,
+            )
             preview.refresh_from_db()
         Preview.objects.filter(pk=preview.pk).update(restarts=preview.restarts + 1)
         if not preview.is_live:
             make_room(preview)
         _new_process(preview, actor)
-        record(preview.workspace.team, actor, "preview.restarted",
-               f"preview:{preview.public_id}", preview.workspace.slug, commit=preview.commit)
+        record(
+            preview.workspace.team,
+            actor,
+            "preview.restarted",
+            f"preview:{preview.public_id}",
+            preview.workspace.slug,
+            commit=preview.commit,
+        )
     return preview
 
 
@@ -181,9 +256,13 @@ def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
     with transaction.atomic():
         Preview.objects.filter(pk=preview.pk).update(public=public)
         preview.refresh_from_db()
-        record(preview.workspace.team, actor, "preview.made_public" if public
-               else "preview.made_private", f"preview:{preview.public_id}",
-               preview.workspace.slug)
+        record(
+            preview.workspace.team,
+            actor,
+            "preview.made_public" if public else "preview.made_private",
+            f"preview:{preview.public_id}",
+            preview.workspace.slug,
+        )
         visibility_changed([preview.public_id])
     return preview
 
@@ -191,9 +270,11 @@ def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
 def visibility_changed(public_ids: list[str]) -> None:
     """After commit, the open WebSockets of these previews (or release processes)
     check their viewers again (previews.tunnel_access)."""
+
     def send() -> None:
         for public_id in public_ids:
             fanout.group_send(gate.moves_group(public_id), {"type": "preview.moved"})
+
     transaction.on_commit(send)
 
 
@@ -204,9 +285,13 @@ def issue_ticket(preview: Preview, actor: Actor) -> str:
     nonce = secrets.token_urlsafe(24)
     with transaction.atomic():
         PreviewTicket.objects.filter(expires_at__lt=now - timedelta(hours=1)).delete()
-        PreviewTicket.objects.create(nonce=nonce, preview=preview, user=actor.user,
-                                     token=actor.token,
-                                     expires_at=now + timedelta(seconds=settings.PREVIEW_TICKET_S))
+        PreviewTicket.objects.create(
+            nonce=nonce,
+            preview=preview,
+            user=actor.user,
+            token=actor.token,
+            expires_at=now + timedelta(seconds=settings.PREVIEW_TICKET_S),
+        )
     return nonce
 
 
@@ -216,13 +301,16 @@ def issue_ticket(preview: Preview, actor: Actor) -> str:
 def _announce(preview: Preview) -> None:
     """Receivers (a release's deploy) hear of it after commit; their failure is logged,
     never allowed to undo the move."""
+
     def send() -> None:
         # Requests the proxy holds while the preview starts wake up (config.fanout).
         fanout.group_send(gate.moves_group(preview.public_id), {"type": "preview.moved"})
         for receiver, result in preview_changed.send_robust(Preview, preview=preview):
             if isinstance(result, Exception):
-                logging.getLogger(__name__).error("%s failed after preview %s moved: %r",
-                                                  receiver, preview.public_id, result)
+                logging.getLogger(__name__).error(
+                    "%s failed after preview %s moved: %r", receiver, preview.public_id, result
+                )
+
     transaction.on_commit(send)
 
 
@@ -230,21 +318,29 @@ def mark_ready(preview: Preview, status: int) -> bool:
     now = timezone.now()
     # No log line here: while the process runs, the agent's follower is the log's one
     # writer (runner.logstore). What happened is on the preview; its end is logged.
-    moved = preview.move(PreviewState.READY, (PreviewState.STARTING,), ready_at=now,
-                         last_health_status=status, last_health_at=now)
+    moved = preview.move(
+        PreviewState.READY,
+        (PreviewState.STARTING,),
+        ready_at=now,
+        last_health_status=status,
+        last_health_at=now,
+    )
     if moved:
         _announce(preview)
     return moved
 
 
-def fail_start(preview: Preview, reason: str, status: int | None = None,
-               **facts: Any) -> None:
+def fail_start(preview: Preview, reason: str, status: int | None = None, **facts: Any) -> None:
     """The process is alive but never became healthy: not_listening, health_failed, or
     listening_on_other_port (`ports`: where it listens instead)."""
     with transaction.atomic():
-        if preview.move(PreviewState.FAILED, (PreviewState.STARTING,), reason=reason,
-                        message=describe(reason, preview, status=status, **facts),
-                        ended_at=timezone.now()):
+        if preview.move(
+            PreviewState.FAILED,
+            (PreviewState.STARTING,),
+            reason=reason,
+            message=describe(reason, preview, status=status, **facts),
+            ended_at=timezone.now(),
+        ):
             _end_process(preview, SYSTEM)
             _announce(preview)
 
@@ -266,22 +362,34 @@ def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
     else:
         reason = run.reason  # engine_unavailable, image_missing, worker_lost, ...
     to = PreviewState.CRASHED if preview.state == PreviewState.READY else PreviewState.FAILED
-    if preview.move(to, LIVE_STATES, reason=reason, exit_code=run.exit_code,
-                    message=describe(reason, preview, exit_code=run.exit_code,
-                                     run_message=run.message,
-                                     crashed=to == PreviewState.CRASHED,
-                                     last_lines=_last_lines(run)),
-                    ended_at=timezone.now()):
+    if preview.move(
+        to,
+        LIVE_STATES,
+        reason=reason,
+        exit_code=run.exit_code,
+        message=describe(
+            reason,
+            preview,
+            exit_code=run.exit_code,
+            run_message=run.message,
+            crashed=to == PreviewState.CRASHED,
+            last_lines=_last_lines(run),
+        ),
+        ended_at=timezone.now(),
+    ):
         logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
         _announce(preview)
 
 
-def on_branch_moved(sender: object, workspace: Workspace, branch: str, sha: str,
-                    actor: Actor, **kwargs: object) -> None:
+def on_branch_moved(
+    sender: object, workspace: Workspace, branch: str, sha: str, actor: Actor, **kwargs: object
+) -> None:
     """Previews that follow `branch` restart on its new commit."""
-    for preview in Preview.objects.select_related("run", "workspace__team").filter(
-            workspace=workspace, follow=True, ref=branch, kind="preview",
-            state__in=LIVE_STATES).exclude(commit=sha):
+    for preview in (
+        Preview.objects.select_related("run", "workspace__team")
+        .filter(workspace=workspace, follow=True, ref=branch, kind="preview", state__in=LIVE_STATES)
+        .exclude(commit=sha)
+    ):
         restart_preview(preview, actor, commit=sha)
 
 
@@ -304,72 +412,93 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
     again = "ask for a deploy again" if preview.kind == "release" else "restart"
     ports = [str(p) for p in f.get("ports") or []]
     lines = f.get("last_lines") or []
-    where = " while it was serving" if f.get("crashed") else \
-        f" before it answered on port {port}"
+    where = " while it was serving" if f.get("crashed") else f" before it answered on port {port}"
     table = {
         "setup_failed": "The [setup] command failed, so the app never started; the log says "
-                        "why. Fix [setup] in workspace.toml, then restart.",
-        "process_exited": (f"The app exited with code {f.get('exit_code')}{where}"
-                           + (". Its last lines of output:\n" + "\n".join(lines) + "\n"
-                              if lines else ", with no output. ")
-                           + f"Fix it, then {again}."),
+        "why. Fix [setup] in workspace.toml, then restart.",
+        "process_exited": (
+            f"The app exited with code {f.get('exit_code')}{where}"
+            + (
+                ". Its last lines of output:\n" + "\n".join(lines) + "\n"
+                if lines
+                else ", with no output. "
+            )
+            + f"Fix it, then {again}."
+        ),
         "listening_on_other_port": (
             f"Nothing listens on port {port}, the port {section} names in workspace.toml, "
             f"but the app listens on {'ports' if len(ports) > 1 else 'port'} "
             f"{', '.join(ports)}. Change the line `port = {port}` under {section} in "
             f"workspace.toml to `port = {ports[0] if ports else port}` (or make the app "
-            f"listen on {port}), then {again}."),
+            f"listen on {port}), then {again}."
+        ),
         "not_listening": f"The process runs, but nothing listened on port {port} within "
-                         f"{deadline} s. Make {section}.command listen on 127.0.0.1:{port} "
-                         f"(or 0.0.0.0), or set {section}.port to the port it uses; then "
-                         f"{again}.",
+        f"{deadline} s. Make {section}.command listen on 127.0.0.1:{port} "
+        f"(or 0.0.0.0), or set {section}.port to the port it uses; then "
+        f"{again}.",
         "health_failed": f"GET {preview.health_path} kept answering "
-                         + (f"{f['status']} (not 2xx or 3xx)" if f.get("status")
-                            else "with no valid HTTP response")
-                         + f" for {deadline} s. Fix the app or {section}.health_path, then "
-                         f"{again}.",
+        + (f"{f['status']} (not 2xx or 3xx)" if f.get("status") else "with no valid HTTP response")
+        + f" for {deadline} s. Fix the app or {section}.health_path, then "
+        f"{again}.",
         "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
-                "Restart it to use it again.",
+        "Restart it to use it again.",
         "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
         "superseded": "A newer release took over; this process was stopped once requests "
-                      "to it had drained.",
+        "to it had drained.",
         "stopped_for_quota": "Stopped to make room: the team reached its limit of "
-                             f"{f.get('limit', 'its')} live previews and this one had gone "
-                             "longest without a request"
-                             + (f" when preview {f['for_preview']} started" if
-                                f.get("for_preview") else "")
-                             + ". Restart it when you need it (another idle one makes room).",
+        f"{f.get('limit', 'its')} live previews and this one had gone "
+        "longest without a request"
+        + (f" when preview {f['for_preview']} started" if f.get("for_preview") else "")
+        + ". Restart it when you need it (another idle one makes room).",
     }
     return table.get(reason) or str(f.get("run_message") or reason)
 
 
 def preview_summary(preview: Preview, port: str = "") -> dict[str, Any]:
     """The preview as the API and pages show it."""
+
     def iso(value: Any) -> str | None:
         return value.isoformat() if value else None
 
     run = preview.run
     idle = preview.idle_for() if preview.state == PreviewState.READY else None
-    timings = {"queued_at": iso(run.queued_at) if run else None,
-               "hydrated_at": iso(run.hydrated_at) if run else None,
-               "setup_done_at": iso(run.setup_done_at) if run else None,
-               "process_started_at": iso(run.process_started_at) if run else None,
-               "ready_at": iso(preview.ready_at), "ended_at": iso(preview.ended_at)}
-    usable = (preview.ready_at - run.queued_at).total_seconds() \
-        if run and preview.ready_at else None
+    timings = {
+        "queued_at": iso(run.queued_at) if run else None,
+        "hydrated_at": iso(run.hydrated_at) if run else None,
+        "setup_done_at": iso(run.setup_done_at) if run else None,
+        "process_started_at": iso(run.process_started_at) if run else None,
+        "ready_at": iso(preview.ready_at),
+        "ended_at": iso(preview.ended_at),
+    }
+    usable = (
+        (preview.ready_at - run.queued_at).total_seconds() if run and preview.ready_at else None
+    )
     return {
-        "id": preview.public_id, "workspace": preview.workspace.slug, "ref": preview.ref,
-        "commit": preview.commit, "follow": preview.follow, "command": preview.command,
-        "port": preview.port, "health_path": preview.health_path, "state": preview.state,
-        "reason": preview.reason or None, "message": preview.message or None,
-        "exit_code": preview.exit_code, "public": preview.public,
+        "id": preview.public_id,
+        "workspace": preview.workspace.slug,
+        "ref": preview.ref,
+        "commit": preview.commit,
+        "follow": preview.follow,
+        "command": preview.command,
+        "port": preview.port,
+        "health_path": preview.health_path,
+        "state": preview.state,
+        "reason": preview.reason or None,
+        "message": preview.message or None,
+        "exit_code": preview.exit_code,
+        "public": preview.public,
         "url": preview.url(port),
-        "health": {"last_status": preview.last_health_status,
-                   "checked_at": iso(preview.last_health_at)},
-        "idle": {"timeout_s": preview.idle_timeout_s,
-                 "last_request_at": iso(preview.last_request_at),
-                 "idle_s": round(idle.total_seconds()) if idle else None},
-        "timings": timings, "time_until_usable_s": usable,
+        "health": {
+            "last_status": preview.last_health_status,
+            "checked_at": iso(preview.last_health_at),
+        },
+        "idle": {
+            "timeout_s": preview.idle_timeout_s,
+            "last_request_at": iso(preview.last_request_at),
+            "idle_s": round(idle.total_seconds()) if idle else None,
+        },
+        "timings": timings,
+        "time_until_usable_s": usable,
         "run": run.public_id if run else None,
         "setup": runner_actions.run_summary(run)["setup"] if run else None,
         "runtime": run.runtime if run else None,
@@ -379,7 +508,9 @@ def preview_summary(preview: Preview, port: str = "") -> dict[str, Any]:
         "warnings": run.warnings if run else [],
         "restarts": preview.restarts,
         "log_url": f"/api/v1/previews/{preview.public_id}/logs",
-        "requested_by": {"user": preview.requested_by.username if preview.requested_by
-                         else None, "token": preview.token.name if preview.token else None},
+        "requested_by": {
+            "user": preview.requested_by.username if preview.requested_by else None,
+            "token": preview.token.name if preview.token else None,
+        },
         "created_at": iso(preview.created_at),
     }

@@ -32,8 +32,11 @@ class Backpressure:
         wrapper of it that names it in `__wrapped__`."""
         send = getattr(send, "__wrapped__", send)
         request = send.args[0] if isinstance(send, functools.partial) and send.args else None
-        if request is None or not hasattr(request, "registerProducer") or \
-                getattr(request, "producer", None) is not None:
+        if (
+            request is None
+            or not hasattr(request, "registerProducer")
+            or getattr(request, "producer", None) is not None
+        ):
             return cls()
         return cls(request)
 

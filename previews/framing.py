@@ -29,10 +29,30 @@ FRAMING = {b"content-length", b"transfer-encoding"}
 class Exchange:
     """One request from the client and the state of its answer."""
 
-    __slots__ = ("answered", "body_seen", "chunked", "cookie", "counted", "ended",
-                 "expect", "headers", "host", "hosts", "keep_alive", "length", "method",
-                 "pending", "pending_size", "retried", "route", "tail", "target", "upgrade",
-                 "upstream", "version")
+    __slots__ = (
+        "answered",
+        "body_seen",
+        "chunked",
+        "cookie",
+        "counted",
+        "ended",
+        "expect",
+        "headers",
+        "host",
+        "hosts",
+        "keep_alive",
+        "length",
+        "method",
+        "pending",
+        "pending_size",
+        "retried",
+        "route",
+        "tail",
+        "target",
+        "upgrade",
+        "upstream",
+        "version",
+    )
 
     def __init__(self) -> None:
         self.target = b""
@@ -53,7 +73,6 @@ class Exchange:
         self.tail = b""
 
 
-
 def chunk(data: bytes) -> bytes:
     """`data` as one chunk of a chunked body."""
     return b"%x\r\n" % len(data) + data + CRLF
@@ -71,8 +90,11 @@ def request_header_block(ex: Exchange, peer: str, gw: Any) -> bytes:
     if ex.route.kind == "sandbox":
         headers = forwarded_headers(ex.headers, peer, gw.scheme)
     else:
-        drop = FRAMING | set(gate.GATEWAY_HEADERS) | (
-            set() if ex.upgrade else HOP_BY_HOP | connection_named(ex.headers))
+        drop = (
+            FRAMING
+            | set(gate.GATEWAY_HEADERS)
+            | (set() if ex.upgrade else HOP_BY_HOP | connection_named(ex.headers))
+        )
         headers = [(k, v) for k, v in ex.headers if k not in drop]
         headers += [(b"x-berth-gateway", gw.key), (b"x-berth-client", peer.encode())]
     if ex.chunked:
@@ -82,9 +104,14 @@ def request_header_block(ex: Exchange, peer: str, gw: Any) -> bytes:
     return header_lines(headers)
 
 
-def answer_head(ex: Exchange, status: int, reason: bytes, given: list[tuple[bytes, bytes]],
-                close_after: bool, frames: bytes | None = None
-                ) -> tuple[bytes, str, bool, bool]:
+def answer_head(
+    ex: Exchange,
+    status: int,
+    reason: bytes,
+    given: list[tuple[bytes, bytes]],
+    close_after: bool,
+    frames: bytes | None = None,
+) -> tuple[bytes, str, bool, bool]:
     """The head for the client, how its body is framed ("raw", "chunked" or "close"),
     whether the app's answer ends with its connection, and whether the client's
     connection ends after it (`close_after`: it already does). `frames`: Berth's
@@ -117,12 +144,17 @@ def answer_head(ex: Exchange, status: int, reason: bytes, given: list[tuple[byte
         headers.append((b"connection", b"close"))
     elif ex.version == "1.0":
         headers.append((b"connection", b"keep-alive"))
-    return b"HTTP/1.1 %d " % status + reason + CRLF + header_lines(headers), mode, eof_ends, \
-        close_after
+    return (
+        b"HTTP/1.1 %d " % status + reason + CRLF + header_lines(headers),
+        mode,
+        eof_ends,
+        close_after,
+    )
 
 
-def own_answer(status: int, headers: list[tuple[bytes, bytes]], body: bytes,
-               frames: bytes | None, close: bool) -> bytes:
+def own_answer(
+    status: int, headers: list[tuple[bytes, bytes]], body: bytes, frames: bytes | None, close: bool
+) -> bytes:
     """The gateway's own answer (an error page or object) as bytes on the wire: the
     frame-ancestors rule of a non-public target, its length, and a close if it ends
     the connection."""
@@ -132,4 +164,3 @@ def own_answer(status: int, headers: list[tuple[bytes, bytes]], body: bytes,
     if close:
         headers.append((b"connection", b"close"))
     return b"HTTP/1.1 %d \r\n" % status + header_lines(headers) + body
-

@@ -24,8 +24,8 @@ from previews.models import Preview, PreviewState, PreviewTicket
 from runner import logstore
 from runner.sandbox.netns import Namespace
 
-COOKIE = "berth_preview"            # SameSite=None; Secure; Partitioned: works in iframes
-COOKIE_LAX = "berth_preview_lax"    # host-only SameSite=Lax: top-level tabs, any scheme
+COOKIE = "berth_preview"  # SameSite=None; Secure; Partitioned: works in iframes
+COOKIE_LAX = "berth_preview_lax"  # host-only SameSite=Lax: top-level tabs, any scheme
 COOKIE_SALT = "berth.preview.cookie"
 TICKET_PATH = "/__berth/ticket"
 # The preview gateway (previews.gateway) hands what it does not serve itself to the web
@@ -59,14 +59,18 @@ class Target:
     def coming_up(self) -> bool:
         """Not ready yet, but on its way (not stopped, failed or crashed)."""
         return self.state == PreviewState.STARTING or (
-            self.state == PreviewState.READY and self.ns is None)
+            self.state == PreviewState.READY and self.ns is None
+        )
 
 
 def gateway_key() -> bytes:
     """What the gateway sends in X-Berth-Gateway: derived from SECRET_KEY, which the
     gateway and the web process share (and nobody else has)."""
-    return hmac.new(settings.SECRET_KEY.encode(), b"berth.preview.gateway",
-                    hashlib.sha256).hexdigest().encode()
+    return (
+        hmac.new(settings.SECRET_KEY.encode(), b"berth.preview.gateway", hashlib.sha256)
+        .hexdigest()
+        .encode()
+    )
 
 
 def from_gateway(scope: dict[str, Any], trust: bool = True) -> dict[str, Any]:
@@ -94,25 +98,36 @@ def target(public_id: str) -> Target | None:
     p = Preview.objects.select_related("workspace", "run").filter(public_id=public_id).first()
     if p is None:
         return None
-    ns = Namespace(p.sandbox_pid, p.sandbox_netns) if p.sandbox_pid and p.sandbox_netns \
-        else None
-    return Target(p.pk, p.public_id, p.workspace.team_id, p.workspace.slug, p.state, p.reason,
-                  p.message, p.exit_code, p.public, p.port, ns,
-                  p.run.public_id if p.run else None)
+    ns = Namespace(p.sandbox_pid, p.sandbox_netns) if p.sandbox_pid and p.sandbox_netns else None
+    return Target(
+        p.pk,
+        p.public_id,
+        p.workspace.team_id,
+        p.workspace.slug,
+        p.state,
+        p.reason,
+        p.message,
+        p.exit_code,
+        p.public,
+        p.port,
+        ns,
+        p.run.public_id if p.run else None,
+    )
 
 
 def redeem(nonce: str, public_id: str) -> str | None:
     """The cookie value for a ticket, once: None if it is unknown, used, expired or
     issued for another preview."""
     now = timezone.now()
-    used = PreviewTicket.objects.filter(nonce=nonce, preview__public_id=public_id,
-                                        used_at__isnull=True, expires_at__gt=now
-                                        ).update(used_at=now)
+    used = PreviewTicket.objects.filter(
+        nonce=nonce, preview__public_id=public_id, used_at__isnull=True, expires_at__gt=now
+    ).update(used_at=now)
     if not used:
         return None
     ticket = PreviewTicket.objects.get(nonce=nonce)
-    return signing.dumps({"p": public_id, "u": ticket.user_id, "t": ticket.token_id},
-                         salt=COOKIE_SALT)
+    return signing.dumps(
+        {"p": public_id, "u": ticket.user_id, "t": ticket.token_id}, salt=COOKIE_SALT
+    )
 
 
 def viewer_allowed(cookie: str, t: Target) -> bool:
@@ -167,8 +182,13 @@ def viewer_standing(cookie: str | None, t: Target) -> Standing:
     if data.get("t") is None:
         return Standing(None, until)
     token = ApiToken.objects.filter(pk=data["t"], team=t.team_id).first()
-    if token and token.revoked_at is None and token.expires_at > timezone.now() \
-            and token.allows_workspace(t.workspace) and token.has_scope("preview"):
+    if (
+        token
+        and token.revoked_at is None
+        and token.expires_at > timezone.now()
+        and token.allows_workspace(t.workspace)
+        and token.has_scope("preview")
+    ):
         return Standing(None, min(until, token.expires_at))
     return Standing(CLOSE_CREDENTIALS)
 
@@ -205,15 +225,18 @@ def cookie_headers(value: str) -> list[tuple[bytes, bytes]]:
     top-level tab where a Secure cookie over plain http would be refused."""
     age = settings.PREVIEW_COOKIE_S
     common = f"Path=/; Max-Age={age}; HttpOnly"
-    return [(b"set-cookie", f"{COOKIE}={value}; {common}; SameSite=None; Secure; "
-             "Partitioned".encode()),
-            (b"set-cookie", f"{COOKIE_LAX}={value}; {common}; SameSite=Lax".encode())]
-
+    return [
+        (b"set-cookie", f"{COOKIE}={value}; {common}; SameSite=None; Secure; Partitioned".encode()),
+        (b"set-cookie", f"{COOKIE_LAX}={value}; {common}; SameSite=Lax".encode()),
+    ]
 
 
 def routed_process(workspace: str, team: str) -> str | None:
     """The public id of the release process a workspace's release host serves now."""
     from deploys.models import Route
 
-    return Route.objects.filter(workspace__slug=workspace, workspace__team__slug=team
-                                ).values_list("release__process__public_id", flat=True).first()
+    return (
+        Route.objects.filter(workspace__slug=workspace, workspace__team__slug=team)
+        .values_list("release__process__public_id", flat=True)
+        .first()
+    )

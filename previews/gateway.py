@@ -71,14 +71,22 @@ class Route:
 
 
 APP = Route("app")
-BUSY = Route("answer", status=503, code="preview_busy",
-             message="This preview has too many open connections; try again shortly.")
+BUSY = Route(
+    "answer",
+    status=503,
+    code="preview_busy",
+    message="This preview has too many open connections; try again shortly.",
+)
 # Berth itself is not served here: the web process would see every client as the
 # gateway (one sign-in throttle for all), and the gateway names clients only for
 # preview and release hosts.
-MISDIRECTED = Route("answer", status=421, code="not_a_preview_host",
-                    message="This port serves previews and releases only: use a preview's "
-                    "or a release's address, or Berth's own port for Berth.")
+MISDIRECTED = Route(
+    "answer",
+    status=421,
+    code="not_a_preview_host",
+    message="This port serves previews and releases only: use a preview's "
+    "or a release's address, or Berth's own port for Berth.",
+)
 LOOK_UP = ""  # a release host whose route is not known lately
 
 
@@ -93,16 +101,22 @@ class Gateway:
         # Read once: Django's settings object costs a lookup per attribute per request.
         self.max_connections = settings.PREVIEW_MAX_CONNECTIONS
         self.max_body = settings.PREVIEW_MAX_BODY_BYTES
-        self.too_large = Route("answer", status=413, code="too_large", title="Request too large",
-                               message=f"Request bodies to a preview are capped at "
-                               f"{self.max_body // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).")
+        self.too_large = Route(
+            "answer",
+            status=413,
+            code="too_large",
+            title="Request too large",
+            message=f"Request bodies to a preview are capped at "
+            f"{self.max_body // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).",
+        )
         # Behind a TLS proxy (BEHIND_TLS_PROXY) every request came in over https.
         self.scheme = "https" if self.proxy.tls else "http"
         self.guard = self.proxy.guard
         # Who may frame a non-public target: Berth's pages, on the web process's port
         # unless APP_URL says where Berth is (as the proxy's app_url does).
-        self.frames = berth_origins(settings.APP_URL.rstrip("/") if settings.APP_URL
-                                    else f"http://localhost:{app[1]}")
+        self.frames = berth_origins(
+            settings.APP_URL.rstrip("/") if settings.APP_URL else f"http://localhost:{app[1]}"
+        )
 
     # -- deciding ----------------------------------------------------------------------
 
@@ -111,8 +125,11 @@ class Gateway:
         public_id = self._public_id(ex.host)
         if public_id is MISDIRECTED:
             return MISDIRECTED
-        if public_id is None or not ex.target.startswith(b"/") \
-                or ex.target.split(b"?", 1)[0] == gate.TICKET_PATH.encode():
+        if (
+            public_id is None
+            or not ex.target.startswith(b"/")
+            or ex.target.split(b"?", 1)[0] == gate.TICKET_PATH.encode()
+        ):
             return APP  # nothing released there, or a request the web process answers
         if public_id == LOOK_UP:
             return None
@@ -129,11 +146,14 @@ class Gateway:
         if t is not None and not t.public and self.guard:
             # Here too, not only in the web process it hands the rest to: a refused
             # WebSocket then gets Berth's error shape, which daphne cannot give it.
-            why = refusal(ex.headers, ex.method.decode("latin-1"), ex.upgrade,
-                          own_origin(self.scheme, ex.host))
+            why = refusal(
+                ex.headers,
+                ex.method.decode("latin-1"),
+                ex.upgrade,
+                own_origin(self.scheme, ex.host),
+            )
             if why is not None:
-                return Route("answer", t, 403, REFUSED, why, "Refused: a request from "
-                             "another site")
+                return Route("answer", t, 403, REFUSED, why, "Refused: a request from another site")
         if t is None or not t.ready or ex.upgrade or ex.expect:
             return APP  # typed pages, the hold, WebSockets and `Expect`: the web process
         if not t.public:
@@ -239,8 +259,7 @@ class Gateway:
             sock = await connect(route.target.ns, route.target.port)
             _, upstream = await loop.create_connection(factory, sock=sock)
         else:
-            _, upstream = await asyncio.wait_for(
-                loop.create_connection(factory, *self.app), 10)
+            _, upstream = await asyncio.wait_for(loop.create_connection(factory, *self.app), 10)
         return upstream
 
 

@@ -13,12 +13,31 @@ from django.conf import settings
 
 from previews import gate
 
-HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
-              b"transfer-encoding", b"upgrade", b"proxy-authenticate", b"proxy-authorization"}
+HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+}
 # Never forwarded: Berth's credentials, and forwarding headers a client could forge.
-DROP_REQUEST = HOP_BY_HOP | {b"authorization", b"content-length", b"expect", b"forwarded",
-                             b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
-                             b"x-forwarded-port", b"x-real-ip", *gate.GATEWAY_HEADERS}
+DROP_REQUEST = HOP_BY_HOP | {
+    b"authorization",
+    b"content-length",
+    b"expect",
+    b"forwarded",
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-forwarded-host",
+    b"x-forwarded-port",
+    b"x-real-ip",
+    *gate.GATEWAY_HEADERS,
+}
+
 
 @functools.lru_cache(maxsize=4096)
 def parse_cookies(header: bytes) -> dict[str, str]:
@@ -31,16 +50,21 @@ def parse_cookies(header: bytes) -> dict[str, str]:
 
 def connection_named(headers: Sequence[tuple[bytes, bytes]]) -> set[bytes]:
     """Headers the `Connection` header names: hop-by-hop for this message only."""
-    return {t.strip().lower().encode() for k, v in headers if k == b"connection"
-            for t in v.decode("latin-1").split(",")}
+    return {
+        t.strip().lower().encode()
+        for k, v in headers
+        if k == b"connection"
+        for t in v.decode("latin-1").split(",")
+    }
 
 
 def viewer_cookie(cookies: dict[str, str]) -> str | None:
     return cookies.get(gate.COOKIE) or cookies.get(gate.COOKIE_LAX)
 
 
-def forwarded_headers(given: Sequence[tuple[bytes, bytes]], client: str, scheme: str
-                      ) -> list[tuple[bytes, bytes]]:
+def forwarded_headers(
+    given: Sequence[tuple[bytes, bytes]], client: str, scheme: str
+) -> list[tuple[bytes, bytes]]:
     """The client's headers (names in lower case) as the app gets them: no hop-by-hop
     ones, no Authorization, none of Berth's cookies, X-Forwarded-* from the real
     connection. Framing (Content-Length, Transfer-Encoding) is the caller's to add."""
@@ -54,19 +78,26 @@ def forwarded_headers(given: Sequence[tuple[bytes, bytes]], client: str, scheme:
         if key in DROP_REQUEST or key in named_hop:
             continue
         if key == b"cookie":
-            kept = [part for part in value.decode("latin-1").split(";")
-                    if part.split("=", 1)[0].strip() not in berth and part.strip()]
+            kept = [
+                part
+                for part in value.decode("latin-1").split(";")
+                if part.split("=", 1)[0].strip() not in berth and part.strip()
+            ]
             if not kept:
                 continue
             value = ";".join(kept).strip().encode("latin-1")
         headers.append((key, value))
-    headers += [(b"x-forwarded-for", client.encode()), (b"x-forwarded-proto", scheme.encode()),
-                (b"x-forwarded-host", host)]
+    headers += [
+        (b"x-forwarded-for", client.encode()),
+        (b"x-forwarded-proto", scheme.encode()),
+        (b"x-forwarded-host", host),
+    ]
     return headers
 
 
-def response_headers(headers: Sequence[tuple[bytes, bytes]], host: str
-                     ) -> list[tuple[bytes, bytes]]:
+def response_headers(
+    headers: Sequence[tuple[bytes, bytes]], host: str
+) -> list[tuple[bytes, bytes]]:
     """The app's headers minus hop-by-hop ones and cookies it may not set: one with a
     Domain other than the preview's own host, or named like Berth's."""
     named_hop = connection_named(headers)
@@ -122,8 +153,9 @@ def _normal_origin(origin: bytes) -> str:
     return own_origin(scheme, host) if sep and scheme in DEFAULT_PORTS else "null"
 
 
-def refusal(headers: Sequence[tuple[bytes, bytes]], method: str, websocket: bool,
-            own: str) -> str | None:
+def refusal(
+    headers: Sequence[tuple[bytes, bytes]], method: str, websocket: bool, own: str
+) -> str | None:
     """Why a request to a non-public target is refused, or None to let it through.
 
     1. A WebSocket, or a request that is not GET/HEAD, whose `Origin` is not the
@@ -156,18 +188,28 @@ def refusal(headers: Sequence[tuple[bytes, bytes]], method: str, websocket: bool
             mode = value.strip().lower()
         elif key == b"sec-fetch-dest":
             dest = value.strip().lower()
-    if (websocket or method not in SAFE_METHODS) and origin is not None \
-            and _normal_origin(origin) != own:
+    if (
+        (websocket or method not in SAFE_METHODS)
+        and origin is not None
+        and _normal_origin(origin) != own
+    ):
         what = "WebSockets" if websocket else "requests that change things"
-        return (f"This address is private to its team and takes {what} only from its own "
-                f"pages; this one came from {origin.decode('latin-1')[:200]}. Open the "
-                f"page at {own} itself and act from there.")
-    if site is not None and site not in (b"same-origin", b"none") \
-            and not (mode == b"navigate" and dest in NAVIGATION_DESTS):
-        return ("This address is private to its team and serves its content only to its "
-                "own pages; a page of another site asked for it "
-                f"(Sec-Fetch-Site: {site.decode('latin-1')[:40]}). Link to it instead, or "
-                "ask a team admin to make it public if other sites should load it.")
+        return (
+            f"This address is private to its team and takes {what} only from its own "
+            f"pages; this one came from {origin.decode('latin-1')[:200]}. Open the "
+            f"page at {own} itself and act from there."
+        )
+    if (
+        site is not None
+        and site not in (b"same-origin", b"none")
+        and not (mode == b"navigate" and dest in NAVIGATION_DESTS)
+    ):
+        return (
+            "This address is private to its team and serves its content only to its "
+            "own pages; a page of another site asked for it "
+            f"(Sec-Fetch-Site: {site.decode('latin-1')[:40]}). Link to it instead, or "
+            "ask a team admin to make it public if other sites should load it."
+        )
     return None
 
 
@@ -181,8 +223,9 @@ def berth_origins(app_url: str) -> bytes:
     return f"{origin} {origin.replace('://localhost', '://127.0.0.1', 1)}".encode()
 
 
-def with_frame_ancestors(headers: list[tuple[bytes, bytes]], berth: bytes
-                         ) -> list[tuple[bytes, bytes]]:
+def with_frame_ancestors(
+    headers: list[tuple[bytes, bytes]], berth: bytes
+) -> list[tuple[bytes, bytes]]:
     """A non-public target's answer, drawn in a frame only by Berth's pages (its
     preview pane) or the target's own: `Content-Security-Policy: frame-ancestors` as
     a header of its own, so an app's own CSP still holds (a browser enforces every

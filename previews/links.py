@@ -12,11 +12,15 @@ from previews import actions, gate
 from previews.models import Preview
 
 
-def ticket_url(preview: Preview, actor: Actor, port: str, next_path: str = "/"
-               ) -> tuple[str, datetime]:
+def ticket_url(
+    preview: Preview, actor: Actor, port: str, next_path: str = "/"
+) -> tuple[str, datetime]:
     if not next_path.startswith("/") or next_path.startswith("//"):
         next_path = "/"
     nonce = actions.issue_ticket(preview, actor)
-    url = (preview.url(port).rstrip("/") + gate.TICKET_PATH +
-           f"?t={nonce}&next={quote(next_path, safe='')}")
+    url = (
+        preview.url(port).rstrip("/")
+        + gate.TICKET_PATH
+        + f"?t={nonce}&next={quote(next_path, safe='')}"
+    )
     return url, timezone.now() + timedelta(seconds=settings.PREVIEW_TICKET_S)

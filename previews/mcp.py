@@ -50,13 +50,20 @@ def _out(preview: Preview, link: str | None = None) -> PreviewOut:
     tail: list[str] = []
     if preview.run is not None:
         count = logstore.count(preview.run.public_id)
-        tail = [e["text"] for e in logstore.read(preview.run.public_id,
-                                                  max(0, count - TAIL), TAIL)]
-    return PreviewOut(id=preview.public_id, workspace=preview.workspace.slug,
-                      commit=preview.commit, state=preview.state,
-                      reason=preview.reason or None, message=preview.message or None,
-                      exit_code=preview.exit_code, url=summary["url"], link=link,
-                      time_until_usable_s=summary["time_until_usable_s"], log_tail=tail)
+        tail = [e["text"] for e in logstore.read(preview.run.public_id, max(0, count - TAIL), TAIL)]
+    return PreviewOut(
+        id=preview.public_id,
+        workspace=preview.workspace.slug,
+        commit=preview.commit,
+        state=preview.state,
+        reason=preview.reason or None,
+        message=preview.message or None,
+        exit_code=preview.exit_code,
+        url=summary["url"],
+        link=link,
+        time_until_usable_s=summary["time_until_usable_s"],
+        log_tail=tail,
+    )
 
 
 async def _wait_settled(public_id: str, seconds: float) -> None:
@@ -66,8 +73,10 @@ async def _wait_settled(public_id: str, seconds: float) -> None:
     deadline = loop.time() + seconds
     while loop.time() < deadline:
         state = await database_sync_to_async(
-            lambda: Preview.objects.filter(public_id=public_id).values_list(
-                "state", flat=True).first())()
+            lambda: (
+                Preview.objects.filter(public_id=public_id).values_list("state", flat=True).first()
+            )
+        )()
         if state != PreviewState.STARTING:
             return
         await asyncio.sleep(0.1)
@@ -78,8 +87,9 @@ def _reload(public_id: str) -> Preview:
 
 
 @tool()
-async def start_preview(ctx: Ctx, workspace: str, ref: str | None = None,
-                        wait_seconds: int = 60) -> PreviewOut:
+async def start_preview(
+    ctx: Ctx, workspace: str, ref: str | None = None, wait_seconds: int = 60
+) -> PreviewOut:
     """Start the app of a commit with workspace.toml's [preview] command and port, and
     wait up to wait_seconds (default 60, max 120) until it answers its health check or
     fails: not_listening, health_failed, listening_on_other_port (the app listens, but on
@@ -109,7 +119,8 @@ async def get_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
     """A preview's state, why it is not up if it is not, and its log tail. Instant."""
     actor = await actor_of(ctx)
     return await database_sync_to_async(
-        lambda: _out(_reload(access_preview(actor, preview_id).public_id)))()
+        lambda: _out(_reload(access_preview(actor, preview_id).public_id))
+    )()
 
 
 @tool()
@@ -126,41 +137,52 @@ async def stop_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
 
 
 @tool()
-async def fetch_preview(ctx: Ctx, preview_id: str, path: str = "/", method: str = "GET",
-                        body: str | None = None) -> FetchOut:
+async def fetch_preview(
+    ctx: Ctx, preview_id: str, path: str = "/", method: str = "GET", body: str | None = None
+) -> FetchOut:
     """Request `path` from a ready preview, as a browser would through Berth's proxy
     (no Berth credential reaches the app), and get the status, headers and up to 256 KB
     of body. For an agent that cannot open a browser. Instant for a small page."""
     actor = await actor_of(ctx)
     if not path.startswith("/") or any(c in path for c in "\r\n "):
-        raise Invalid("path must start with / and have no spaces or line breaks.",
-                      {"field": "path"})
+        raise Invalid(
+            "path must start with / and have no spaces or line breaks.", {"field": "path"}
+        )
     method = method.upper()
     if method not in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
         raise Invalid(f"Unsupported method {method!r}.", {"field": "method"})
 
     def target() -> tuple[Namespace, int, str]:
         preview = access_preview(actor, preview_id)
-        if preview.state != PreviewState.READY or not (preview.sandbox_pid and
-                                                        preview.sandbox_netns):
-            raise Conflict(f"The preview is {preview.state}"
-                           + (f" ({preview.message})" if preview.message else "")
-                           + "; start_preview or restart it first.",
-                           {"state": preview.state}, code="preview_not_ready")
+        if preview.state != PreviewState.READY or not (
+            preview.sandbox_pid and preview.sandbox_netns
+        ):
+            raise Conflict(
+                f"The preview is {preview.state}"
+                + (f" ({preview.message})" if preview.message else "")
+                + "; start_preview or restart it first.",
+                {"state": preview.state},
+                code="preview_not_ready",
+            )
         gate.touch(preview.pk)  # an agent's look counts as use: not idle
-        return (Namespace(preview.sandbox_pid, preview.sandbox_netns), preview.port,
-                preview.host)
+        return (Namespace(preview.sandbox_pid, preview.sandbox_netns), preview.port, preview.host)
 
     ns, port, host = await database_sync_to_async(target)()
     data = (body or "").encode()
     try:
         upstream = await Upstream.open(ns, port)
     except (OSError, TimeoutError):
-        raise Conflict("Nothing answers on the preview's port now; get_preview says why.",
-                       code="preview_unreachable") from None
+        raise Conflict(
+            "Nothing answers on the preview's port now; get_preview says why.",
+            code="preview_unreachable",
+        ) from None
     try:
-        headers = [("Host", host), ("User-Agent", "berth-mcp-fetch"), ("Connection", "close"),
-                   ("Content-Length", str(len(data)))]
+        headers = [
+            ("Host", host),
+            ("User-Agent", "berth-mcp-fetch"),
+            ("Connection", "close"),
+            ("Content-Length", str(len(data))),
+        ]
         await upstream.send(h11.Request(method=method, target=path, headers=headers))
         if data:
             await upstream.send(h11.Data(data=data))
@@ -176,16 +198,22 @@ async def fetch_preview(ctx: Ctx, preview_id: str, path: str = "/", method: str 
                 truncated = True
                 break
     except (UpstreamClosed, TimeoutError, OSError, AssertionError) as e:
-        raise Conflict(f"The app did not answer the request properly ({type(e).__name__}); "
-                       "its log (get_preview) may say why.", code="bad_upstream") from None
+        raise Conflict(
+            f"The app did not answer the request properly ({type(e).__name__}); "
+            "its log (get_preview) may say why.",
+            code="bad_upstream",
+        ) from None
     finally:
         upstream.close()
     out_headers: dict[str, Any] = {}
     for name, value in answer.headers:
         key = name.decode("latin-1").lower()
-        out_headers[key] = (out_headers[key] + ", " if key in out_headers else "") + \
-            value.decode("latin-1")
-    return FetchOut(status=answer.status_code, headers=out_headers,
-                    body=bytes(got[:FETCH_BODY_CAP]).decode("utf-8", "replace"),
-                    truncated=truncated)
-
+        out_headers[key] = (out_headers[key] + ", " if key in out_headers else "") + value.decode(
+            "latin-1"
+        )
+    return FetchOut(
+        status=answer.status_code,
+        headers=out_headers,
+        body=bytes(got[:FETCH_BODY_CAP]).decode("utf-8", "replace"),
+        truncated=truncated,
+    )

@@ -14,9 +14,9 @@ from workspaces.models import Workspace
 class PreviewState(models.TextChoices):
     STARTING = "starting"
     READY = "ready"
-    FAILED = "failed"      # never became ready
-    STOPPED = "stopped"    # stopped on purpose (a user, idleness, quota)
-    CRASHED = "crashed"    # was ready, then its process ended
+    FAILED = "failed"  # never became ready
+    STOPPED = "stopped"  # stopped on purpose (a user, idleness, quota)
+    CRASHED = "crashed"  # was ready, then its process ended
 
 
 LIVE_STATES = (PreviewState.STARTING, PreviewState.READY)
@@ -47,11 +47,13 @@ class Preview(models.Model):
     idle_timeout_s = models.PositiveIntegerField(default=30 * 60)
     public = models.BooleanField(default=False)
     run = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
-                                     related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
     token = models.ForeignKey(ApiToken, models.SET_NULL, null=True, blank=True, related_name="+")
-    state = models.CharField(max_length=10, choices=PreviewState.choices,
-                             default=PreviewState.STARTING, db_index=True)
+    state = models.CharField(
+        max_length=10, choices=PreviewState.choices, default=PreviewState.STARTING, db_index=True
+    )
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
@@ -101,7 +103,8 @@ class Preview(models.Model):
         """A conditional UPDATE, as Run.advance: the agent, a task and a user racing can
         never both write one transition."""
         updated = Preview.objects.filter(pk=self.pk, state__in=from_states).update(
-            state=to, **fields)
+            state=to, **fields
+        )
         if updated:
             self.refresh_from_db()
         return bool(updated)

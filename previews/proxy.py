@@ -61,11 +61,15 @@ class Proxy:
     """State shared by every request on this process: caches, pool, connection counts."""
 
     def __init__(self) -> None:
-        self.host_re = re.compile(r"^([a-z0-9]{1,12})\." + re.escape(settings.PREVIEW_DOMAIN)
-                                  + r"(?::\d{1,5})?$")
+        self.host_re = re.compile(
+            r"^([a-z0-9]{1,12})\." + re.escape(settings.PREVIEW_DOMAIN) + r"(?::\d{1,5})?$"
+        )
         # `<workspace>--<team>.APPS_DOMAIN`: slugs have single hyphens only, so "--" splits.
-        self.release_re = re.compile(r"^([a-z0-9-]{1,30})--([a-z0-9-]{1,30})\."
-                                     + re.escape(settings.APPS_DOMAIN) + r"(?::\d{1,5})?$")
+        self.release_re = re.compile(
+            r"^([a-z0-9-]{1,30})--([a-z0-9-]{1,30})\."
+            + re.escape(settings.APPS_DOMAIN)
+            + r"(?::\d{1,5})?$"
+        )
         self.routes: dict[tuple[str, str], tuple[float, str | None]] = {}
         self.pool = Pool()
         self.targets: dict[str, tuple[float, gate.Target | None]] = {}
@@ -87,8 +91,9 @@ class Proxy:
         m = self.release_re.match(_header(scope, b"host").lower())
         return (m.group(1), m.group(2)) if m else None
 
-    async def serve_release(self, scope: dict[str, Any], receive: Any, send: Any,
-                            key: tuple[str, str]) -> None:
+    async def serve_release(
+        self, scope: dict[str, Any], receive: Any, send: Any, key: tuple[str, str]
+    ) -> None:
         """A release host: whichever release process the workspace's route points at
         (as of at most TARGET_TTL_S ago; the previous process outlives a switch by
         RELEASE_DRAIN_S, so a request on its way there still lands)."""
@@ -97,10 +102,17 @@ class Proxy:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 4404})
                 return
-            await _reply(send, *pages.answer(
-                404, "no_release", "Nothing is released at this address yet: ask for a "
-                "deploy and have a reviewer approve it.",
-                json_wanted=pages.wants_json(dict(scope["headers"])), title="No release"))
+            await _reply(
+                send,
+                *pages.answer(
+                    404,
+                    "no_release",
+                    "Nothing is released at this address yet: ask for a "
+                    "deploy and have a reviewer approve it.",
+                    json_wanted=pages.wants_json(dict(scope["headers"])),
+                    title="No release",
+                ),
+            )
             return
         await self(scope, receive, send, public_id)
 
@@ -164,8 +176,9 @@ class Proxy:
 
     # -- the ASGI door -----------------------------------------------------------------
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any,
-                       public_id: str) -> None:
+    async def __call__(
+        self, scope: dict[str, Any], receive: Any, send: Any, public_id: str
+    ) -> None:
         json_wanted = pages.wants_json(dict(scope["headers"]))
         if scope["type"] == "http" and scope["path"] == gate.TICKET_PATH:
             await self.redeem(scope, send, public_id)
@@ -175,21 +188,41 @@ class Proxy:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 4404})
                 return
-            await _reply(send, *pages.answer(404, "not_found", "No such preview.",
-                                             json_wanted=json_wanted, title="No such preview"))
+            await _reply(
+                send,
+                *pages.answer(
+                    404,
+                    "not_found",
+                    "No such preview.",
+                    json_wanted=json_wanted,
+                    title="No such preview",
+                ),
+            )
             return
         if not t.public and self.guard:
             send = framed(send, berth_origins(app_url(scope)))
-            why = refusal(scope["headers"], scope.get("method", "GET"),
-                          scope["type"] == "websocket", self.own_origin(scope))
+            why = refusal(
+                scope["headers"],
+                scope.get("method", "GET"),
+                scope["type"] == "websocket",
+                self.own_origin(scope),
+            )
             if why is not None:
                 if scope["type"] == "websocket":
                     # Refused before the handshake: daphne answers it 403 (ASGI gives a
                     # refused handshake no body; the gateway's refusal has one).
                     await send({"type": "websocket.close", "code": 4403})
                     return
-                await _reply(send, *pages.answer(403, REFUSED, why, json_wanted=json_wanted,
-                                                 title="Refused: a request from another site"))
+                await _reply(
+                    send,
+                    *pages.answer(
+                        403,
+                        REFUSED,
+                        why,
+                        json_wanted=json_wanted,
+                        title="Refused: a request from another site",
+                    ),
+                )
                 return
         if not await self.allowed(scope, t):
             await self.refuse(scope, send, t, json_wanted)
@@ -197,16 +230,31 @@ class Proxy:
         if scope["type"] == "websocket":
             # Open while its viewer may see the target (previews.tunnel_access).
             cookie, tunnelled = viewer_cookie(_cookies(scope)), t
-            await self.counted(t, send, lambda: proxy_websocket(
-                scope, receive, send, tunnelled,
-                lambda: tunnel_access.watch(self, tunnelled, cookie)))
+            await self.counted(
+                t,
+                send,
+                lambda: proxy_websocket(
+                    scope,
+                    receive,
+                    send,
+                    tunnelled,
+                    lambda: tunnel_access.watch(self, tunnelled, cookie),
+                ),
+            )
             return
         body = await _read_body(receive)
         if body is None:
-            await _reply(send, *pages.answer(
-                413, "too_large", f"Request bodies to a preview are capped at "
-                f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).",
-                json_wanted=json_wanted, title="Request too large"))
+            await _reply(
+                send,
+                *pages.answer(
+                    413,
+                    "too_large",
+                    f"Request bodies to a preview are capped at "
+                    f"{settings.PREVIEW_MAX_BODY_BYTES // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).",
+                    json_wanted=json_wanted,
+                    title="Request too large",
+                ),
+            )
             return
         if not t.ready:
             t = await self.target(public_id, fresh=True) or t
@@ -217,16 +265,20 @@ class Proxy:
             t = held
         if not t.ready:
             # The app's log is the team's: a public address shows the state, not the log.
-            lines = await database_sync_to_async(gate.last_lines)(t.run_id) \
-                if t.state in ("failed", "crashed") and not t.public else []
+            lines = (
+                await database_sync_to_async(gate.last_lines)(t.run_id)
+                if t.state in ("failed", "crashed") and not t.public
+                else []
+            )
             await _reply(send, *pages.not_ready(t, app_url(scope), lines, json_wanted))
             return
         await self.touch(t)
         await self.counted(t, send, lambda: self.forward(scope, send, t, body, json_wanted))
 
     def own_origin(self, scope: dict[str, Any]) -> str:
-        return own_origin("https" if self.tls else scope.get("scheme", "http"),
-                          _header(scope, b"host").lower())
+        return own_origin(
+            "https" if self.tls else scope.get("scheme", "http"), _header(scope, b"host").lower()
+        )
 
     async def hold(self, t: gate.Target) -> gate.Target:
         """A request to a preview on its way up waits for it (up to PREVIEW_HOLD_S),
@@ -252,9 +304,15 @@ class Proxy:
         """At most PREVIEW_MAX_CONNECTIONS requests (held ones too) and WebSockets per
         preview at once; `work`'s result, or None when refused."""
         if self.open.get(t.public_id, 0) >= settings.PREVIEW_MAX_CONNECTIONS:
-            await _reply(send, *pages.answer(
-                503, "preview_busy", "This preview has too many open connections; try again "
-                "shortly.", json_wanted=True))
+            await _reply(
+                send,
+                *pages.answer(
+                    503,
+                    "preview_busy",
+                    "This preview has too many open connections; try again shortly.",
+                    json_wanted=True,
+                ),
+            )
             return None
         self.open[t.public_id] = self.open.get(t.public_id, 0) + 1
         try:
@@ -270,19 +328,35 @@ class Proxy:
             target = "/"  # only a path on this same host: never an open redirect
         cookie = await database_sync_to_async(gate.redeem)(nonce, public_id) if nonce else None
         if cookie is None:
-            await _reply(send, *pages.answer(
-                403, "ticket_invalid", "This link was already used, has expired, or is for "
-                "another preview. Open the preview from Berth again for a new one.",
-                json_wanted=pages.wants_json(dict(scope["headers"])), title="Link expired"))
+            await _reply(
+                send,
+                *pages.answer(
+                    403,
+                    "ticket_invalid",
+                    "This link was already used, has expired, or is for "
+                    "another preview. Open the preview from Berth again for a new one.",
+                    json_wanted=pages.wants_json(dict(scope["headers"])),
+                    title="Link expired",
+                ),
+            )
             return
-        await send({"type": "http.response.start", "status": 302,
-                    "headers": [(b"location", target.encode()), (b"cache-control", b"no-store"),
-                                (b"referrer-policy", b"no-referrer"),
-                                *gate.cookie_headers(cookie)]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 302,
+                "headers": [
+                    (b"location", target.encode()),
+                    (b"cache-control", b"no-store"),
+                    (b"referrer-policy", b"no-referrer"),
+                    *gate.cookie_headers(cookie),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": b""})
 
-    async def refuse(self, scope: dict[str, Any], send: Any, t: gate.Target,
-                     json_wanted: bool) -> None:
+    async def refuse(
+        self, scope: dict[str, Any], send: Any, t: gate.Target, json_wanted: bool
+    ) -> None:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 4401})
             return
@@ -291,23 +365,42 @@ class Proxy:
             path = scope.get("raw_path") or scope["path"].encode()
             qs = scope["query_string"]
             nxt = path.decode("latin-1") + (("?" + qs.decode("latin-1")) if qs else "")
-            await send({"type": "http.response.start", "status": 302, "headers": [
-                (b"location", f"{open_url}?next={quote(nxt, safe='')}".encode()),
-                (b"cache-control", b"no-store")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 302,
+                    "headers": [
+                        (b"location", f"{open_url}?next={quote(nxt, safe='')}".encode()),
+                        (b"cache-control", b"no-store"),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": b""})
             return
-        await _reply(send, *pages.answer(
-            401, "preview_sign_in_required", "This preview is private to its team. Open it "
-            f"from Berth ({open_url}), or ask POST /api/v1/previews/{t.public_id}/link for a "
-            "link.", json_wanted=json_wanted, title="Sign in to see this preview"))
+        await _reply(
+            send,
+            *pages.answer(
+                401,
+                "preview_sign_in_required",
+                "This preview is private to its team. Open it "
+                f"from Berth ({open_url}), or ask POST /api/v1/previews/{t.public_id}/link for a "
+                "link.",
+                json_wanted=json_wanted,
+                title="Sign in to see this preview",
+            ),
+        )
 
     # -- forwarding --------------------------------------------------------------------
 
-    async def forward(self, scope: dict[str, Any], send: Any, t: gate.Target, body: bytes,
-                      json_wanted: bool) -> None:
+    async def forward(
+        self, scope: dict[str, Any], send: Any, t: gate.Target, body: bytes, json_wanted: bool
+    ) -> None:
         assert t.ns is not None
-        request = h11.Request(method=scope["method"], target=gate.request_target(scope),
-                              headers=request_headers(scope, body))
+        request = h11.Request(
+            method=scope["method"],
+            target=gate.request_target(scope),
+            headers=request_headers(scope, body),
+        )
         started = False
         for attempt in (1, 2):
             try:
@@ -315,15 +408,29 @@ class Proxy:
             except NamespaceGone:
                 self.targets.pop(t.public_id, None)
                 self.pool.drop(t.ns)
-                await _reply(send, *pages.answer(
-                    503, "preview_stopped", "The preview's sandbox is gone; it is stopping.",
-                    json_wanted=json_wanted, title="This preview is stopping"))
+                await _reply(
+                    send,
+                    *pages.answer(
+                        503,
+                        "preview_stopped",
+                        "The preview's sandbox is gone; it is stopping.",
+                        json_wanted=json_wanted,
+                        title="This preview is stopping",
+                    ),
+                )
                 return
             except (OSError, TimeoutError):
-                await _reply(send, *pages.answer(
-                    502, "app_not_listening", f"Nothing accepted a connection on port "
-                    f"{t.port} inside the preview; the app may be restarting or crashed.",
-                    json_wanted=json_wanted, title="The app did not answer"))
+                await _reply(
+                    send,
+                    *pages.answer(
+                        502,
+                        "app_not_listening",
+                        f"Nothing accepted a connection on port "
+                        f"{t.port} inside the preview; the app may be restarting or crashed.",
+                        json_wanted=json_wanted,
+                        title="The app did not answer",
+                    ),
+                )
                 return
             try:
                 started = await self.exchange(upstream, request, body, send)
@@ -340,21 +447,35 @@ class Proxy:
                 upstream.close()
                 if started:
                     return
-                await _reply(send, *pages.answer(
-                    504, "app_timeout", f"The app sent nothing for "
-                    f"{settings.PREVIEW_IDLE_CONNECTION_S} s.", json_wanted=json_wanted,
-                    title="The app took too long"))
+                await _reply(
+                    send,
+                    *pages.answer(
+                        504,
+                        "app_timeout",
+                        f"The app sent nothing for {settings.PREVIEW_IDLE_CONNECTION_S} s.",
+                        json_wanted=json_wanted,
+                        title="The app took too long",
+                    ),
+                )
                 return
             except BaseException:
                 upstream.close()
                 raise
-            await _reply(send, *pages.answer(502, "app_broke_request", message,
-                                             json_wanted=json_wanted,
-                                             title="The app broke this request"))
+            await _reply(
+                send,
+                *pages.answer(
+                    502,
+                    "app_broke_request",
+                    message,
+                    json_wanted=json_wanted,
+                    title="The app broke this request",
+                ),
+            )
             return
 
-    async def exchange(self, upstream: Upstream, request: h11.Request, body: bytes,
-                       send: Any) -> bool:
+    async def exchange(
+        self, upstream: Upstream, request: h11.Request, body: bytes, send: Any
+    ) -> bool:
         """One request and its streamed answer; returns whether the status was sent."""
         timeout = settings.PREVIEW_IDLE_CONNECTION_S
         await upstream.send(request)
@@ -366,19 +487,28 @@ class Proxy:
             event = await upstream.next_event(timeout)
         if not isinstance(event, h11.Response):
             raise UpstreamClosed(f"unexpected {type(event).__name__}")
-        await send({"type": "http.response.start", "status": event.status_code,
-                    "headers": response_headers(event.headers, upstream_host(request))})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": event.status_code,
+                "headers": response_headers(event.headers, upstream_host(request)),
+            }
+        )
         # Flow control only where a body may outgrow a socket buffer: most answers are
         # small and declare it, and registering a producer costs each request.
         length = dict(event.headers).get(b"content-length", b"")
-        flow = Backpressure() if length.isdigit() and int(length) <= SMALL_BODY \
+        flow = (
+            Backpressure()
+            if length.isdigit() and int(length) <= SMALL_BODY
             else Backpressure.of(send)
+        )
         try:
             while True:
                 event = await upstream.next_event(timeout)
                 if isinstance(event, h11.Data):
-                    await send({"type": "http.response.body", "body": bytes(event.data),
-                                "more_body": True})
+                    await send(
+                        {"type": "http.response.body", "body": bytes(event.data), "more_body": True}
+                    )
                     await flow.wait()
                     if flow.gone:
                         raise UpstreamClosed("the client went away")
@@ -435,10 +565,10 @@ def request_headers(scope: dict[str, Any], body: bytes) -> list[tuple[bytes, byt
 def framed(send: Any, berth: bytes) -> Any:
     """`send`, with every answer's head drawn in a frame only by Berth's pages (or the
     target's own): for a non-public target, whatever answers it, app or Berth."""
+
     async def framed_send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": with_frame_ancestors(list(message["headers"]),
-                                                                 berth)}
+            message = {**message, "headers": with_frame_ancestors(list(message["headers"]), berth)}
         await send(message)
 
     framed_send.__wrapped__ = send  # type: ignore[attr-defined]  # for Backpressure.of
@@ -461,10 +591,14 @@ async def _read_body(receive: Any) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _reply(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-                 ) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+async def _reply(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -476,4 +610,3 @@ def proxy() -> Proxy:
     if PROXY is None:
         PROXY = Proxy()
     return PROXY
-

@@ -102,17 +102,17 @@ class Client(asyncio.Protocol):
             # The upgrade request is queued whole; what follows its head belongs to the
             # tunnel, which opens when the request's turn comes (unless it was refused
             # already, at once: then the connection ends with that answer).
-            self.parsing.tail = data[e.args[0]:]
+            self.parsing.tail = data[e.args[0] :]
             if not self.parsing.answered:
                 self._pause("upgrade")
         except httptools.HttpParserCallbackError as e:
             if self.head_size > MAX_HEAD:
                 self._refuse(431, "headers_too_large", HEAD_TOO_LARGE)
             else:  # a fault of the gateway's own: said once in its log, never hidden
-                log.error("preview gateway: handling a request failed",
-                          exc_info=e.__context__ or e)
-                self._refuse(500, "gateway_error", "The preview gateway failed on this "
-                             "request; try again.")
+                log.error("preview gateway: handling a request failed", exc_info=e.__context__ or e)
+                self._refuse(
+                    500, "gateway_error", "The preview gateway failed on this request; try again."
+                )
         except httptools.HttpParserError as e:
             self._refuse(400, "bad_request", f"This is not HTTP/1.1 the gateway can read ({e}).")
 
@@ -182,11 +182,20 @@ class Client(asyncio.Protocol):
         if left > 0:
             self.timer = self.loop.call_later(left, self._idle_check)
             return
-        if self.queue and not self.queue[0].answered and self.tunnel is None \
-                and not self.writing_paused:
+        if (
+            self.queue
+            and not self.queue[0].answered
+            and self.tunnel is None
+            and not self.writing_paused
+        ):
             self.close_after = True
-            self._answer(self.queue[0], 504, "app_timeout", f"The app sent nothing for "
-                         f"{idle} s.", title="The app took too long")
+            self._answer(
+                self.queue[0],
+                504,
+                "app_timeout",
+                f"The app sent nothing for {idle} s.",
+                title="The app took too long",
+            )
             self.timer = self.loop.call_later(min(idle, 10), self.transport.abort)
         else:
             self.transport.abort()
@@ -235,8 +244,9 @@ class Client(asyncio.Protocol):
         if ex.upgrade:
             # Only a WebSocket becomes a tunnel; any other upgrade (h2c) is a plain
             # request, the connection's last: llhttp reads nothing after an upgrade.
-            ex.upgrade = any(k == b"upgrade" and v.strip().lower() == b"websocket"
-                             for k, v in ex.headers)
+            ex.upgrade = any(
+                k == b"upgrade" and v.strip().lower() == b"websocket" for k, v in ex.headers
+            )
             ex.keep_alive = False
         if ex.hosts != 1:
             ex.host = ""  # none or several: the web process answers that
@@ -249,8 +259,12 @@ class Client(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         ex = self.parsing
         ex.body_seen += len(body)
-        if ex.chunked and ex.body_seen > self.gw.max_body \
-                and ex.route is not None and ex.route.kind == "sandbox":
+        if (
+            ex.chunked
+            and ex.body_seen > self.gw.max_body
+            and ex.route is not None
+            and ex.route.kind == "sandbox"
+        ):
             self._too_large(ex)
             return
         if ex.upstream is not None:
@@ -291,8 +305,12 @@ class Client(asyncio.Protocol):
     def _go(self, ex: Exchange, route: Route) -> None:
         ex.route = route
         if ex.upgrade and (ex.length or ex.chunked):
-            route = Route("answer", status=400, code="bad_request",
-                          message="A WebSocket handshake has no body.")
+            route = Route(
+                "answer",
+                status=400,
+                code="bad_request",
+                message="A WebSocket handshake has no body.",
+            )
         if route.kind == "answer":
             self._answer(ex, route.status, route.code, route.message, route.title)
             return
@@ -316,18 +334,34 @@ class Client(asyncio.Protocol):
         except NamespaceGone:
             assert route.target is not None and route.target.ns is not None
             self.gw.forget_namespace(route.target.ns)
-            self._answer(ex, 503, "preview_stopped", "The preview's sandbox is gone; it is "
-                         "stopping.", title="This preview is stopping")
+            self._answer(
+                ex,
+                503,
+                "preview_stopped",
+                "The preview's sandbox is gone; it is stopping.",
+                title="This preview is stopping",
+            )
             return
         except (OSError, TimeoutError):
             if route.kind == "sandbox":
                 assert route.target is not None
-                self._answer(ex, 502, "app_not_listening", f"Nothing accepted a connection "
-                             f"on port {route.target.port} inside the preview; the app may "
-                             "be restarting or crashed.", title="The app did not answer")
+                self._answer(
+                    ex,
+                    502,
+                    "app_not_listening",
+                    f"Nothing accepted a connection "
+                    f"on port {route.target.port} inside the preview; the app may "
+                    "be restarting or crashed.",
+                    title="The app did not answer",
+                )
             else:
-                self._answer(ex, 502, "berth_unavailable", "Berth's web process did not "
-                             "answer the gateway; try again shortly.", title="Berth is busy")
+                self._answer(
+                    ex,
+                    502,
+                    "berth_unavailable",
+                    "Berth's web process did not answer the gateway; try again shortly.",
+                    title="Berth is busy",
+                )
             return
         if self.gone or ex.answered:
             upstream.close()
@@ -367,16 +401,26 @@ class Client(asyncio.Protocol):
 
     # -- answers -----------------------------------------------------------------------
 
-    def respond_head(self, upstream: Upstream, status: int, reason: bytes,
-                     given: list[tuple[bytes, bytes]]) -> None:
+    def respond_head(
+        self, upstream: Upstream, status: int, reason: bytes, given: list[tuple[bytes, bytes]]
+    ) -> None:
         ex = upstream.ex
         assert ex is not None and ex.route is not None
         frames = self.gw.frames_for(ex.route) if ex.route.kind == "sandbox" else None
-        key = (status, reason, given, ex.route.kind, ex.host, ex.method == b"HEAD", ex.version,
-               ex.keep_alive, self.close_after, frames)
+        key = (
+            status,
+            reason,
+            given,
+            ex.route.kind,
+            ex.host,
+            ex.method == b"HEAD",
+            ex.version,
+            ex.keep_alive,
+            self.close_after,
+            frames,
+        )
         if key != self.answered[0]:
-            self.answered = (key, answer_head(ex, status, reason, given, self.close_after,
-                                              frames))
+            self.answered = (key, answer_head(ex, status, reason, given, self.close_after, frames))
         head, upstream.mode, upstream.eof_ends, self.close_after = self.answered[1]
         self.write(head)
         ex.answered = True
@@ -420,16 +464,27 @@ class Client(asyncio.Protocol):
                 self.transport.abort()  # cut short: the client must see it was
             return
         assert ex.route is not None
-        if upstream.used and not upstream.got and not ex.retried and ex.ended \
-                and not ex.length and not ex.chunked:
+        if (
+            upstream.used
+            and not upstream.got
+            and not ex.retried
+            and ex.ended
+            and not ex.length
+            and not ex.chunked
+        ):
             # A kept-alive connection the other side had closed: once more, anew.
             ex.retried = True
             ex.upstream = upstream.ex = None
             self.loop.create_task(self._connect(ex, ex.route))
             return
         who = "The app" if ex.route.kind == "sandbox" else "Berth's web process"
-        self._answer(ex, 502, "app_broke_request", f"{who} closed the connection without "
-                     "answering.", title="The app broke this request")
+        self._answer(
+            ex,
+            502,
+            "app_broke_request",
+            f"{who} closed the connection without answering.",
+            title="The app broke this request",
+        )
 
     def _too_large(self, ex: Exchange) -> None:
         if ex.answered:
@@ -438,8 +493,15 @@ class Client(asyncio.Protocol):
         self.close_after, big = True, self.gw.too_large
         self._answer(ex, big.status, big.code, big.message, big.title)
 
-    def _answer(self, ex: Exchange, status: int, code: str, message: str, title: str = "",
-                queued: bool = True) -> None:
+    def _answer(
+        self,
+        ex: Exchange,
+        status: int,
+        code: str,
+        message: str,
+        title: str = "",
+        queued: bool = True,
+    ) -> None:
         """The gateway's own answer (the API's error shape, or a page for a browser);
         it ends the connection when the request's body was not read to its end."""
         if ex.upstream is not None:
@@ -447,14 +509,19 @@ class Client(asyncio.Protocol):
             ex.upstream.close()
             ex.upstream = None
         status, headers, body = pages.answer(
-            status, code, message, title=title,
+            status,
+            code,
+            message,
+            title=title,
             # A refused upgrade is read by a script, not shown: the error shape.
-            json_wanted=ex.upgrade or pages.wants_json(dict(ex.headers)))
+            json_wanted=ex.upgrade or pages.wants_json(dict(ex.headers)),
+        )
         if not ex.ended or not ex.keep_alive or ex.upgrade:
             self.close_after = True
         self.flush()
-        self.transport.write(own_answer(status, headers, body, self.gw.frames_for(ex.route),
-                                        self.close_after))
+        self.transport.write(
+            own_answer(status, headers, body, self.gw.frames_for(ex.route), self.close_after)
+        )
         ex.answered = True
         if queued:
             self._finish(ex)

@@ -54,8 +54,14 @@ class Upstream(asyncio.Protocol):
     def reusable(self, ex: "Exchange") -> bool:
         """Fit for the next request: the answer ended cleanly, the request was all
         sent (nothing of it still buffered), and the app keeps the connection."""
-        if not (self.keep and ex.ended and self.mode != "close" and not self.eof_ends
-                and self.usable() and self.transport.get_write_buffer_size() == 0):
+        if not (
+            self.keep
+            and ex.ended
+            and self.mode != "close"
+            and not self.eof_ends
+            and self.usable()
+            and self.transport.get_write_buffer_size() == 0
+        ):
             return False
         if not self.transport.is_reading():
             self.transport.resume_reading()  # paused for the last client's sake
@@ -153,8 +159,7 @@ class Upstream(asyncio.Protocol):
             # 100 Continue goes to a client that asked for it; other interim answers
             # (103 Early Hints) are dropped: the final answer follows.
             self.skip = True
-            if status == 100 and self.ex is not None and self.ex.expect \
-                    and self.client is not None:
+            if status == 100 and self.ex is not None and self.ex.expect and self.client is not None:
                 self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return
         self.headed = True

@@ -73,8 +73,9 @@ async def watch(proxy: "Proxy", t: gate.Target, cookie: str | None) -> int:
                 try:
                     await next_signal(wait)
                 except Exception as e:
-                    log.warning("preview %s: a tunnel stops hearing access changes: %r",
-                                t.public_id, e)
+                    log.warning(
+                        "preview %s: a tunnel stops hearing access changes: %r", t.public_id, e
+                    )
                     next_signal = _quiet
             try:
                 now = await database_sync_to_async(standing)(t.public_id, cookie)
@@ -85,8 +86,11 @@ async def watch(proxy: "Proxy", t: gate.Target, cookie: str | None) -> int:
                 # The HTTP requests of this process learn it too (their cache's entry).
                 proxy.remember_viewer(t.public_id, cookie, now.code is None)
             if now.code is not None:
-                log.info("preview %s: a tunnel's viewer lost access (%d): closing it",
-                         t.public_id, now.code)
+                log.info(
+                    "preview %s: a tunnel's viewer lost access (%d): closing it",
+                    t.public_id,
+                    now.code,
+                )
                 return now.code
             wait = float(settings.WEBSOCKET_ACCESS_RECHECK_S)
             if now.until is not None:

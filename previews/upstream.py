@@ -23,8 +23,9 @@ class UpstreamClosed(Exception):
 class Upstream:
     """One HTTP/1.1 client connection to the app."""
 
-    def __init__(self, sock: socket.socket, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self.sock, self.reader, self.writer = sock, reader, writer
         self.conn = h11.Connection(h11.CLIENT)
         self.used = False  # has served a request already (so may be stale when reused)
@@ -99,8 +100,7 @@ class Pool:
                 upstream.close()
 
 
-async def probe(ns: Namespace, port: int, host: str, path: str,
-                timeout: float = 2.0) -> int | None:
+async def probe(ns: Namespace, port: int, host: str, path: str, timeout: float = 2.0) -> int | None:
     """GET `path` inside the sandbox: the status, 0 if something accepted the
     connection but gave no HTTP answer, None if nothing listens on the port."""
     try:
@@ -108,8 +108,17 @@ async def probe(ns: Namespace, port: int, host: str, path: str,
     except (OSError, TimeoutError):
         return None
     try:
-        await upstream.send(h11.Request(method="GET", target=path, headers=[
-            ("Host", host), ("User-Agent", "berth-health-check"), ("Connection", "close")]))
+        await upstream.send(
+            h11.Request(
+                method="GET",
+                target=path,
+                headers=[
+                    ("Host", host),
+                    ("User-Agent", "berth-health-check"),
+                    ("Connection", "close"),
+                ],
+            )
+        )
         await upstream.send(h11.EndOfMessage())
         event = await upstream.next_event(timeout)
         return event.status_code if isinstance(event, h11.Response) else 0

@@ -45,8 +45,7 @@ def open_preview(request: HttpRequest, preview_id: str) -> HttpResponse:
     """Check access, then send the browser to the preview host with a single-use
     ticket; the host swaps it for its own cookie and goes on to `next`."""
     preview = _preview(request, preview_id)
-    url, _ = ticket_url(preview, _actor(request), request.get_port(),
-                        request.GET.get("next", "/"))
+    url, _ = ticket_url(preview, _actor(request), request.get_port(), request.GET.get("next", "/"))
     response = redirect(url)
     response["Cache-Control"] = "no-store"
     response["Referrer-Policy"] = "no-referrer"  # the ticket stays out of Referer
@@ -67,15 +66,19 @@ def preview_page(request: HttpRequest, preview_id: str) -> HttpResponse:
 
 def context(request: HttpRequest, preview: Preview) -> dict[str, Any]:
     workspace = preview.workspace
-    membership = Membership.objects.filter(team=workspace.team, user=_actor(request).user
-                                           ).first()
+    membership = Membership.objects.filter(team=workspace.team, user=_actor(request).user).first()
     run = preview.run
-    return {"preview": preview, "workspace": workspace, "membership": membership,
-            "urls": urls_of(workspace), "tab": "previews",
-            "clone_url": clone_url(request, workspace),
-            "summary": actions.preview_summary(preview, request.get_port()),
-            "ws_path": f"/ws/previews/{preview.public_id}/logs",
-            "log_start": max(0, logstore.count(run.public_id) - 20_000) if run else 0}
+    return {
+        "preview": preview,
+        "workspace": workspace,
+        "membership": membership,
+        "urls": urls_of(workspace),
+        "tab": "previews",
+        "clone_url": clone_url(request, workspace),
+        "summary": actions.preview_summary(preview, request.get_port()),
+        "ws_path": f"/ws/previews/{preview.public_id}/logs",
+        "log_start": max(0, logstore.count(run.public_id) - 20_000) if run else 0,
+    }
 
 
 @login_required
@@ -103,9 +106,12 @@ def act(request: HttpRequest, preview_id: str, action: str) -> HttpResponse:
 @require_POST
 def start(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     try:
-        preview = actions.start_preview(workspace, Actor(membership.user),
-                                        request.POST.get("ref") or None,
-                                        request.POST.get("follow") == "1")
+        preview = actions.start_preview(
+            workspace,
+            Actor(membership.user),
+            request.POST.get("ref") or None,
+            request.POST.get("follow") == "1",
+        )
     except BerthError as e:
         messages.error(request, e.message)
         return redirect("workspace", membership.team.slug, workspace.slug)

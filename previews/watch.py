@@ -42,6 +42,7 @@ def _db(fn: Any) -> Any:
             return fn(*args, **kwargs)
         finally:
             close_old_connections()
+
     return sync_to_async(call, thread_sensitive=True)
 
 
@@ -59,10 +60,16 @@ class Watcher:
     async def tick(self) -> None:
         # From the moment the source is in (the process may be starting this instant):
         # probes before it listens just find nothing yet.
-        previews = await _db(lambda: list(Preview.objects.select_related(
-            "run", "workspace__team").filter(
-                state__in=LIVE_STATES, run__state__in=(RunState.PREPARING, RunState.RUNNING),
-                run__phase="main", run__hydrated_at__isnull=False)))()
+        previews = await _db(
+            lambda: list(
+                Preview.objects.select_related("run", "workspace__team").filter(
+                    state__in=LIVE_STATES,
+                    run__state__in=(RunState.PREPARING, RunState.RUNNING),
+                    run__phase="main",
+                    run__hydrated_at__isnull=False,
+                )
+            )
+        )()
         loop = asyncio.get_running_loop()
         live = {p.public_id for p in previews}
         for key in set(self.next_check) - live:
@@ -87,23 +94,30 @@ class Watcher:
             seen: object = "none yet"
             while True:
                 ns = await self._namespace(preview)
-                status = await probe(ns, preview.port, preview.host, preview.health_path) \
-                    if ns else None
+                status = (
+                    await probe(ns, preview.port, preview.host, preview.health_path) if ns else None
+                )
                 # While starting, the database hears only of changes and of the clock:
                 # a probe every 10 ms must not be a write every 10 ms.
-                if status != seen or preview.state != PreviewState.STARTING or \
-                        asyncio.get_running_loop().time() >= self.next_check.get(
-                            preview.public_id, 0):
+                if (
+                    status != seen
+                    or preview.state != PreviewState.STARTING
+                    or asyncio.get_running_loop().time()
+                    >= self.next_check.get(preview.public_id, 0)
+                ):
                     seen = status
-                    self.next_check[preview.public_id] = \
-                        asyncio.get_running_loop().time() + 0.5
-                    ports = await self._ports(ns) if ns and status is None and \
-                        preview.state == PreviewState.STARTING else None
+                    self.next_check[preview.public_id] = asyncio.get_running_loop().time() + 0.5
+                    ports = (
+                        await self._ports(ns)
+                        if ns and status is None and preview.state == PreviewState.STARTING
+                        else None
+                    )
                     if not await _db(self._record)(preview, status, ports):
                         break
                 await asyncio.sleep(self.STARTING_PROBE_S)
-            self.next_check[preview.public_id] = asyncio.get_running_loop().time() + \
-                settings.PREVIEW_HEALTH_EVERY_S
+            self.next_check[preview.public_id] = (
+                asyncio.get_running_loop().time() + settings.PREVIEW_HEALTH_EVERY_S
+            )
         except Exception:
             log.exception("health check of preview %s failed", preview.public_id)
         finally:
@@ -122,8 +136,11 @@ class Watcher:
         except NamespaceGone:
             return None
         run_id = preview.run.pk
-        await _db(lambda: Preview.objects.filter(pk=preview.pk, run_id=run_id).update(
-            sandbox_pid=ns.pid, sandbox_netns=ns.inode))()
+        await _db(
+            lambda: Preview.objects.filter(pk=preview.pk, run_id=run_id).update(
+                sandbox_pid=ns.pid, sandbox_netns=ns.inode
+            )
+        )()
         return ns
 
     @staticmethod
@@ -149,19 +166,26 @@ class Watcher:
                 if preview.run.network.get("mode") == "proxy":
                     ports = ports - {PROXY_PORT}  # Berth's egress listener, not the app
                 if ports and timezone.now() > started + timedelta(seconds=WRONG_PORT_AFTER_S):
-                    log.info("preview %s listens on %s, not on %s", preview.public_id,
-                             sorted(ports), preview.port)
+                    log.info(
+                        "preview %s listens on %s, not on %s",
+                        preview.public_id,
+                        sorted(ports),
+                        preview.port,
+                    )
                     actions.fail_start(preview, "listening_on_other_port", ports=sorted(ports))
                     return False
             if started and timezone.now() > started + timedelta(
-                    seconds=settings.PREVIEW_START_DEADLINE_S):
-                actions.fail_start(preview, "not_listening" if status is None
-                                   else "health_failed", status)
+                seconds=settings.PREVIEW_START_DEADLINE_S
+            ):
+                actions.fail_start(
+                    preview, "not_listening" if status is None else "health_failed", status
+                )
                 return False
             if not preview.run.is_active:
                 return False  # it ended: on_run_finished says how
-        Preview.objects.filter(pk=preview.pk).update(last_health_status=status,
-                                                     last_health_at=timezone.now())
+        Preview.objects.filter(pk=preview.pk).update(
+            last_health_status=status, last_health_at=timezone.now()
+        )
         return preview.state == PreviewState.STARTING
 
     @staticmethod

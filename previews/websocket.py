@@ -24,17 +24,32 @@ from runner.sandbox import netns
 
 log = logging.getLogger("berth.previews")
 
-SKIP = {b"host", b"connection", b"upgrade", b"authorization", b"origin", b"cookie",
-        b"sec-websocket-key", b"sec-websocket-version", b"sec-websocket-extensions",
-        b"sec-websocket-protocol", b"x-forwarded-for", b"x-forwarded-proto",
-        b"x-forwarded-host", b"forwarded", b"user-agent", *gate.GATEWAY_HEADERS}
+SKIP = {
+    b"host",
+    b"connection",
+    b"upgrade",
+    b"authorization",
+    b"origin",
+    b"cookie",
+    b"sec-websocket-key",
+    b"sec-websocket-version",
+    b"sec-websocket-extensions",
+    b"sec-websocket-protocol",
+    b"x-forwarded-for",
+    b"x-forwarded-proto",
+    b"x-forwarded-host",
+    b"forwarded",
+    b"user-agent",
+    *gate.GATEWAY_HEADERS,
+}
 TOO_BIG = 1009
 Watch = Callable[[], Coroutine[Any, Any, int]]  # returns the close code once access is gone
 GOING_AWAY = 1001
 
 
-async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any,
-                          t: gate.Target, watch: Watch | None = None) -> None:
+async def proxy_websocket(
+    scope: dict[str, Any], receive: Any, send: Any, t: gate.Target, watch: Watch | None = None
+) -> None:
     """Relay until either side closes, or `watch` returns (the viewer's access is gone:
     the browser's side is closed with the code it returns)."""
     message = await receive()
@@ -45,27 +60,40 @@ async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any,
         return
     headers = dict(scope["headers"])
     host = headers.get(b"host", b"").decode("latin-1")
-    extra = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]
-             if k not in SKIP]
+    extra = [
+        (k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k not in SKIP
+    ]
     berth = gate.berth_cookie_names()
-    cookies = [part for k, v in scope["headers"] if k == b"cookie"
-               for part in v.decode("latin-1").split(";")
-               if part.strip() and part.split("=", 1)[0].strip() not in berth]
+    cookies = [
+        part
+        for k, v in scope["headers"]
+        if k == b"cookie"
+        for part in v.decode("latin-1").split(";")
+        if part.strip() and part.split("=", 1)[0].strip() not in berth
+    ]
     if cookies:
         extra.append(("Cookie", ";".join(cookies).strip()))
-    extra += [("X-Forwarded-For", str((scope.get("client") or ("",))[0])),
-              ("X-Forwarded-Proto", "ws" if scope.get("scheme", "ws") == "ws" else "wss"),
-              ("X-Forwarded-Host", host)]
+    extra += [
+        ("X-Forwarded-For", str((scope.get("client") or ("",))[0])),
+        ("X-Forwarded-Proto", "ws" if scope.get("scheme", "ws") == "ws" else "wss"),
+        ("X-Forwarded-Host", host),
+    ]
     origin = headers.get(b"origin")
     try:
         sock = await netns.connect(t.ns, t.port)
         upstream = await connect(
-            f"ws://{host}{gate.request_target(scope).decode('latin-1')}", sock=sock, proxy=None,
-            additional_headers=extra, subprotocols=scope.get("subprotocols") or None,
+            f"ws://{host}{gate.request_target(scope).decode('latin-1')}",
+            sock=sock,
+            proxy=None,
+            additional_headers=extra,
+            subprotocols=scope.get("subprotocols") or None,
             origin=Origin(origin.decode("latin-1")) if origin else None,
             user_agent_header=headers.get(b"user-agent", b"").decode("latin-1") or None,
-            max_size=settings.PREVIEW_MAX_WS_MESSAGE_BYTES, compression=None,
-            ping_interval=None, open_timeout=10)
+            max_size=settings.PREVIEW_MAX_WS_MESSAGE_BYTES,
+            compression=None,
+            ping_interval=None,
+            open_timeout=10,
+        )
     except (OSError, TimeoutError, InvalidHandshake, netns.NamespaceGone) as e:
         log.info("preview %s: WebSocket to the app failed: %s", t.public_id, e)
         await send({"type": "websocket.close", "code": 4502})
@@ -74,8 +102,9 @@ async def proxy_websocket(scope: dict[str, Any], receive: Any, send: Any,
     await _relay(receive, send, upstream, watch)
 
 
-async def _relay(receive: Any, send: Any, upstream: ClientConnection,
-                 watch: Watch | None = None) -> None:
+async def _relay(
+    receive: Any, send: Any, upstream: ClientConnection, watch: Watch | None = None
+) -> None:
     activity = asyncio.Event()
     limit = settings.PREVIEW_MAX_WS_MESSAGE_BYTES
 
@@ -86,8 +115,7 @@ async def _relay(receive: Any, send: Any, upstream: ClientConnection,
                 await upstream.close()
                 return
             activity.set()
-            data = message.get("bytes") if message.get("bytes") is not None \
-                else message.get("text")
+            data = message.get("bytes") if message.get("bytes") is not None else message.get("text")
             if data is None:
                 continue
             if len(data) > limit:
@@ -106,8 +134,12 @@ async def _relay(receive: Any, send: Any, upstream: ClientConnection,
             pass
         code = upstream.close_code or 1000
         # 1005 and 1006 say "no code" and "abnormal"; neither may be sent on the wire.
-        await send({"type": "websocket.close",
-                    "code": 1000 if code in (1005, 1006) or code >= 5000 else code})
+        await send(
+            {
+                "type": "websocket.close",
+                "code": 1000 if code in (1005, 1006) or code >= 5000 else code,
+            }
+        )
 
     async def idle() -> None:
         while True:
@@ -119,8 +151,9 @@ async def _relay(receive: Any, send: Any, upstream: ClientConnection,
                 await send({"type": "websocket.close", "code": GOING_AWAY})
                 return
 
-    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(c())
-                                      for c in (client_to_app, app_to_client, idle)]
+    tasks: list[asyncio.Task[Any]] = [
+        asyncio.create_task(c()) for c in (client_to_app, app_to_client, idle)
+    ]
     guard = asyncio.create_task(watch()) if watch is not None else None
     if guard is not None:
         tasks.append(guard)
@@ -130,8 +163,12 @@ async def _relay(receive: Any, send: Any, upstream: ClientConnection,
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if guard is not None and guard.done() and not guard.cancelled() \
-                and guard.exception() is None:
+        if (
+            guard is not None
+            and guard.done()
+            and not guard.cancelled()
+            and guard.exception() is None
+        ):
             # Access gone: nothing more is relayed (the other tasks are ended), and the
             # browser hears it before the app's close handshake is waited for.
             await send({"type": "websocket.close", "code": guard.result()})

@@ -22,8 +22,19 @@ from workspaces.models import Workspace
 from workspaces.store import open_store, pin_commit
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-RESERVED_ENV = {"PATH", "HOME", "USER", "HOSTNAME", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-                "http_proxy", "https_proxy", "no_proxy", "BERTH_EGRESS_WAIT_S"}
+RESERVED_ENV = {
+    "PATH",
+    "HOME",
+    "USER",
+    "HOSTNAME",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "BERTH_EGRESS_WAIT_S",
+}
 
 
 def load_config(workspace: Workspace, commit: str) -> workspace_config.WorkspaceConfig:
@@ -40,10 +51,17 @@ def load_config(workspace: Workspace, commit: str) -> workspace_config.Workspace
     return workspace_config.parse(text)
 
 
-def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None = None,
-              timeout_s: int | None = None, env: dict[str, str] | None = None,
-              runtime: str | None = None, secrets: list[str] | None = None,
-              commit_changes: bool = False) -> Run:
+def start_run(
+    workspace: Workspace,
+    actor: Actor,
+    command: str,
+    ref: str | None = None,
+    timeout_s: int | None = None,
+    env: dict[str, str] | None = None,
+    runtime: str | None = None,
+    secrets: list[str] | None = None,
+    commit_changes: bool = False,
+) -> Run:
     """Record a run's inputs and queue it.
 
     1. The ref is resolved to a commit SHA now: the run never follows a moving branch.
@@ -64,15 +82,28 @@ def start_run(workspace: Workspace, actor: Actor, command: str, ref: str | None 
     limits, warnings = effective_limits(config.sandbox, {"timeout_s": timeout_s})
     chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
     network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
-    return _queue(workspace, actor, Run(
-        workspace=workspace, ref=ref or workspace.default_branch, commit=commit,
-        command=command, image=config.sandbox.image, runtime=chosen, limits=limits,
-        network=network,
-        setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
-        if config.setup.command else {},
-        artifact_paths=clean_artifact_paths(config.artifacts),
-        commit_changes=commit_changes, warnings=warnings + why + ignored), env or {},
-        secrets or [])
+    return _queue(
+        workspace,
+        actor,
+        Run(
+            workspace=workspace,
+            ref=ref or workspace.default_branch,
+            commit=commit,
+            command=command,
+            image=config.sandbox.image,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
+            if config.setup.command
+            else {},
+            artifact_paths=clean_artifact_paths(config.artifacts),
+            commit_changes=commit_changes,
+            warnings=warnings + why + ignored,
+        ),
+        env or {},
+        secrets or [],
+    )
 
 
 def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
@@ -86,32 +117,58 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
     missing = sorted(set(run.env_names) - set(env))
     extra = sorted(set(env) - set(run.env_names))
     if missing or extra:
-        raise Invalid("A replay takes the same env names as the run it repeats: give values "
-                      f"for {', '.join(missing) or 'none'}"
-                      + (f" and not {', '.join(extra)}" if extra else "")
-                      + " (Berth keeps no env values once a run ends).",
-                      {"field": "env", "missing": missing, "unexpected": extra},
-                      code="env_values_required")
+        raise Invalid(
+            "A replay takes the same env names as the run it repeats: give values "
+            f"for {', '.join(missing) or 'none'}"
+            + (f" and not {', '.join(extra)}" if extra else "")
+            + " (Berth keeps no env values once a run ends).",
+            {"field": "env", "missing": missing, "unexpected": extra},
+            code="env_values_required",
+        )
     chosen, why = policy_runtime(run.workspace, run.runtime)
     limits, bounded = within_bounds(run.limits)
     # The same entries are asked for, but today's ceiling bounds them: a replay never
     # reaches what the team has since taken away.
     network, ignored = egress_policy.for_run(
         list(run.network.get("requested", run.network.get("egress", []))),
-        run.workspace.team.egress_ceiling)
-    return _queue(run.workspace, actor, Run(
-        workspace=run.workspace, ref=run.ref, commit=run.commit, command=run.command,
-        image=run.image, image_id=run.image_id, runtime=chosen, limits=limits,
-        network=network, artifact_paths=run.artifact_paths,
-        setup={k: run.setup[k] for k in ("command", "cache_key") if k in run.setup},
-        commit_changes=run.commit_changes, rerun_of=run,
-        warnings=[w for w in run.warnings if not w.startswith("[network]")] + bounded + why
-        + ignored),
-        env, list(run.secret_names))
+        run.workspace.team.egress_ceiling,
+    )
+    return _queue(
+        run.workspace,
+        actor,
+        Run(
+            workspace=run.workspace,
+            ref=run.ref,
+            commit=run.commit,
+            command=run.command,
+            image=run.image,
+            image_id=run.image_id,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            artifact_paths=run.artifact_paths,
+            setup={k: run.setup[k] for k in ("command", "cache_key") if k in run.setup},
+            commit_changes=run.commit_changes,
+            rerun_of=run,
+            warnings=[w for w in run.warnings if not w.startswith("[network]")]
+            + bounded
+            + why
+            + ignored,
+        ),
+        env,
+        list(run.secret_names),
+    )
 
 
-def start_service(workspace: Workspace, actor: Actor, commit: str, ref: str, command: str,
-                  purpose: str, image: str | None = None) -> Run:
+def start_service(
+    workspace: Workspace,
+    actor: Actor,
+    commit: str,
+    ref: str,
+    command: str,
+    purpose: str,
+    image: str | None = None,
+) -> Run:
     """A long-lived server for another app (a preview, a release): a run of `purpose`
     with the same contract as any run — image, limits, runtime policy, setup step and
     cache from the commit's workspace.toml — but no wall-clock timeout and no outputs.
@@ -121,16 +178,40 @@ def start_service(workspace: Workspace, actor: Actor, commit: str, ref: str, com
     limits, warnings = effective_limits(config.sandbox, {})
     chosen, why = policy_runtime(workspace, config.sandbox.runtime)
     network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
-    setup = {"command": config.setup.command, "cache_key": list(config.setup.cache_key)} \
-        if config.setup.command and image is None else {}
-    return _queue(workspace, actor, Run(
-        workspace=workspace, purpose=purpose, ref=ref, commit=commit, command=command,
-        image=image or config.sandbox.image, runtime=chosen, limits=limits, network=network,
-        setup=setup, warnings=warnings + why + ignored), {}, [])
+    setup = (
+        {"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
+        if config.setup.command and image is None
+        else {}
+    )
+    return _queue(
+        workspace,
+        actor,
+        Run(
+            workspace=workspace,
+            purpose=purpose,
+            ref=ref,
+            commit=commit,
+            command=command,
+            image=image or config.sandbox.image,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            setup=setup,
+            warnings=warnings + why + ignored,
+        ),
+        {},
+        [],
+    )
 
 
-def start_build(workspace: Workspace, actor: Actor, commit: str, ref: str,
-                output_image: str, labels: dict[str, str] | None = None) -> Run:
+def start_build(
+    workspace: Workspace,
+    actor: Actor,
+    commit: str,
+    ref: str,
+    output_image: str,
+    labels: dict[str, str] | None = None,
+) -> Run:
     """A release build: `[setup]` then `[deploy] build` of the commit, run in /app of a
     writable root layer (no volumes: a commit of the container keeps only that layer),
     with the workspace's limits, runtime policy and egress. When it succeeds the agent
@@ -140,19 +221,34 @@ def start_build(workspace: Workspace, actor: Actor, commit: str, ref: str,
     chosen, why = policy_runtime(workspace, config.sandbox.runtime)
     network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
     steps = [c for c in (config.setup.command, config.deploy.build) if c.strip()]
-    return _queue(workspace, actor, Run(
-        workspace=workspace, purpose="build", ref=ref, commit=commit,
-        command=" && ".join(f"({c})" for c in steps) or "true", image=config.sandbox.image,
-        runtime=chosen, limits=limits, network=network, output_image=output_image,
-        output_labels=labels or {},
-        warnings=warnings + why + ignored), {}, [])
+    return _queue(
+        workspace,
+        actor,
+        Run(
+            workspace=workspace,
+            purpose="build",
+            ref=ref,
+            commit=commit,
+            command=" && ".join(f"({c})" for c in steps) or "true",
+            image=config.sandbox.image,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            output_image=output_image,
+            output_labels=labels or {},
+            warnings=warnings + why + ignored,
+        ),
+        {},
+        [],
+    )
 
 
 def stop_service(run: Run, reason: str, who: str) -> None:
     """Ask for a service run's end: queued or preparing ones end at once, running ones
     are signalled by the agent (SIGTERM, then SIGKILL after the grace period)."""
     Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
-        stop_reason=reason, stop_requested_by=who)
+        stop_reason=reason, stop_requested_by=who
+    )
     run.refresh_from_db()
     if run.state in (RunState.QUEUED, RunState.PREPARING):
         state, message = describe(reason, who=who)
@@ -169,13 +265,18 @@ def commit_run_changes(run: Run, actor: Actor) -> str:
     if run.is_active:
         raise Conflict("The run is still going; its changes are known once it ends.")
     if run.changes_commit:
-        raise Conflict(f"Already committed as {run.changes_commit[:12]} on "
-                       f"{run.changes_branch}.", {"sha": run.changes_commit},
-                       code="already_committed")
+        raise Conflict(
+            f"Already committed as {run.changes_commit[:12]} on {run.changes_branch}.",
+            {"sha": run.changes_commit},
+            code="already_committed",
+        )
     tree = (run.changes or {}).get("tree")
     if not tree:
-        raise Conflict("This run changed no files (or its changes were not read back), so "
-                       "there is nothing to commit.", code="no_changes")
+        raise Conflict(
+            "This run changed no files (or its changes were not read back), so "
+            "there is nothing to commit.",
+            code="no_changes",
+        )
     with open_store(run.workspace) as store:
         sha = commit_tree(store, run, tree.encode(), actor)
     Run.objects.filter(pk=run.pk).update(changes_commit=sha)
@@ -193,15 +294,20 @@ def _require_ref_writer(actor: Actor) -> None:
         raise MissingScope(
             "Committing a run's changes writes the branch runs/<id>, which needs the "
             "`workspace:write` scope; ask without commit_changes, or use a token that has "
-            "it.", e.details) from None
+            "it.",
+            e.details,
+        ) from None
 
 
 def _only_runs(run: Run) -> None:
     """A preview's, a release's or a build's process is its owner's to stop or repeat."""
     if run.purpose != "run":
         owner = "deploy" if run.purpose == "build" else run.purpose
-        raise Conflict(f"This is the process of a {owner}; stop or restart the {owner} "
-                       "instead.", {"purpose": run.purpose}, code="not_a_run")
+        raise Conflict(
+            f"This is the process of a {owner}; stop or restart the {owner} instead.",
+            {"purpose": run.purpose},
+            code="not_a_run",
+        )
 
 
 def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
@@ -211,46 +317,58 @@ def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
         raise Invalid('runtime must be "runc" or "gvisor".', {"field": "runtime"})
     if asked == "runc" and workspace.requires_gvisor:
         whose = "this workspace" if workspace.require_gvisor else f"team {workspace.team.slug}"
-        return "gvisor", [f"runc was asked for, but {whose} requires gVisor, so gvisor "
-                          "applies."]
+        return "gvisor", [f"runc was asked for, but {whose} requires gVisor, so gvisor applies."]
     return asked, []
 
 
-def _check_grants(workspace: Workspace, actor: Actor, names: list[str],
-                  env: dict[str, str]) -> list[str]:
+def _check_grants(
+    workspace: Workspace, actor: Actor, names: list[str], env: dict[str, str]
+) -> list[str]:
     names = sorted(set(names))
     if not names:
         return []
-    known = set(Secret.objects.filter(workspace=workspace, name__in=names)
-                .values_list("name", flat=True))
+    known = set(
+        Secret.objects.filter(workspace=workspace, name__in=names).values_list("name", flat=True)
+    )
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise Invalid(f"No secret {', '.join(unknown)} in this workspace; an admin sets "
-                      "secrets on the workspace's secrets page.",
-                      {"field": "secrets", "unknown": unknown}, code="unknown_secret")
+        raise Invalid(
+            f"No secret {', '.join(unknown)} in this workspace; an admin sets "
+            "secrets on the workspace's secrets page.",
+            {"field": "secrets", "unknown": unknown},
+            code="unknown_secret",
+        )
     if actor.token is not None:
         refused = [n for n in names if n not in (actor.token.secret_names or [])]
         if refused:
-            raise Forbidden(f"This token may not grant {', '.join(refused)} to runs; ask an "
-                            "admin for a token whose secret list includes "
-                            f"{'it' if len(refused) == 1 else 'them'}.",
-                            {"secrets": refused}, code="secret_not_granted")
+            raise Forbidden(
+                f"This token may not grant {', '.join(refused)} to runs; ask an "
+                "admin for a token whose secret list includes "
+                f"{'it' if len(refused) == 1 else 'them'}.",
+                {"secrets": refused},
+                code="secret_not_granted",
+            )
     clash = sorted(set(names) & set(env))
     if clash:
-        raise Invalid(f"{', '.join(clash)} is given both as env and as a secret; pick one.",
-                      {"field": "env"})
+        raise Invalid(
+            f"{', '.join(clash)} is given both as env and as a secret; pick one.", {"field": "env"}
+        )
     return names
 
 
-def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
-           secret_names: list[str]) -> Run:
+def _queue(
+    workspace: Workspace, actor: Actor, run: Run, env: dict[str, str], secret_names: list[str]
+) -> Run:
     from runner import quotas
     from runner.tasks import send_prepare
 
     for name in env:
         if not ENV_NAME.match(name) or name in RESERVED_ENV:
-            raise Invalid(f"{name!r} cannot be set: use letters, digits and _ (not "
-                          f"{', '.join(sorted(RESERVED_ENV))}).", {"field": "env"})
+            raise Invalid(
+                f"{name!r} cannot be set: use letters, digits and _ (not "
+                f"{', '.join(sorted(RESERVED_ENV))}).",
+                {"field": "env"},
+            )
     run.secret_names = _check_grants(workspace, actor, secret_names, env)
     run.env_names = sorted(env)
     # Sealed, not plain: the values wait with the run for admission and are cleared at
@@ -270,11 +388,19 @@ def _queue(workspace: Workspace, actor: Actor, run: Run, env: dict[str, str],
                 run.admitted_at = timezone.now()
         run.save()
         pin_commit(workspace, run.commit)
-        record(workspace.team, actor, "run.rerun" if run.rerun_of_id else "run.started",
-               f"run:{run.public_id}", workspace.slug, command=run.command[:200],
-               commit=run.commit, runtime=run.runtime, secrets=run.secret_names,
-               **({"purpose": run.purpose} if run.purpose != "run" else {}),
-               **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}))
+        record(
+            workspace.team,
+            actor,
+            "run.rerun" if run.rerun_of_id else "run.started",
+            f"run:{run.public_id}",
+            workspace.slug,
+            command=run.command[:200],
+            commit=run.commit,
+            runtime=run.runtime,
+            secrets=run.secret_names,
+            **({"purpose": run.purpose} if run.purpose != "run" else {}),
+            **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}),
+        )
         if run.admitted_at is not None:
             # Sent the moment this commits; if the broker is down, the run is accepted
             # all the same and the agent sends it later (runner.tasks.send_prepare).
@@ -295,12 +421,14 @@ def cancel_run(run: Run, actor: Actor) -> Run:
     state, message = describe("cancelled_by_user", who=actor.label)
     with transaction.atomic():
         Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
-            stop_reason="cancelled_by_user", stop_requested_by=actor.label)
+            stop_reason="cancelled_by_user", stop_requested_by=actor.label
+        )
         run.refresh_from_db()
         if run.state in (RunState.QUEUED, RunState.PREPARING):
             run.finish(state, "cancelled_by_user", message)
-        record(run.workspace.team, actor, "run.cancelled", f"run:{run.public_id}",
-               run.workspace.slug)
+        record(
+            run.workspace.team, actor, "run.cancelled", f"run:{run.public_id}", run.workspace.slug
+        )
     return run
 
 
@@ -312,31 +440,64 @@ def run_summary(run: Run) -> dict[str, Any]:
         return value.isoformat() if value else None
 
     return {
-        "id": run.public_id, "workspace": run.workspace.slug, "ref": run.ref,
-        "commit": run.commit, "command": run.command, "state": run.state,
-        "reason": run.reason or None, "message": run.message or None,
-        "exit_code": run.exit_code, "image": run.image, "image_id": run.image_id or None,
-        "runtime": run.runtime, "limits": run.limits, "network": run.network,
-        "env": run.env_names, "isolation": run.isolation, "warnings": run.warnings,
-        "requested_by": {"user": run.requested_by.username if run.requested_by else None,
-                         "token": run.token.name if run.token else None},
+        "id": run.public_id,
+        "workspace": run.workspace.slug,
+        "ref": run.ref,
+        "commit": run.commit,
+        "command": run.command,
+        "state": run.state,
+        "reason": run.reason or None,
+        "message": run.message or None,
+        "exit_code": run.exit_code,
+        "image": run.image,
+        "image_id": run.image_id or None,
+        "runtime": run.runtime,
+        "limits": run.limits,
+        "network": run.network,
+        "env": run.env_names,
+        "isolation": run.isolation,
+        "warnings": run.warnings,
+        "requested_by": {
+            "user": run.requested_by.username if run.requested_by else None,
+            "token": run.token.name if run.token else None,
+        },
         "queue": quotas.queue_position(run),
         "cpu_seconds": round(run.cpu_seconds, 2),
-        "timings": {k: iso(getattr(run, k)) for k in (
-            "queued_at", "admitted_at", "started_at", "hydrated_at", "setup_done_at",
-            "process_started_at", "ready_at", "finished_at")},
-        "log": {"entries": run.log_entries, "bytes": run.log_bytes,
-                "expired": run.outputs_expired_at is not None},
+        "timings": {
+            k: iso(getattr(run, k))
+            for k in (
+                "queued_at",
+                "admitted_at",
+                "started_at",
+                "hydrated_at",
+                "setup_done_at",
+                "process_started_at",
+                "ready_at",
+                "finished_at",
+            )
+        },
+        "log": {
+            "entries": run.log_entries,
+            "bytes": run.log_bytes,
+            "expired": run.outputs_expired_at is not None,
+        },
         "log_url": f"/api/v1/runs/{run.public_id}/logs",
         "egress": egress_summary(run),
         "secrets": run.secret_names,
         "setup": _setup_summary(run),
-        "artifacts": [{**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}
-                      for a in run.artifacts] if not run.outputs_expired_at else [],
+        "artifacts": [
+            {**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}
+            for a in run.artifacts
+        ]
+        if not run.outputs_expired_at
+        else [],
         "artifacts_refused": run.artifacts_refused,
         "changes": run.changes,
-        "changes_commit": ({"sha": run.changes_commit, "branch": run.changes_branch}
-                           if run.changes_commit else None),
+        "changes_commit": (
+            {"sha": run.changes_commit, "branch": run.changes_branch}
+            if run.changes_commit
+            else None
+        ),
         "commit_changes": run.commit_changes,
         "rerun_of": run.rerun_of.public_id if run.rerun_of else None,
         "outputs_expired_at": iso(run.outputs_expired_at),
@@ -351,9 +512,12 @@ def egress_summary(run: Run, events: int = 0) -> dict[str, Any] | None:
         return None
     summary: dict[str, Any] = {
         "offered_at": run.egress_offered_at.isoformat() if run.egress_offered_at else None,
-        "connections": run.egress_connections, "denied": run.egress_denied,
-        "bytes_up": run.egress_bytes_up, "bytes_down": run.egress_bytes_down,
-        "events_url": f"/api/v1/runs/{run.public_id}/egress"}
+        "connections": run.egress_connections,
+        "denied": run.egress_denied,
+        "bytes_up": run.egress_bytes_up,
+        "bytes_down": run.egress_bytes_down,
+        "events_url": f"/api/v1/runs/{run.public_id}/egress",
+    }
     if events:
         summary["events"] = [e.as_dict() for e in run.egress_events.all()[:events]]
     return summary
@@ -363,9 +527,15 @@ def _setup_summary(run: Run) -> dict[str, Any] | None:
     if not run.setup.get("command"):
         return None
     hit = run.setup.get("hit")
-    return {"command": run.setup["command"], "cache_key": run.setup.get("cache_key", []),
-            "key": run.setup.get("key"), "cache": run.setup.get("cache"),
-            "skipped": hit is True,
-            "status": {True: "skipped: the dependency cache had this key",
-                       False: "ran: no cache had this key yet",
-                       None: "not decided yet"}[hit]}
+    return {
+        "command": run.setup["command"],
+        "cache_key": run.setup.get("cache_key", []),
+        "key": run.setup.get("key"),
+        "cache": run.setup.get("cache"),
+        "skipped": hit is True,
+        "status": {
+            True: "skipped: the dependency cache had this key",
+            False: "ran: no cache had this key yet",
+            None: "not decided yet",
+        }[hit],
+    }

@@ -59,30 +59,37 @@ class Listed(NamedTuple):
 def _listed() -> list[Listed]:
     """This instance's run containers, from the engine's list alone: the SDK's list
     inspects each one after, and fails when a container goes between the two."""
-    return [Listed(c["Names"][0].lstrip("/"), c.get("Labels") or {}, c.get("State", ""))
-            for c in engine().api.containers(all=True, filters={"label": _label_filters()})]
+    return [
+        Listed(c["Names"][0].lstrip("/"), c.get("Labels") or {}, c.get("State", ""))
+        for c in engine().api.containers(all=True, filters={"label": _label_filters()})
+    ]
 
 
 def _db(fn: Any) -> Any:
     """Run ORM code on a worker thread and close stale connections after it."""
+
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         finally:
             close_old_connections()
+
     return sync_to_async(call, thread_sensitive=True)
 
 
 def _thread(fn: Any) -> Any:
     """Like _db, but on a thread of its own: for work that also waits on the engine
     (reading a run's files back), which must not hold up every other run's ORM calls."""
+
     async def call(*args: Any, **kwargs: Any) -> Any:
         def body() -> Any:
             try:
                 return fn(*args, **kwargs)
             finally:
                 close_old_connections()
+
         return await asyncio.to_thread(body)
+
     return call
 
 
@@ -112,32 +119,33 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         self.loop = asyncio.get_running_loop()
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        threading.Thread(target=self._watch_events, args=(events, stop), daemon=True,
-                         name="docker-events").start()
+        threading.Thread(
+            target=self._watch_events, args=(events, stop), daemon=True, name="docker-events"
+        ).start()
         log.info("runner agent started (instance %s)", settings.BERTH_INSTANCE)
         await self._safely(self.reconcile)
         from previews.watch import Watcher
 
         watcher = Watcher()
-        tasks = [asyncio.create_task(self._consume(events)),
-                 asyncio.create_task(self._every(TICK_S, self.tick, stop)),
-                 asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop,
-                                                 self.previews_due)),
-                 asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop)),
-                 asyncio.create_task(self._every(UNDELIVERED_EVERY_S, self.send_undelivered,
-                                                 stop)),
-                 # Its own job: a slow count never delays the tick's timeouts.
-                 asyncio.create_task(self._every(ROUND_S, self.disk.round, stop)),
-                 asyncio.create_task(self._every(settings.RUN_CPU_SAMPLE_S, self.sample_cpu,
-                                                 stop))]
+        tasks = [
+            asyncio.create_task(self._consume(events)),
+            asyncio.create_task(self._every(TICK_S, self.tick, stop)),
+            asyncio.create_task(self._every(watcher.TICK_S, watcher.tick, stop, self.previews_due)),
+            asyncio.create_task(self._every(RECONCILE_EVERY_S, self.reconcile, stop)),
+            asyncio.create_task(self._every(UNDELIVERED_EVERY_S, self.send_undelivered, stop)),
+            # Its own job: a slow count never delays the tick's timeouts.
+            asyncio.create_task(self._every(ROUND_S, self.disk.round, stop)),
+            asyncio.create_task(self._every(settings.RUN_CPU_SAMPLE_S, self.sample_cpu, stop)),
+        ]
         await stop.wait()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.egress.close()
 
-    async def _every(self, seconds: float, job: Any, stop: asyncio.Event,
-                     woken: asyncio.Event | None = None) -> None:
+    async def _every(
+        self, seconds: float, job: Any, stop: asyncio.Event, woken: asyncio.Event | None = None
+    ) -> None:
         """`job` every `seconds`, or at once when `woken` is set."""
         while not stop.is_set():
             if woken is None:
@@ -160,8 +168,7 @@ class Agent:
         """Blocking reader of Docker events, on its own thread; reconnects with backoff
         (and asks for a reconcile, since events may have been missed meanwhile)."""
         assert self.loop is not None
-        filters = {"type": "container", "label": _label_filters(),
-                   "event": ["start", "oom", "die"]}
+        filters = {"type": "container", "label": _label_filters(), "event": ["start", "oom", "die"]}
         delay = 0.5
         while not stop.is_set():
             try:
@@ -188,18 +195,21 @@ class Agent:
                 elif status == "start" and owner and name:
                     self.previews_due.set()
                     # First: the sandbox's command waits for its egress proxy.
-                    self._spawn(self._safely(
-                        lambda o=owner, n=name, p=phase: self.egress.offer(o, n, p)))
+                    self._spawn(
+                        self._safely(lambda o=owner, n=name, p=phase: self.egress.offer(o, n, p))
+                    )
                     self.follow(owner, name)
                 elif status == "oom" and name:
                     self.oom_seen.add(name)  # sent before the container's die, if at all
                 elif status == "die" and owner and name:
-                    self._spawn(self._safely(
-                        lambda o=owner, n=name: self.egress.withdraw(o, n)))
+                    self._spawn(self._safely(lambda o=owner, n=name: self.egress.withdraw(o, n)))
                     self.follow(owner, name)  # drain what the engine kept, if not yet
                     facts = self._facts_of_die(name, attrs)
-                    self._spawn(self._safely(
-                        lambda o=owner, n=name, p=phase, f=facts: self.finalize(o, n, p, f)))
+                    self._spawn(
+                        self._safely(
+                            lambda o=owner, n=name, p=phase, f=facts: self.finalize(o, n, p, f)
+                        )
+                    )
             except Exception:
                 log.exception("handling %s of %s failed", status, name)
 
@@ -223,11 +233,11 @@ class Agent:
         code = attrs.get("exitCode", "")
         if not code.isdigit() or int(code) == EXIT_SIGKILL:
             return None
-        return {"running": False, "exit_code": int(code), "oom_killed": oom,
-                "status": "exited"}
+        return {"running": False, "exit_code": int(code), "oom_killed": oom, "status": "exited"}
 
-    async def finalize(self, run_id: str, container: str, phase: str = "main",
-                       facts: dict[str, Any] | None = None) -> None:
+    async def finalize(
+        self, run_id: str, container: str, phase: str = "main", facts: dict[str, Any] | None = None
+    ) -> None:
         """After an exit: wait for the whole log, then either go on to the command
         (a setup step that succeeded) or write the end and remove the sandbox.
         `facts`: the exit code and OOM flag as the die event told them; else the
@@ -259,9 +269,12 @@ class Agent:
             else:
                 if phase != "setup":
                     await _thread(ending.end_run)(
-                        run_id, facts, follower.bytes if follower else None,
+                        run_id,
+                        facts,
+                        follower.bytes if follower else None,
                         outputs=await outputs if outputs is not None else None,
-                        disk_note=note)
+                        disk_note=note,
+                    )
                 run = await _db(lambda: Run.objects.filter(public_id=run_id).first())()
                 if run is not None:
                     await _thread(sandbox.remove_run)(run)
@@ -292,24 +305,30 @@ class Agent:
         clock = run.hydrated_at or run.process_started_at
         target = run.setup_container_name if run.phase == "setup" else run.container_name
         # A service (a preview's server) runs until stopped: its owner ends it.
-        if not run.stop_reason and clock and not run.is_service and \
-                now > clock + timedelta(seconds=run.timeout_s):
+        if (
+            not run.stop_reason
+            and clock
+            and not run.is_service
+            and now > clock + timedelta(seconds=run.timeout_s)
+        ):
             await _db(self._request_stop)(run, "timeout")
         if run.stop_reason and run.stop_signalled_at is None:
             await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGTERM")
-            await _db(lambda r=run: Run.objects.filter(pk=r.pk).update(
-                stop_signalled_at=timezone.now()))()
-        elif run.stop_signalled_at and \
-                now > run.stop_signalled_at + timedelta(seconds=settings.RUN_STOP_GRACE_S):
+            await _db(
+                lambda r=run: Run.objects.filter(pk=r.pk).update(stop_signalled_at=timezone.now())
+            )()
+        elif run.stop_signalled_at and now > run.stop_signalled_at + timedelta(
+            seconds=settings.RUN_STOP_GRACE_S
+        ):
             await asyncio.to_thread(sandbox.signal_sandbox, target, "SIGKILL")
 
     async def sample_cpu(self) -> None:
         """The team's CPU budget counts what each container used (runner.quotas); its
         own job, so a slow engine answer never holds up timeouts and stops."""
-        running = await _db(lambda: list(Run.objects.filter(
-            state=RunState.RUNNING).select_related("workspace")))()
-        await asyncio.gather(*(self._sample_cpu(run) for run in running),
-                             return_exceptions=True)
+        running = await _db(
+            lambda: list(Run.objects.filter(state=RunState.RUNNING).select_related("workspace"))
+        )()
+        await asyncio.gather(*(self._sample_cpu(run) for run in running), return_exceptions=True)
 
     async def _sample_cpu(self, run: Run) -> None:
         phase = run.phase or "main"
@@ -322,7 +341,8 @@ class Agent:
 
         def record() -> None:
             Run.objects.filter(pk=run.pk).update(
-                cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3))
+                cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3)
+            )
             TeamCpuDay.add(run.workspace.team_id, grew)
 
         await _db(record)()
@@ -350,8 +370,9 @@ class Agent:
         by_owner: dict[str, list[Listed]] = {}
         for c in containers:
             by_owner.setdefault(c.labels.get("berth.owner", ""), []).append(c)
-        runs = await _db(lambda: {r.public_id: r for r in Run.objects.filter(
-            public_id__in=list(by_owner))})()
+        runs = await _db(
+            lambda: {r.public_id: r for r in Run.objects.filter(public_id__in=list(by_owner))}
+        )()
         for owner, group in by_owner.items():
             run = runs.get(owner)
             for container in group:
@@ -362,23 +383,31 @@ class Agent:
                     self.follow(owner, container.name)
                     # After an agent restart: the old listener died with the old agent.
                     phase = container.labels.get("berth.phase", "main")
-                    self._spawn(self._safely(lambda o=owner, n=container.name, p=phase:
-                                             self.egress.offer(o, n, p)))
+                    self._spawn(
+                        self._safely(
+                            lambda o=owner, n=container.name, p=phase: self.egress.offer(o, n, p)
+                        )
+                    )
                 elif container.status in ("exited", "dead"):
                     self.follow(owner, container.name)
                     phase = container.labels.get("berth.phase", "main")
-                    self._spawn(self._safely(lambda o=owner, n=container.name, p=phase:
-                                             self.finalize(o, n, p)))
+                    self._spawn(
+                        self._safely(
+                            lambda o=owner, n=container.name, p=phase: self.finalize(o, n, p)
+                        )
+                    )
         # A container never started does not carry its run: the worker that made it died
         # before starting it, and the run is sent again once stale (which replaces it).
-        started = {owner for owner, group in by_owner.items()
-                   if any(c.status != "created" for c in group)}
+        started = {
+            owner for owner, group in by_owner.items() if any(c.status != "created" for c in group)
+        }
         stale = await _db(self._lost_runs)(started)
         if stale:
             from runner import tasks
 
-            await _thread(tasks.send_again)(stale, f"no worker carried them on within "
-                                                   f"{STALE_PREPARING.seconds} s")
+            await _thread(tasks.send_again)(
+                stale, f"no worker carried them on within {STALE_PREPARING.seconds} s"
+            )
         await self._reconcile_stray_volumes()
         from deploys.actions import restore_all
 
@@ -394,14 +423,22 @@ class Agent:
         now = timezone.now()
         stale = []
         for run in Run.objects.filter(state__in=ACTIVE_STATES).exclude(
-                public_id__in=with_container):
-            if run.state == RunState.RUNNING and run.process_started_at and \
-                    now - run.process_started_at > RUNNING_GRACE:
+            public_id__in=with_container
+        ):
+            if (
+                run.state == RunState.RUNNING
+                and run.process_started_at
+                and now - run.process_started_at > RUNNING_GRACE
+            ):
                 state, message = describe("worker_lost")
                 run.finish(state, "worker_lost", message)
-            elif run.state in (RunState.QUEUED, RunState.PREPARING) and run.admitted_at and \
-                    now - max(t for t in (run.admitted_at, run.started_at,
-                                          run.prepare_sent_at) if t) > STALE_PREPARING:
+            elif (
+                run.state in (RunState.QUEUED, RunState.PREPARING)
+                and run.admitted_at
+                and now
+                - max(t for t in (run.admitted_at, run.started_at, run.prepare_sent_at) if t)
+                > STALE_PREPARING
+            ):
                 # Its env values wait sealed on the run, so a lost message costs nothing.
                 stale.append(run.pk)
         # A safety net: an end whose admission step never ran (its process died).
@@ -410,25 +447,31 @@ class Agent:
 
     async def _reconcile_stray_volumes(self) -> None:
         volumes = await asyncio.to_thread(
-            lambda: engine().volumes.list(filters={"label": _label_filters()}))
+            lambda: engine().volumes.list(filters={"label": _label_filters()})
+        )
         owners = {v.name: (v.attrs.get("Labels") or {}).get("berth.owner") for v in volumes}
         containers = {c.name for c in await asyncio.to_thread(_listed)}
         for name in set(owners) - containers:
             # By label: a setup step's /workspace is named after its container ("-setup").
             owner = owners[name] or name.rsplit("-", 1)[-1]
-            active = await _db(lambda o=owner: Run.objects.filter(
-                public_id=o, state__in=ACTIVE_STATES).exists())()
+            active = await _db(
+                lambda o=owner: Run.objects.filter(public_id=o, state__in=ACTIVE_STATES).exists()
+            )()
             if not active:
                 await asyncio.to_thread(sandbox.remove_sandbox, name)
         # /deps volumes a setup step filled that did not become a cache (it failed, or
         # a concurrent run of the same key won) and whose run has ended.
-        deps = await asyncio.to_thread(lambda: engine().volumes.list(filters={
-            "label": _label_filters("deps")}))
+        deps = await asyncio.to_thread(
+            lambda: engine().volumes.list(filters={"label": _label_filters("deps")})
+        )
         for volume in deps:
             owner = (volume.attrs.get("Labels") or {}).get("berth.owner", "")
-            keep = await _db(lambda v=volume.name, o=owner: DepCache.objects.filter(
-                volume=v).exists() or Run.objects.filter(
-                public_id=o, state__in=ACTIVE_STATES).exists())()
+            keep = await _db(
+                lambda v=volume.name, o=owner: (
+                    DepCache.objects.filter(volume=v).exists()
+                    or Run.objects.filter(public_id=o, state__in=ACTIVE_STATES).exists()
+                )
+            )()
             if not keep:
                 await asyncio.to_thread(caches.remove_volume, volume.name)
 

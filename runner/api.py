@@ -41,13 +41,24 @@ class RerunIn(Schema):
     env: dict[str, str] = Field(default_factory=dict, max_length=100)
 
 
-@router.post("/workspaces/{slug}/runs", response={202: dict[str, Any]},
-             summary="Run a command against a commit of the workspace")
+@router.post(
+    "/workspaces/{slug}/runs",
+    response={202: dict[str, Any]},
+    summary="Run a command against a commit of the workspace",
+)
 def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:
     workspace = workspace_for(request, slug, "run")
-    run = actions.start_run(workspace, actor_of(request), body.command, body.ref,
-                            body.timeout_s, body.env, body.runtime, body.secrets,
-                            body.commit_changes)
+    run = actions.start_run(
+        workspace,
+        actor_of(request),
+        body.command,
+        body.ref,
+        body.timeout_s,
+        body.env,
+        body.runtime,
+        body.secrets,
+        body.commit_changes,
+    )
     return Status(202, actions.run_summary(run))
 
 
@@ -55,7 +66,8 @@ def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:
 def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str, Any]]:
     workspace = workspace_for(request, slug, "run")
     runs = Run.objects.filter(workspace=workspace, purpose="run").select_related(
-        "workspace", "requested_by", "token", "rerun_of")[: max(1, min(limit, 200))]
+        "workspace", "requested_by", "token", "rerun_of"
+    )[: max(1, min(limit, 200))]
     actor = actor_of(request)
     return [actions.run_summary(r) for r in runs if may_see_outputs(actor, r)]
 
@@ -67,22 +79,29 @@ def usage(request: HttpRequest) -> dict[str, Any]:
     return quotas.usage(token.team)
 
 
-@router.get("/runs/{run_id}", summary="One run: inputs, state, outcome, timings; with "
-            "?wait=N, first waits up to N seconds (max 120) for it to end")
-async def get_run(request: HttpRequest, run_id: str,
-                  wait: int = Query(0, ge=0, le=MAX_WAIT_S)) -> dict[str, Any]:
+@router.get(
+    "/runs/{run_id}",
+    summary="One run: inputs, state, outcome, timings; with "
+    "?wait=N, first waits up to N seconds (max 120) for it to end",
+)
+async def get_run(
+    request: HttpRequest, run_id: str, wait: int = Query(0, ge=0, le=MAX_WAIT_S)
+) -> dict[str, Any]:
     # Async so that a client's wait (instead of polling) holds no thread of Django's.
     actor = actor_of(request)
 
     def summary(waited: Run | None = None) -> dict[str, Any]:
         # Read again after a wait, in one query (with what access_run selected).
-        run = access_run(actor, run_id) if waited is None else \
-            Run.objects.select_related("workspace__team", "requested_by", "token").filter(
-                pk=waited.pk).first()
+        run = (
+            access_run(actor, run_id)
+            if waited is None
+            else Run.objects.select_related("workspace__team", "requested_by", "token")
+            .filter(pk=waited.pk)
+            .first()
+        )
         if run is None:  # its workspace was deleted while we waited
             raise NotFound("No such run.")
-        return {**actions.run_summary(run),
-                "egress": actions.egress_summary(run, EVENTS_SHOWN)}
+        return {**actions.run_summary(run), "egress": actions.egress_summary(run, EVENTS_SHOWN)}
 
     # In the request's thread, on the connection its authentication opened. Through a
     # wait that connection is kept only where threads keep theirs (DB_CONN_MAX_AGE):
@@ -95,8 +114,10 @@ async def get_run(request: HttpRequest, run_id: str,
     return await sync_to_async(summary)(run)
 
 
-@router.post("/runs/{run_id}/commit-changes",
-             summary="Commit what a finished run changed, on the branch runs/<id>")
+@router.post(
+    "/runs/{run_id}/commit-changes",
+    summary="Commit what a finished run changed, on the branch runs/<id>",
+)
 def commit_changes(request: HttpRequest, run_id: str) -> dict[str, Any]:
     actor = actor_of(request)
     run = access_run(actor, run_id)
@@ -107,8 +128,11 @@ def commit_changes(request: HttpRequest, run_id: str) -> dict[str, Any]:
 @router.get("/runs/{run_id}/egress", summary="Every connection the run's sandbox tried")
 def egress_events(request: HttpRequest, run_id: str) -> dict[str, Any]:
     run = access_run(actor_of(request), run_id)
-    return {"policy": run.network, "summary": actions.egress_summary(run),
-            "events": [e.as_dict() for e in run.egress_events.all()]}
+    return {
+        "policy": run.network,
+        "summary": actions.egress_summary(run),
+        "events": [e.as_dict() for e in run.egress_events.all()],
+    }
 
 
 @router.post("/runs/{run_id}/cancel", response={202: dict[str, Any]}, summary="Cancel a run")
@@ -118,8 +142,11 @@ def cancel_run(request: HttpRequest, run_id: str) -> Status:
     return Status(202, actions.run_summary(run))
 
 
-@router.post("/runs/{run_id}/rerun", response={202: dict[str, Any]},
-             summary="Run again from exactly the recorded inputs")
+@router.post(
+    "/runs/{run_id}/rerun",
+    response={202: dict[str, Any]},
+    summary="Run again from exactly the recorded inputs",
+)
 def rerun(request: HttpRequest, run_id: str, body: RerunIn | None = None) -> Status:
     actor = actor_of(request)
     run = actions.rerun(access_run(actor, run_id), actor, body.env if body else {})
@@ -129,14 +156,21 @@ def rerun(request: HttpRequest, run_id: str, body: RerunIn | None = None) -> Sta
 @router.get("/runs/{run_id}/artifacts", summary="The files a run kept ([artifacts] paths)")
 def list_artifacts(request: HttpRequest, run_id: str) -> dict[str, Any]:
     summary = actions.run_summary(access_run(actor_of(request), run_id))
-    return {"artifacts": summary["artifacts"], "refused": summary["artifacts_refused"],
-            "expired_at": summary["outputs_expired_at"]}
+    return {
+        "artifacts": summary["artifacts"],
+        "refused": summary["artifacts_refused"],
+        "expired_at": summary["outputs_expired_at"],
+    }
 
 
-@router.get("/runs/{run_id}/artifacts/{path:path}", summary="Download one artifact",
-            response={200: None})
+@router.get(
+    "/runs/{run_id}/artifacts/{path:path}", summary="Download one artifact", response={200: None}
+)
 def get_artifact(request: HttpRequest, run_id: str, path: str) -> FileResponse:
     run = access_run(actor_of(request), run_id)
-    return FileResponse(open_artifact(run, path), as_attachment=True,
-                        filename=path.rsplit("/", 1)[-1],
-                        content_type="application/octet-stream")
+    return FileResponse(
+        open_artifact(run, path),
+        as_attachment=True,
+        filename=path.rsplit("/", 1)[-1],
+        content_type="application/octet-stream",
+    )

@@ -19,19 +19,25 @@ from workspaces.views import clone_url, error_page, urls_of, workspace_page
 
 
 @workspace_page
-def caches_page(request: HttpRequest, membership: Membership, workspace: Workspace
-                ) -> HttpResponse:
+def caches_page(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     rows = caches_of(workspace)
-    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-           "tab": "settings", "clone_url": clone_url(request, workspace),
-           "rows": [{"cache": c, "in_use": used} for c, used in rows], **totals(rows)}
+    ctx = {
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "settings",
+        "clone_url": clone_url(request, workspace),
+        "rows": [{"cache": c, "in_use": used} for c, used in rows],
+        **totals(rows),
+    }
     return render(request, "runner/caches.html", ctx)
 
 
 @require_POST
 @workspace_page
-def drop(request: HttpRequest, membership: Membership, workspace: Workspace,
-         cache_id: str) -> HttpResponse:
+def drop(
+    request: HttpRequest, membership: Membership, workspace: Workspace, cache_id: str
+) -> HttpResponse:
     actor = Actor(membership.user)
     try:
         require_team_admin(actor, workspace.team)
@@ -42,6 +48,8 @@ def drop(request: HttpRequest, membership: Membership, workspace: Workspace,
     except BerthError as e:
         return error_page(request, membership, e)
     else:
-        messages.success(request, f"Dropped cache {cache.key[:12]}; the next run with "
-                                  "that key runs [setup] again.")
+        messages.success(
+            request,
+            f"Dropped cache {cache.key[:12]}; the next run with that key runs [setup] again.",
+        )
     return redirect("workspace-caches", team=workspace.team.slug, slug=workspace.slug)

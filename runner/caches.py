@@ -50,9 +50,12 @@ def cache_key(run: Run, image_id: str) -> str:
     with open_store(run.workspace) as store:
         present = {path: [path, mode, sha.decode()] for path, mode, sha in key_entries(store, run)}
     parts: list[object] = [
-        image_id, run.setup.get("command", ""),
+        image_id,
+        run.setup.get("command", ""),
         [present.get(path, [path, None]) for path in run.setup.get("cache_key", [])],
-        run.runtime, sorted(run.network.get("egress") or [])]
+        run.runtime,
+        sorted(run.network.get("egress") or []),
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -81,9 +84,15 @@ def keep_filled(run: Run, size_bytes: int) -> DepCache:
     a concurrent run of the same key got there first (then this volume goes at the end
     of the run, and later runs use the winner's)."""
     cache, _ = DepCache.objects.get_or_create(
-        workspace_id=run.workspace_id, key=run.setup["key"],
-        defaults={"image_id": run.image_id, "volume": run.deps_volume_name,
-                  "size_bytes": size_bytes, "built_by": run})
+        workspace_id=run.workspace_id,
+        key=run.setup["key"],
+        defaults={
+            "image_id": run.image_id,
+            "volume": run.deps_volume_name,
+            "size_bytes": size_bytes,
+            "built_by": run,
+        },
+    )
     return cache
 
 
@@ -92,8 +101,10 @@ def is_cache(volume: str) -> bool:
 
 
 def in_use(volume: str) -> bool:
-    return any(r.setup.get("volume") == volume
-               for r in Run.objects.filter(state__in=ACTIVE_STATES).exclude(setup={}))
+    return any(
+        r.setup.get("volume") == volume
+        for r in Run.objects.filter(state__in=ACTIVE_STATES).exclude(setup={})
+    )
 
 
 def remove_volume(name: str) -> bool:
@@ -111,11 +122,20 @@ def remove_volume(name: str) -> bool:
 def drop_cache(cache: DepCache, actor: Actor) -> None:
     """An admin drops a cache: the next run with its key runs setup again."""
     if in_use(cache.volume):
-        raise Conflict("A run is using this cache right now; drop it once that run ends.",
-                       {"cache": cache.public_id})
+        raise Conflict(
+            "A run is using this cache right now; drop it once that run ends.",
+            {"cache": cache.public_id},
+        )
     with transaction.atomic():
-        record(cache.workspace.team, actor, "cache.dropped", f"cache:{cache.public_id}",
-               cache.workspace.slug, key=cache.key[:12], size_bytes=cache.size_bytes)
+        record(
+            cache.workspace.team,
+            actor,
+            "cache.dropped",
+            f"cache:{cache.public_id}",
+            cache.workspace.slug,
+            key=cache.key[:12],
+            size_bytes=cache.size_bytes,
+        )
         cache.delete()
     remove_volume(cache.volume)
 
@@ -140,10 +160,16 @@ def evict(max_bytes: int | None = None) -> list[str]:
 
 
 def cache_summary(cache: DepCache) -> dict[str, object]:
-    return {"id": cache.public_id, "key": cache.key, "image_id": cache.image_id,
-            "size_bytes": cache.size_bytes, "created_at": cache.created_at.isoformat(),
-            "last_used_at": cache.last_used_at.isoformat(),
-            "built_by": cache.built_by.public_id if cache.built_by else None,
-            # Shared across branches: say which one (and commit) filled it.
-            "built_from": {"ref": cache.built_by.ref, "commit": cache.built_by.commit}
-            if cache.built_by else None}
+    return {
+        "id": cache.public_id,
+        "key": cache.key,
+        "image_id": cache.image_id,
+        "size_bytes": cache.size_bytes,
+        "created_at": cache.created_at.isoformat(),
+        "last_used_at": cache.last_used_at.isoformat(),
+        "built_by": cache.built_by.public_id if cache.built_by else None,
+        # Shared across branches: say which one (and commit) filled it.
+        "built_from": {"ref": cache.built_by.ref, "commit": cache.built_by.commit}
+        if cache.built_by
+        else None,
+    }

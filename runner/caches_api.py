@@ -28,22 +28,31 @@ def totals(rows: list[tuple[DepCache, bool]]) -> dict[str, int]:
     """The operator's limit and the total it applies to: every cache of this instance,
     not only this workspace's (eviction past it takes the least recently used of all)."""
     total = DepCache.objects.aggregate(total=Sum("size_bytes"))["total"] or 0
-    return {"workspace_bytes": sum(c.size_bytes for c, _ in rows), "total_bytes": total,
-            "limit_bytes": settings.DEPS_CACHE_MAX_BYTES}
+    return {
+        "workspace_bytes": sum(c.size_bytes for c, _ in rows),
+        "total_bytes": total,
+        "limit_bytes": settings.DEPS_CACHE_MAX_BYTES,
+    }
 
 
 def caches_out(workspace: Workspace) -> dict[str, Any]:
     rows = caches_of(workspace)
-    return {"caches": [{**caches.cache_summary(c), "in_use": used} for c, used in rows],
-            **totals(rows)}
+    return {
+        "caches": [{**caches.cache_summary(c), "in_use": used} for c, used in rows],
+        **totals(rows),
+    }
 
 
 def cache_of(workspace: Workspace, public_id: str) -> DepCache:
-    cache = DepCache.objects.select_related("workspace__team").filter(
-        workspace=workspace, public_id=public_id).first()
+    cache = (
+        DepCache.objects.select_related("workspace__team")
+        .filter(workspace=workspace, public_id=public_id)
+        .first()
+    )
     if cache is None:
-        raise NotFound("No such cache; it may have been evicted or dropped already.",
-                       {"cache": public_id})
+        raise NotFound(
+            "No such cache; it may have been evicted or dropped already.", {"cache": public_id}
+        )
     return cache
 
 
@@ -52,8 +61,11 @@ def list_caches(request: HttpRequest, slug: str) -> dict[str, Any]:
     return caches_out(workspace_for(request, slug, "workspace:read"))
 
 
-@router.delete("/workspaces/{slug}/caches/{cache_id}", response={204: None},
-               summary="Drop a dependency cache (team admins): the next run runs setup")
+@router.delete(
+    "/workspaces/{slug}/caches/{cache_id}",
+    response={204: None},
+    summary="Drop a dependency cache (team admins): the next run runs setup",
+)
 def drop_cache(request: HttpRequest, slug: str, cache_id: str) -> HttpResponse:
     workspace = workspace_for(request, slug, "workspace:write")
     actor = actor_of(request)

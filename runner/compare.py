@@ -49,10 +49,21 @@ def _outcomes(this: Run, other: Run) -> list[Row]:
         _row("State", this.state, other.state, "outcome"),
         _row("Reason", this.reason or None, other.reason or None, "outcome"),
         _row("Exit code", this.exit_code, other.exit_code, "outcome"),
-        Row("Duration", _text(_duration(this)), _text(_duration(other)), None, "outcome",
-            "from the command's start to the end"),
-        Row("Log entries", _log(this), _log(other),
-            this.log_entries == other.log_entries if ended else None, "outcome"),
+        Row(
+            "Duration",
+            _text(_duration(this)),
+            _text(_duration(other)),
+            None,
+            "outcome",
+            "from the command's start to the end",
+        ),
+        Row(
+            "Log entries",
+            _log(this),
+            _log(other),
+            this.log_entries == other.log_entries if ended else None,
+            "outcome",
+        ),
         _row("Setup", _setup(this), _setup(other), "outcome"),
         _changes_row(this, other),
         _artifacts_row(this, other),
@@ -75,8 +86,10 @@ def _setup(run: Run) -> str | None:
 
 
 def _changed_paths(changes: dict[str, Any]) -> dict[str, list[Any]]:
-    return {k: sorted(changes.get(k) or [], key=str) for k in
-            ("added", "modified", "deleted", "renamed", "binary")}
+    return {
+        k: sorted(changes.get(k) or [], key=str)
+        for k in ("added", "modified", "deleted", "renamed", "binary")
+    }
 
 
 def _changes_row(this: Run, other: Run) -> Row:
@@ -84,14 +97,21 @@ def _changes_row(this: Run, other: Run) -> Row:
     count_a = a["stats"]["files"] if a else None
     count_b = b["stats"]["files"] if b else None
     if a is None or b is None:
-        return Row("Changed files", _text(count_a), _text(count_b), a is None and b is None,
-                   "outcome")
+        return Row(
+            "Changed files", _text(count_a), _text(count_b), a is None and b is None, "outcome"
+        )
     same_paths = _changed_paths(a) == _changed_paths(b)
     same_diff = a.get("diff", "") == b.get("diff", "")
-    note = "same files, different content" if same_paths and not same_diff else \
-        "different files" if not same_paths else ""
-    return Row("Changed files", str(count_a), str(count_b), same_paths and same_diff,
-               "outcome", note)
+    note = (
+        "same files, different content"
+        if same_paths and not same_diff
+        else "different files"
+        if not same_paths
+        else ""
+    )
+    return Row(
+        "Changed files", str(count_a), str(count_b), same_paths and same_diff, "outcome", note
+    )
 
 
 def _artifacts_row(this: Run, other: Run) -> Row:
@@ -104,9 +124,11 @@ def _artifacts_row(this: Run, other: Run) -> Row:
 
     parts = []
     differ = sorted(p for p in a.keys() & b.keys() if a[p] != b[p])
-    for label, paths in (("sha256 differs", differ),
-                         ("only this run", sorted(a.keys() - b.keys())),
-                         (f"only run {other.public_id}", sorted(b.keys() - a.keys()))):
+    for label, paths in (
+        ("sha256 differs", differ),
+        ("only this run", sorted(a.keys() - b.keys())),
+        (f"only run {other.public_id}", sorted(b.keys() - a.keys())),
+    ):
         if paths:
             more = f" and {len(paths) - MAX_NAMED} more" if len(paths) > MAX_NAMED else ""
             parts.append(f"{label}: {', '.join(paths[:MAX_NAMED])}{more}")
@@ -117,18 +139,30 @@ def _artifacts_row(this: Run, other: Run) -> Row:
 
 def _inputs(this: Run, other: Run) -> list[Row]:
     return [
-        Row("Commit", this.commit[:12], other.commit[:12], this.commit == other.commit,
-            "input"),
+        Row("Commit", this.commit[:12], other.commit[:12], this.commit == other.commit, "input"),
         _image_row(this, other),
-        Row("Command", _short(this.command), _short(other.command),
-            this.command == other.command, "input"),
+        Row(
+            "Command",
+            _short(this.command),
+            _short(other.command),
+            this.command == other.command,
+            "input",
+        ),
         _row("Runtime", this.runtime, other.runtime, "input"),
         _limits_row(this, other),
-        _row("Env names", ", ".join(this.env_names) or "none",
-             ", ".join(other.env_names) or "none", "input",
-             "values are not kept" if this.env_names or other.env_names else ""),
-        _row("Secrets", ", ".join(this.secret_names) or "none",
-             ", ".join(other.secret_names) or "none", "input"),
+        _row(
+            "Env names",
+            ", ".join(this.env_names) or "none",
+            ", ".join(other.env_names) or "none",
+            "input",
+            "values are not kept" if this.env_names or other.env_names else "",
+        ),
+        _row(
+            "Secrets",
+            ", ".join(this.secret_names) or "none",
+            ", ".join(other.secret_names) or "none",
+            "input",
+        ),
     ]
 
 
@@ -152,11 +186,20 @@ def _image_row(this: Run, other: Run) -> Row:
 
 def _limits_row(this: Run, other: Run) -> Row:
     def text(limits: dict[str, Any]) -> str:
-        return ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                         for k, v in sorted(limits.items())) or "none"
+        return (
+            ", ".join(
+                f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in sorted(limits.items())
+            )
+            or "none"
+        )
 
     keys = sorted(this.limits.keys() | other.limits.keys())
-    changed = [f"{k} {other.limits.get(k, NONE)} → {this.limits.get(k, NONE)}"
-               for k in keys if this.limits.get(k) != other.limits.get(k)]
-    return Row("Limits", text(this.limits), text(other.limits), not changed, "input",
-               "; ".join(changed))
+    changed = [
+        f"{k} {other.limits.get(k, NONE)} → {this.limits.get(k, NONE)}"
+        for k in keys
+        if this.limits.get(k) != other.limits.get(k)
+    ]
+    return Row(
+        "Limits", text(this.limits), text(other.limits), not changed, "input", "; ".join(changed)
+    )

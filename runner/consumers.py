@@ -61,8 +61,9 @@ class RunLogConsumer(AccessCheckedConsumer):
         self.pump_task = self.streaming_task = asyncio.create_task(self.pump())
         assert self.access_of is not None
         team_id, actor = self.access_of
-        await self.watch_access(team_id, actor.user.pk,
-                                actor.token.expires_at if actor.token else None)
+        await self.watch_access(
+            team_id, actor.user.pk, actor.token.expires_at if actor.token else None
+        )
 
     def authorise(self) -> Run:
         """An agent's bearer token with scope `run`, or a signed-in member of the team:
@@ -94,8 +95,9 @@ class RunLogConsumer(AccessCheckedConsumer):
             return 4000 + e.status
         return None
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None,
-                      **kwargs: Any) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
         pass  # a watcher has nothing to say; whatever it sends is ignored, never parsed
 
     async def log_signal(self, message: dict[str, Any]) -> None:
@@ -123,8 +125,14 @@ class RunLogConsumer(AccessCheckedConsumer):
                 while frame := await asyncio.to_thread(self.next_frame):
                     await self.send(text_data=frame)
                 if not run.is_active:
-                    await self.send_json({"type": "end", "state": run.state,
-                                          "reason": run.reason, "exit_code": run.exit_code})
+                    await self.send_json(
+                        {
+                            "type": "end",
+                            "state": run.state,
+                            "reason": run.reason,
+                            "exit_code": run.exit_code,
+                        }
+                    )
                     await self.close()
                     return
                 # A signal is only a wake-up, sent without waiting: one lost (a process gone
@@ -136,8 +144,9 @@ class RunLogConsumer(AccessCheckedConsumer):
             await self.close(code=1011)
 
     def reload(self) -> Run | None:
-        return Run.objects.only("state", "reason", "exit_code").filter(
-            public_id=self.run_id).first()
+        return (
+            Run.objects.only("state", "reason", "exit_code").filter(public_id=self.run_id).first()
+        )
 
     def next_frame(self) -> str | None:
         """The next batch after the cursor as one message, or None when caught up.
@@ -145,13 +154,16 @@ class RunLogConsumer(AccessCheckedConsumer):
         Runs on a worker thread: reading and encoding thousands of entries would
         otherwise hold up every other connection on daphne's event loop.
         """
-        entries = [{"seq": e["seq"], "stream": e["stream"], "text": e["text"]}
-                   for e in logstore.read(self.run_id, self.cursor, BATCH)]
+        entries = [
+            {"seq": e["seq"], "stream": e["stream"], "text": e["text"]}
+            for e in logstore.read(self.run_id, self.cursor, BATCH)
+        ]
         if not entries:
             return None
         self.cursor = entries[-1]["seq"]
-        return json.dumps({"type": "entries", "entries": entries, "next": self.cursor},
-                          ensure_ascii=False)
+        return json.dumps(
+            {"type": "entries", "entries": entries, "next": self.cursor}, ensure_ascii=False
+        )
 
     async def disconnect(self, code: int) -> None:
         if self.pump_task is not None:

@@ -52,8 +52,10 @@ class Watched:
 
 def caps(run: Run) -> tuple[int, int]:
     """(inodes, bytes) the run may hold on the engine's disk."""
-    return (int(run.limits.get("inodes") or settings.SANDBOX_MAX_INODES),
-            int(run.limits["disk_mb"]) * 1024 * 1024)
+    return (
+        int(run.limits.get("inodes") or settings.SANDBOX_MAX_INODES),
+        int(run.limits["disk_mb"]) * 1024 * 1024,
+    )
 
 
 def roots_of(run: Run) -> list[str]:
@@ -63,8 +65,9 @@ def roots_of(run: Run) -> list[str]:
     if run.purpose == "build":
         layer = sandbox.writable_layer_path(run.container_name)
         return [layer] if layer else []
-    names = [run.container_name] + ([run.setup_container_name, run.deps_volume_name]
-                                    if run.phase == "setup" else [])
+    names = [run.container_name] + (
+        [run.setup_container_name, run.deps_volume_name] if run.phase == "setup" else []
+    )
     return [p for p in map(sandbox.volume_path, names) if p]
 
 
@@ -76,14 +79,17 @@ def count_run(run: Run) -> tuple[list[str], sandbox.Usage]:
     return roots, sandbox.count(roots, *caps(run))
 
 
-def next_in(usage: sandbox.Usage, last: tuple[float, sandbox.Usage] | None, now: float,
-            run: Run) -> float:
+def next_in(
+    usage: sandbox.Usage, last: tuple[float, sandbox.Usage] | None, now: float, run: Run
+) -> float:
     """Seconds until the run's next count (see the module's step 2)."""
     soon = 4 * usage.seconds
     if last is not None and now > last[0]:
         max_inodes, max_bytes = caps(run)
-        for used, before, cap in ((usage.inodes, last[1].inodes, max_inodes),
-                                  (usage.bytes, last[1].bytes, max_bytes)):
+        for used, before, cap in (
+            (usage.inodes, last[1].inodes, max_inodes),
+            (usage.bytes, last[1].bytes, max_bytes),
+        ):
             rate = (used - before) / (now - last[0])
             if rate > 0:
                 soon = min(soon, (cap - used) / rate / 2)
@@ -93,28 +99,33 @@ def next_in(usage: sandbox.Usage, last: tuple[float, sandbox.Usage] | None, now:
 def verdict(usage: sandbox.Usage, run: Run) -> tuple[str, str] | None:
     """(stop reason, the log's line) when the run is past a cap or its count failed."""
     max_inodes, max_bytes = caps(run)
-    where = "its writable layer (/app and the rest of the root)" if run.purpose == "build" \
+    where = (
+        "its writable layer (/app and the rest of the root)"
+        if run.purpose == "build"
         else "/workspace" + (" and /deps" if run.phase == "setup" else "")
+    )
     if usage.failed:
         return "inode_quota_exceeded", (
             f"[disk] stopped: the files in {where} could not be counted safely "
-            f"({usage.failed}); a count that fails counts as over the limit")
+            f"({usage.failed}); a count that fails counts as over the limit"
+        )
     if usage.over == "inodes":
         return "inode_quota_exceeded", (
             f"[disk] stopped: more than {max_inodes:,} files and folders in {where} (the "
-            f"limit); {usage.bytes / 1e6:.1f} MB counted so far")
+            f"limit); {usage.bytes / 1e6:.1f} MB counted so far"
+        )
     if usage.over == "bytes":
         return "disk_quota_exceeded", (
             f"[disk] stopped: more than {max_bytes // (1024 * 1024)} MB in {where} (the "
-            f"limit of [sandbox].disk_mb); {usage.inodes:,} files and folders counted")
+            f"limit of [sandbox].disk_mb); {usage.inodes:,} files and folders counted"
+        )
     return None
 
 
 class DiskWatch:
     def __init__(self, db: Any) -> None:
         self.db = db  # the agent's way to run ORM code off the event loop
-        self.pool = concurrent.futures.ThreadPoolExecutor(COUNTERS,
-                                                          thread_name_prefix="disk-count")
+        self.pool = concurrent.futures.ThreadPoolExecutor(COUNTERS, thread_name_prefix="disk-count")
         self.watched: dict[str, Watched] = {}
         self.notes: dict[str, str] = {}
         self.background: set[asyncio.Future[None]] = set()
@@ -125,8 +136,9 @@ class DiskWatch:
 
     async def round(self) -> None:
         loop = asyncio.get_running_loop()
-        running = await self.db(lambda: list(Run.objects.filter(
-            state=RunState.RUNNING).exclude(purpose="release")))()
+        running = await self.db(
+            lambda: list(Run.objects.filter(state=RunState.RUNNING).exclude(purpose="release"))
+        )()
         ids = {run.public_id for run in running}
         for gone in set(self.watched) - ids:
             if not self.watched[gone].counting:
@@ -153,7 +165,8 @@ class DiskWatch:
                 watched.roots = roots or None  # not there yet: asked again next time
             else:
                 usage = await loop.run_in_executor(
-                    self.pool, lambda: sandbox.count(watched.roots or [], *caps(run)))
+                    self.pool, lambda: sandbox.count(watched.roots or [], *caps(run))
+                )
             now = loop.time()
             watched.due = now + next_in(usage, watched.last, now, run)
             watched.last = (now, usage)
@@ -172,7 +185,8 @@ class DiskWatch:
             # A stop asked for before (a timeout, a cancel) keeps its reason.
             Run.objects.filter(pk=run.pk, stop_reason="").update(stop_reason=reason)
             Run.objects.filter(pk=run.pk, stop_signalled_at=None).update(
-                stop_signalled_at=timezone.now())
+                stop_signalled_at=timezone.now()
+            )
 
         # Kept before the stop reason is: the end, which may be written as soon as
         # that is, looks for it then.

@@ -37,14 +37,18 @@ def _exit_reason(run: Run, facts: dict[str, Any] | None) -> str:
         return "exit_zero"
     if exit_code == EXIT_NOT_FOUND:
         return "command_not_found"
-    if exit_code == EXIT_EGRESS_WAIT and run.network.get("mode") == "proxy" and \
-            run.egress_offered_at is None:
+    if (
+        exit_code == EXIT_EGRESS_WAIT
+        and run.network.get("mode") == "proxy"
+        and run.egress_offered_at is None
+    ):
         return "egress_unavailable"
     return "exit_nonzero"
 
 
-def end_setup(run_id: str, facts: dict[str, Any] | None,
-              disk_note: Callable[[str], str | None] | None = None) -> bool:
+def end_setup(
+    run_id: str, facts: dict[str, Any] | None, disk_note: Callable[[str], str | None] | None = None
+) -> bool:
     """After the setup container exits: True if the main container was started (the
     run goes on), False if the run ended here (its end is written)."""
     run = Run.objects.select_related("workspace").filter(public_id=run_id).first()
@@ -68,11 +72,17 @@ def end_setup(run_id: str, facts: dict[str, Any] | None,
     cache = caches.keep_filled(run, size)
     now = timezone.now()
     took = (now - run.hydrated_at).total_seconds() if run.hydrated_at else 0
-    logstore.note(run_id, f"[setup] done in {took:.1f} s; /deps ({size / 1e6:.1f} MB) is "
-                  "cached for later runs and read-only from now on; running the command")
+    logstore.note(
+        run_id,
+        f"[setup] done in {took:.1f} s; /deps ({size / 1e6:.1f} MB) is "
+        "cached for later runs and read-only from now on; running the command",
+    )
     Run.objects.filter(pk=run.pk).update(
-        phase="main", setup_done_at=now, process_started_at=now,
-        setup={**run.setup, "cache": cache.public_id, "size_bytes": size})
+        phase="main",
+        setup_done_at=now,
+        process_started_at=now,
+        setup={**run.setup, "cache": cache.public_id, "size_bytes": size},
+    )
     return sandbox.start_main(run)  # False if gone: the reconcile marks the run lost
 
 
@@ -81,21 +91,32 @@ def early_outputs(run_id: str) -> dict[str, Any] | None:
     are final once its container died), for `end_run`. None where that has nothing to
     read, or where reading has a lasting effect (a commit of the changes): those are
     read by `end_run` itself, once the end is certain."""
-    run = Run.objects.select_related("workspace__team", "requested_by", "token").filter(
-        public_id=run_id).first()
+    run = (
+        Run.objects.select_related("workspace__team", "requested_by", "token")
+        .filter(public_id=run_id)
+        .first()
+    )
     if run is None or not run.is_active or run.purpose != "run" or run.commit_changes:
         return None
     return _outputs(run)
 
 
-def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = None,
-            read_outputs: bool = True, outputs: dict[str, Any] | None = None,
-            disk_note: Callable[[str], str | None] | None = None) -> None:
+def end_run(
+    run_id: str,
+    facts: dict[str, Any] | None,
+    log_bytes: int | None = None,
+    read_outputs: bool = True,
+    outputs: dict[str, Any] | None = None,
+    disk_note: Callable[[str], str | None] | None = None,
+) -> None:
     """Write the one terminal state of a run whose container exited, with its outputs
     (`outputs`: as `early_outputs` read them already; `disk_note`: the line the disk
     watch has for the log of a run it stopped)."""
-    run = Run.objects.select_related("workspace__team", "requested_by", "token").filter(
-        public_id=run_id).first()
+    run = (
+        Run.objects.select_related("workspace__team", "requested_by", "token")
+        .filter(public_id=run_id)
+        .first()
+    )
     if run is None or not run.is_active:
         return
     reason = _exit_reason(run, facts)
@@ -113,9 +134,12 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
         if line:
             logstore.note(run_id, line)
     exit_code = facts.get("exit_code") if facts else None
-    state, message = describe(reason, exit_code=exit_code,
-                              who=run.stop_requested_by or "a user",
-                              **{"inodes": settings.SANDBOX_MAX_INODES, **run.limits})
+    state, message = describe(
+        reason,
+        exit_code=exit_code,
+        who=run.stop_requested_by or "a user",
+        **{"inodes": settings.SANDBOX_MAX_INODES, **run.limits},
+    )
     fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
     if log_bytes is not None:
         fields["log_bytes"] = log_bytes
@@ -127,8 +151,11 @@ def end_run(run_id: str, facts: dict[str, Any] | None, log_bytes: int | None = N
         try:
             started = time.monotonic()
             sandbox.commit_release_image(run)
-            logstore.note(run_id, f"[build] image committed as {run.output_image} in "
-                          f"{time.monotonic() - started:.2f} s")
+            logstore.note(
+                run_id,
+                f"[build] image committed as {run.output_image} in "
+                f"{time.monotonic() - started:.2f} s",
+            )
         except Exception as e:
             log.exception("run %s: committing the release image failed", run_id)
             reason, exit_code = "image_commit_failed", None
@@ -144,8 +171,10 @@ def _outputs(run: Run) -> dict[str, Any]:
         # Stopped for holding too many files: reading them all back would cost the
         # agent more than the run, and could never become a commit anyway.
         changes = outputs.empty_changes()
-        changes["error"] = ("The run's files were not read back: it was stopped for making "
-                            "too many files and folders.")
+        changes["error"] = (
+            "The run's files were not read back: it was stopped for making "
+            "too many files and folders."
+        )
         return {"changes": changes}
     masker = secrets.Masker(secrets.unseal(run.secrets_sealed))
     try:
@@ -170,35 +199,57 @@ def _outputs(run: Run) -> dict[str, Any]:
         except Exception as e:
             # The changes and artifacts are still reported: only the commit is missing.
             log.exception("run %s: committing its changes failed", run.public_id)
-            out.changes["commit_error"] = ("The changes could not be committed "
-                                           f"({type(e).__name__}); run again to retry.")
-    return {"changes": out.changes, "artifacts": out.artifacts,
-            "artifacts_refused": out.refused, "changes_commit": sha}
+            out.changes["commit_error"] = (
+                f"The changes could not be committed ({type(e).__name__}); run again to retry."
+            )
+    return {
+        "changes": out.changes,
+        "artifacts": out.artifacts,
+        "artifacts_refused": out.refused,
+        "changes_commit": sha,
+    }
 
 
-def commit_tree(store: Any, run: Run, tree: bytes, actor: Actor | None = None,
-                withheld: list[dict[str, Any]] | None = None) -> str:
+def commit_tree(
+    store: Any,
+    run: Run,
+    tree: bytes,
+    actor: Actor | None = None,
+    withheld: list[dict[str, Any]] | None = None,
+) -> str:
     """The run's changes as one commit on a new branch `runs/<id>`, authored by the run
     on behalf of whoever asked for it (or `actor`, committing them afterwards). Files
     withheld for holding a secret's value are named in the message."""
     if withheld is None:
         withheld = (run.changes or {}).get("withheld") or []
-    asked = run.token.name if run.token else (run.requested_by.username
-                                              if run.requested_by else "someone")
+    asked = (
+        run.token.name
+        if run.token
+        else (run.requested_by.username if run.requested_by else "someone")
+    )
     email = (run.requested_by.email if run.requested_by else "") or "runs@berth.invalid"
     first_line = run.command.strip().splitlines()[0][:72] if run.command.strip() else ""
     message = f"Changes from run {run.public_id}\n\n$ {first_line}"
     if withheld:
-        message += "\n\nWithheld (they hold a granted secret's value; left as they were):\n" \
+        message += (
+            "\n\nWithheld (they hold a granted secret's value; left as they were):\n"
             + "\n".join(f"- {w['path']} ({', '.join(w['secrets'])})" for w in withheld)
+        )
     with store.write_lock():
-        sha = store.make_commit(tree, [run.commit],
-                                Author(f"run {run.public_id} (asked by {asked})", email),
-                                message)
+        sha = store.make_commit(
+            tree, [run.commit], Author(f"run {run.public_id} (asked by {asked})", email), message
+        )
         store.advance(run.changes_branch, None, sha)
     by = actor or (Actor(run.requested_by, run.token) if run.requested_by else None)
     if by is not None:
         with transaction.atomic():
-            record(run.workspace.team, by, "run.changes_committed", f"commit:{sha[:12]}",
-                   run.workspace.slug, run=run.public_id, branch=run.changes_branch)
+            record(
+                run.workspace.team,
+                by,
+                "run.changes_committed",
+                f"commit:{sha[:12]}",
+                run.workspace.slug,
+                run=run.public_id,
+                branch=run.changes_branch,
+            )
     return sha

@@ -58,7 +58,7 @@ def _blocks(response: Any) -> Iterator[bytes]:
         while pos < len(buf):
             if left:
                 take = min(left, len(buf) - pos)
-                out += buf[pos:pos + take]
+                out += buf[pos : pos + take]
                 pos += take
                 left -= take
                 continue
@@ -92,7 +92,7 @@ def _frames(blocks: Iterator[bytes]) -> Iterator[tuple[int, bytes] | None]:
             stream, size = struct.unpack_from(">BxxxL", buf, pos)
             if len(buf) - pos < 8 + size:
                 break
-            yield stream, bytes(buf[pos + 8:pos + 8 + size])
+            yield stream, bytes(buf[pos + 8 : pos + 8 + size])
             pos += 8 + size
         del buf[:pos]
         pos = 0
@@ -127,8 +127,11 @@ class Follower(threading.Thread):
         from runner.models import Run
 
         try:
-            sealed = Run.objects.filter(public_id=self.run_id).values_list(
-                "secrets_sealed", flat=True).first()
+            sealed = (
+                Run.objects.filter(public_id=self.run_id)
+                .values_list("secrets_sealed", flat=True)
+                .first()
+            )
             values = secrets.unseal(sealed or "")
         finally:
             connection.close()  # this thread asks nothing more of the database
@@ -157,13 +160,18 @@ class Follower(threading.Thread):
         """The engine's log stream, from just after the last stored line (None: the
         container is gone)."""
         api = engine().api
-        params: dict[str, object] = {"follow": int(follow), "stdout": 1, "stderr": 1,
-                                     "timestamps": 1}
+        params: dict[str, object] = {
+            "follow": int(follow),
+            "stdout": 1,
+            "stderr": 1,
+            "timestamps": 1,
+        }
         if writer.last_ts:
             params["since"] = str(Decimal(ts_ns(writer.last_ts)) / Decimal(1_000_000_000))
         try:
-            response = api._get(api._url("/containers/{0}/logs", self.container),
-                                params=params, stream=True)
+            response = api._get(
+                api._url("/containers/{0}/logs", self.container), params=params, stream=True
+            )
             api._raise_for_status(response)
         except docker.errors.NotFound:
             return None

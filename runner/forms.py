@@ -9,8 +9,10 @@ from workspaces.models import Workspace
 class RunForm(forms.Form):
     command = forms.CharField(max_length=100_000, strip=True)
     ref = forms.CharField(max_length=200, required=False, strip=True)
-    runtime = forms.ChoiceField(required=False, choices=[
-        ("", "As workspace.toml says"), ("runc", "runc"), ("gvisor", "gVisor (runsc)")])
+    runtime = forms.ChoiceField(
+        required=False,
+        choices=[("", "As workspace.toml says"), ("runc", "runc"), ("gvisor", "gVisor (runsc)")],
+    )
     timeout_s = forms.IntegerField(required=False, min_value=1)
     # Choices are the workspace's secret names: a name typed here that is not one is a
     # form error, before `start_run` would refuse it.

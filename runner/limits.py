@@ -16,8 +16,15 @@ from django.conf import settings
 from config.errors import Invalid
 from workspaces.config import Sandbox
 
-FLOORS: dict[str, float] = {"cpus": 0.1, "memory_mb": 64, "disk_mb": 16, "timeout_s": 1,
-                            "pids": 64, "nofile": 256, "inodes": 1000}
+FLOORS: dict[str, float] = {
+    "cpus": 0.1,
+    "memory_mb": 64,
+    "disk_mb": 16,
+    "timeout_s": 1,
+    "pids": 64,
+    "nofile": 256,
+    "inodes": 1000,
+}
 # The limits only the operator sets have no maximum of their own: these bound the
 # setting (past 1,048,576 open files the kernel refuses to start the container; files
 # and folders are counted on the host, one walk per count).
@@ -29,9 +36,13 @@ FIXED = {"pids": "RUN_PIDS_LIMIT", "nofile": "RUN_NOFILE", "inodes": "SANDBOX_MA
 
 
 def maxima() -> dict[str, float]:
-    return {"cpus": settings.RUN_MAX_CPUS, "memory_mb": settings.RUN_MAX_MEMORY_MB,
-            "disk_mb": settings.RUN_MAX_DISK_MB, "timeout_s": settings.RUN_MAX_TIMEOUT_S,
-            **FIXED_CEILINGS}
+    return {
+        "cpus": settings.RUN_MAX_CPUS,
+        "memory_mb": settings.RUN_MAX_MEMORY_MB,
+        "disk_mb": settings.RUN_MAX_DISK_MB,
+        "timeout_s": settings.RUN_MAX_TIMEOUT_S,
+        **FIXED_CEILINGS,
+    }
 
 
 def bounds() -> dict[str, tuple[float, float]]:
@@ -53,8 +64,9 @@ def _clamped(key: str, value: float, asked: str) -> tuple[float, str | None]:
     return value, None
 
 
-def effective_limits(sandbox: Sandbox, requested: dict[str, Any]) -> tuple[dict[str, Any],
-                                                                           list[str]]:
+def effective_limits(
+    sandbox: Sandbox, requested: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
     """(limits, warnings) for a run; raises Invalid for a request outside the bounds."""
     limits: dict[str, Any] = {}
     warnings: list[str] = []
@@ -63,15 +75,22 @@ def effective_limits(sandbox: Sandbox, requested: dict[str, Any]) -> tuple[dict[
         if requested.get(key) is not None:
             value = requested[key]
             if value > ceiling:
-                raise Invalid(f"{key} {value} is above this server's maximum of {ceiling}.",
-                              {"field": key, "maximum": ceiling}, code="above_maximum")
+                raise Invalid(
+                    f"{key} {value} is above this server's maximum of {ceiling}.",
+                    {"field": key, "maximum": ceiling},
+                    code="above_maximum",
+                )
             if value < floor:
-                raise Invalid(f"{key} {value} is below this server's minimum of {floor}.",
-                              {"field": key, "minimum": floor}, code="below_minimum")
+                raise Invalid(
+                    f"{key} {value} is below this server's minimum of {floor}.",
+                    {"field": key, "minimum": floor},
+                    code="below_minimum",
+                )
         else:
             value = getattr(sandbox, key)
-            value, warning = _clamped(key, value,
-                                      f"workspace.toml asks for [sandbox].{key} = {value}")
+            value, warning = _clamped(
+                key, value, f"workspace.toml asks for [sandbox].{key} = {value}"
+            )
             warnings += [warning] if warning else []
         limits[key] = value
     for key, setting in FIXED.items():
@@ -88,7 +107,8 @@ def within_bounds(limits: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     held, warnings = dict(limits), []
     for key in FLOORS:
         if held.get(key) is not None:
-            held[key], warning = _clamped(key, held[key],
-                                          f"the recorded run asked for {key} = {held[key]}")
+            held[key], warning = _clamped(
+                key, held[key], f"the recorded run asked for {key} = {held[key]}"
+            )
             warnings += [warning] if warning else []
     return held, warnings

@@ -115,7 +115,8 @@ class LogWriter:
         for entry in self._scan():
             if entry["stream"] == "system":
                 self.truncated = self.truncated or entry["text"].startswith(
-                    "[output truncated after ")
+                    "[output truncated after "
+                )
             else:
                 self.total_bytes += len(entry["text"].encode())
             if entry["ts"] is not None:
@@ -154,11 +155,11 @@ class LogWriter:
         raw = data.decode("utf-8", "replace").encode()
         over = False
         if output and self.total_bytes + len(raw) > self.max_bytes:
-            raw = raw[:_cut(raw, self.max_bytes - self.total_bytes)]
+            raw = raw[: _cut(raw, self.max_bytes - self.total_bytes)]
             over = True
         start = 0
         while True:
-            end = start + _cut(raw[start:start + self.max_line + 1], self.max_line)
+            end = start + _cut(raw[start : start + self.max_line + 1], self.max_line)
             if end == start and start < len(raw):
                 end = start + self.max_line  # max_line < one character: still progress
             if end > start or not over:  # keep empty lines, but not an empty cut remainder
@@ -178,8 +179,10 @@ class LogWriter:
         return self.append("system", text.encode("utf-8", "replace"))
 
     def _write(self, stream: str, text: str, ts: str | None) -> None:
-        line = (f'{{"seq":{self.count + 1},"stream":"{stream}","text":{quote(text)},'
-                f'"ts":{"null" if ts is None else quote(ts)}}}\n').encode()
+        line = (
+            f'{{"seq":{self.count + 1},"stream":"{stream}","text":{quote(text)},'
+            f'"ts":{"null" if ts is None else quote(ts)}}}\n'
+        ).encode()
         self._pending.append(line)
         self._pending_slots.append(SLOT.pack(self.size + len(line)))
         self.size += len(line)
@@ -241,8 +244,9 @@ def count(run_public_id: str) -> int:
         return 0
 
 
-def read(run_public_id: str, after: int, limit: int = 1000,
-         max_bytes: int = MAX_READ_BYTES) -> list[dict[str, Any]]:
+def read(
+    run_public_id: str, after: int, limit: int = 1000, max_bytes: int = MAX_READ_BYTES
+) -> list[dict[str, Any]]:
     """Entries with seq > after, oldest first: at most `limit`, and fewer when they
     would pass `max_bytes` (but always at least one, if there is one)."""
     lines = _read_lines(run_public_id, after, limit, max_bytes)
@@ -251,8 +255,9 @@ def read(run_public_id: str, after: int, limit: int = 1000,
     return entries
 
 
-def _read_lines(run_public_id: str, after: int, limit: int = 1000,
-               max_bytes: int = MAX_READ_BYTES) -> list[bytes]:
+def _read_lines(
+    run_public_id: str, after: int, limit: int = 1000, max_bytes: int = MAX_READ_BYTES
+) -> list[bytes]:
     """The stored JSON lines of `read`, undecoded."""
     after, limit = max(0, after), max(1, limit)
     data_path, index_path = paths(run_public_id)
@@ -284,8 +289,7 @@ def _read_lines(run_public_id: str, after: int, limit: int = 1000,
 def signal(run_public_id: str, seq: int, ended: bool = False) -> None:
     """Tell the run's watchers there are entries up to `seq`, and with `ended` that the
     run's end is written (from sync code; sent in the background, the caller goes on)."""
-    fanout.group_send(group_name(run_public_id),
-                      {"type": "log.signal", "seq": seq, "ended": ended})
+    fanout.group_send(group_name(run_public_id), {"type": "log.signal", "seq": seq, "ended": ended})
 
 
 async def asignal(run_public_id: str, seq: int) -> None:

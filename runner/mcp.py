@@ -29,18 +29,22 @@ class RunOut(BaseModel):
     workspace: str
     commit: str
     command: str
-    state: str = Field(description="queued, preparing, running, then succeeded, failed, "
-                                   "timed_out, cancelled, oom_killed, error or lost")
+    state: str = Field(
+        description="queued, preparing, running, then succeeded, failed, "
+        "timed_out, cancelled, oom_killed, error or lost"
+    )
     reason: str | None
     message: str | None = Field(description="what happened and what to do next")
     exit_code: int | None
     done: bool
     timings: dict[str, Any]
-    queue: dict[str, Any] | None = Field(description="while it waits for a slot: its "
-                                                     "position and why")
+    queue: dict[str, Any] | None = Field(
+        description="while it waits for a slot: its position and why"
+    )
     log_tail: list[LogEntry] = Field(description=f"the last {TAIL} log entries so far")
-    cursor: int = Field(description="the seq of the last entry: read_run_log(after=cursor) "
-                                    "gets what comes next")
+    cursor: int = Field(
+        description="the seq of the last entry: read_run_log(after=cursor) gets what comes next"
+    )
     changes: dict[str, Any] | None
     artifacts: list[dict[str, Any]]
     web_url: str
@@ -57,24 +61,40 @@ def run_out(run: Run) -> RunOut:
     count = logstore.count(run.public_id)
     tail = logstore.read(run.public_id, max(0, count - TAIL), TAIL)
     return RunOut(
-        id=run.public_id, workspace=run.workspace.slug, commit=run.commit,
-        command=run.command, state=run.state, reason=run.reason or None,
-        message=run.message or None, exit_code=run.exit_code, done=not run.is_active,
-        timings=summary["timings"], queue=summary["queue"],
+        id=run.public_id,
+        workspace=run.workspace.slug,
+        commit=run.commit,
+        command=run.command,
+        state=run.state,
+        reason=run.reason or None,
+        message=run.message or None,
+        exit_code=run.exit_code,
+        done=not run.is_active,
+        timings=summary["timings"],
+        queue=summary["queue"],
         log_tail=[LogEntry(seq=e["seq"], stream=e["stream"], text=e["text"]) for e in tail],
-        cursor=tail[-1]["seq"] if tail else count, changes=run.changes,
+        cursor=tail[-1]["seq"] if tail else count,
+        changes=run.changes,
         artifacts=summary["artifacts"],
-        web_url=f"/t/{run.workspace.team.slug}/w/{run.workspace.slug}/runs/{run.public_id}/")
+        web_url=f"/t/{run.workspace.team.slug}/w/{run.workspace.slug}/runs/{run.public_id}/",
+    )
 
 
 def _reload(public_id: str) -> Run:
-    return Run.objects.select_related("workspace__team", "requested_by", "token",
-                                      "rerun_of").get(public_id=public_id)
+    return Run.objects.select_related("workspace__team", "requested_by", "token", "rerun_of").get(
+        public_id=public_id
+    )
 
 
 @tool()
-async def run_command(ctx: Ctx, workspace: str, command: str, ref: str | None = None,
-                      wait_seconds: int = 30, timeout_s: int | None = None) -> RunOut:
+async def run_command(
+    ctx: Ctx,
+    workspace: str,
+    command: str,
+    ref: str | None = None,
+    wait_seconds: int = 30,
+    timeout_s: int | None = None,
+) -> RunOut:
     """Run a shell command (`sh -c`) against a commit of the workspace (default: the
     default branch's head, pinned now) in a fresh hardened sandbox, and wait up to
     wait_seconds (default 30, max 120) for it to end. Returns the run's contract: state,
@@ -112,8 +132,11 @@ async def read_run_log(ctx: Ctx, run_id: str, after: int = 0, limit: int = 1000)
     def page() -> LogOut:
         run = access_run(actor, run_id)
         got = log_page(run, max(0, after), limit)
-        return LogOut(entries=[LogEntry(**e) for e in got["entries"]], next=got["next"],
-                      complete=got["complete"])
+        return LogOut(
+            entries=[LogEntry(**e) for e in got["entries"]],
+            next=got["next"],
+            complete=got["complete"],
+        )
 
     return await database_sync_to_async(page)()
 

@@ -65,17 +65,20 @@ class Run(models.Model):
     setup = models.JSONField(default=dict, blank=True)
     artifact_paths = models.JSONField(default=list, blank=True)
     commit_changes = models.BooleanField(default=False)
-    rerun_of = models.ForeignKey("self", models.SET_NULL, null=True, blank=True,
-                                 related_name="reruns")
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
-                                     related_name="+")
+    rerun_of = models.ForeignKey(
+        "self", models.SET_NULL, null=True, blank=True, related_name="reruns"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
     token = models.ForeignKey(ApiToken, models.SET_NULL, null=True, blank=True, related_name="+")
     warnings = models.JSONField(default=list, blank=True)
     # what applied
     isolation = models.JSONField(default=dict, blank=True)
     # lifecycle and outputs
-    state = models.CharField(max_length=12, choices=RunState.choices, default=RunState.QUEUED,
-                             db_index=True)
+    state = models.CharField(
+        max_length=12, choices=RunState.choices, default=RunState.QUEUED, db_index=True
+    )
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
@@ -168,31 +171,40 @@ class Run(models.Model):
         A conditional UPDATE, so two processes racing (the agent seeing an exit, a
         cancel, a reconcile) can never both write an end.
         """
-        updated = Run.objects.filter(pk=self.pk, state__in=from_states).update(state=to,
-                                                                                **fields)
+        updated = Run.objects.filter(pk=self.pk, state__in=from_states).update(state=to, **fields)
         if updated:
             # The run's own values, read again; the related rows it was loaded with
             # (an update of a run never changes which they are) are kept, not looked
             # up again by whoever goes on with this instance.
-            self.refresh_from_db(fields=[f.attname for f in Run._meta.concrete_fields
-                                         if not f.is_relation])
+            self.refresh_from_db(
+                fields=[f.attname for f in Run._meta.concrete_fields if not f.is_relation]
+            )
         return bool(updated)
 
-    def finish(self, state: str, reason: str, message: str, exit_code: int | None = None,
-               **fields: object) -> bool:
+    def finish(
+        self, state: str, reason: str, message: str, exit_code: int | None = None, **fields: object
+    ) -> bool:
         """Write the one terminal state of this run (no-op if it already has one)."""
         assert state in TERMINAL_STATES
-        ended = self.advance(state, ACTIVE_STATES, reason=reason, message=message,
-                             exit_code=exit_code, finished_at=timezone.now(), env_sealed="",
-                             **fields)
+        ended = self.advance(
+            state,
+            ACTIVE_STATES,
+            reason=reason,
+            message=message,
+            exit_code=exit_code,
+            finished_at=timezone.now(),
+            env_sealed="",
+            **fields,
+        )
         if ended:
             # Whoever wrote the end (agent, task, cancel, reconcile), log watchers hear
             # of it: they re-read the run and send `end`.
             from runner import logstore
 
             public_id = self.public_id
-            transaction.on_commit(lambda: logstore.signal(public_id, logstore.count(public_id),
-                                                          ended=True))
+            transaction.on_commit(
+                lambda: logstore.signal(public_id, logstore.count(public_id), ended=True)
+            )
             # Whoever owns a service or build run (a preview, a deploy) moves its own
             # state on from here.
             if self.purpose != "run":
@@ -211,8 +223,9 @@ def _announce_end(run: Run) -> None:
 
     for receiver, result in run_finished.send_robust(Run, run=run):
         if isinstance(result, Exception):
-            logging.getLogger(__name__).error("%s failed after run %s ended: %r", receiver,
-                                              run.public_id, result)
+            logging.getLogger(__name__).error(
+                "%s failed after run %s ended: %r", receiver, run.public_id, result
+            )
 
 
 class EgressEvent(models.Model):
@@ -259,17 +272,27 @@ class EgressEvent(models.Model):
             egress_connections=models.F("egress_connections") + allowed,
             egress_denied=models.F("egress_denied") + denied,
             egress_bytes_up=models.F("egress_bytes_up") + sum(e.bytes_up for e in events),
-            egress_bytes_down=models.F("egress_bytes_down") + sum(e.bytes_down for e in events))
+            egress_bytes_down=models.F("egress_bytes_down") + sum(e.bytes_down for e in events),
+        )
         room = settings.EGRESS_MAX_EVENTS - cls.objects.filter(run_id=run_pk).count()
         if room > 0:
             EgressEvent.objects.bulk_create(events[:room])
 
     def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "phase": self.phase, "method": self.method,
-                "host": self.host, "port": self.port, "address": self.address,
-                "reason": self.reason, "bytes_up": self.bytes_up,
-                "bytes_down": self.bytes_down, "started_at": self.started_at,
-                "ended_at": self.ended_at, "count": self.count}
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "method": self.method,
+            "host": self.host,
+            "port": self.port,
+            "address": self.address,
+            "reason": self.reason,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "count": self.count,
+        }
 
 
 class DepCache(models.Model):
@@ -302,8 +325,9 @@ class Secret(models.Model):
     workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="secrets")
     name = models.CharField(max_length=64)
     ciphertext = models.TextField()
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -347,11 +371,13 @@ class TeamCpuDay(models.Model):
 
         day = timezone.now().date()
         if cls.objects.filter(team_id=team_id, day=day).update(
-                seconds=models.F("seconds") + seconds):
+            seconds=models.F("seconds") + seconds
+        ):
             return
         try:
             with transaction.atomic():
                 cls.objects.create(team_id=team_id, day=day, seconds=seconds)
         except IntegrityError:  # created meanwhile by another sample
             cls.objects.filter(team_id=team_id, day=day).update(
-                seconds=models.F("seconds") + seconds)
+                seconds=models.F("seconds") + seconds
+            )

@@ -64,8 +64,11 @@ def clean_artifact_paths(paths: list[str] | tuple[str, ...]) -> list[str]:
         try:
             out.append(clean_path(raw.rstrip("/"), what="artifact path"))
         except Invalid as e:
-            raise Invalid(f"workspace.toml [artifacts] paths: {e.message}",
-                          {"path": raw}, code="invalid_workspace_toml") from None
+            raise Invalid(
+                f"workspace.toml [artifacts] paths: {e.message}",
+                {"path": raw},
+                code="invalid_workspace_toml",
+            ) from None
     return out
 
 
@@ -159,7 +162,7 @@ class _Reader:
         if self.over_caps:
             return
         if len(self.seen) >= settings.WORKSPACE_MAX_TREE_ENTRIES:
-            self.over_caps = (f"more than {settings.WORKSPACE_MAX_TREE_ENTRIES:,} paths")
+            self.over_caps = f"more than {settings.WORKSPACE_MAX_TREE_ENTRIES:,} paths"
             self.root = Node(dirty=True)
             return
         node = self.root
@@ -179,8 +182,7 @@ class _Reader:
         return None
 
     def read(self, chunks: Iterator[bytes]) -> None:
-        with tarfile.open(fileobj=io.BufferedReader(_Chunks(chunks), 1 << 16),
-                          mode="r|") as tar:
+        with tarfile.open(fileobj=io.BufferedReader(_Chunks(chunks), 1 << 16), mode="r|") as tar:
             for member in tar:
                 self._member(member, functools.partial(tar.extractfile, member))
 
@@ -237,9 +239,17 @@ class _Reader:
                     self._put(path, self.old[path])  # too big to diff: shown as unchanged
             return
         if wanted:
-            kind = ("a symlink" if member.issym() else "a hard link" if member.islnk()
-                    else "a FIFO" if member.isfifo() else "a device" if member.isdev()
-                    else "not a regular file")
+            kind = (
+                "a symlink"
+                if member.issym()
+                else "a hard link"
+                if member.islnk()
+                else "a FIFO"
+                if member.isfifo()
+                else "a device"
+                if member.isdev()
+                else "not a regular file"
+            )
             self._refuse(path, f"{kind}: artifacts may only be regular files and folders")
         if member.issym():
             self._record(path, MODE_LINK, member.linkname.encode())
@@ -258,8 +268,9 @@ class _Reader:
             self.store.repo.object_store.add_object(blob)
         self._put(path, (mode, blob.id))
 
-    def _keep_artifact(self, path: str, member: tarfile.TarInfo,
-                       source: Any) -> tuple[bytes | None, list[str]]:
+    def _keep_artifact(
+        self, path: str, member: tarfile.TarInfo, source: Any
+    ) -> tuple[bytes | None, list[str]]:
         """Copy one artifact file into DATA_DIR; return its bytes when they are small
         enough to also diff (else None), and the names of the granted secrets it holds.
         It is read through a scanner into an unnamed temporary file first: one holding a
@@ -269,9 +280,11 @@ class _Reader:
         if len(self.artifacts) >= settings.RUN_ARTIFACTS_MAX_FILES:
             why = f"over the cap of {settings.RUN_ARTIFACTS_MAX_FILES} files"
         elif self.artifact_bytes + member.size > settings.RUN_ARTIFACTS_MAX_BYTES:
-            why = (f"{member.size} bytes would pass the cap of "
-                   f"{settings.RUN_ARTIFACTS_MAX_BYTES >> 20} MB of artifacts per run "
-                   "(RUN_ARTIFACTS_MAX_MB)")
+            why = (
+                f"{member.size} bytes would pass the cap of "
+                f"{settings.RUN_ARTIFACTS_MAX_BYTES >> 20} MB of artifacts per run "
+                "(RUN_ARTIFACTS_MAX_MB)"
+            )
         scanner, digest, kept = self.masker.scanner(), hashlib.sha256(), bytearray()
         with tempfile.TemporaryFile() as spool:
             while block := source.read(1 << 16):
@@ -294,8 +307,7 @@ class _Reader:
             with os.fdopen(fd, "wb") as out:
                 shutil.copyfileobj(spool, out, 1 << 16)
         self.artifact_bytes += member.size
-        self.artifacts.append({"path": path, "size": member.size,
-                               "sha256": digest.hexdigest()})
+        self.artifacts.append({"path": path, "size": member.size, "sha256": digest.hexdigest()})
         return (bytes(kept) if small else None), []
 
     def _withhold(self, path: str, names: list[str]) -> None:
@@ -319,24 +331,38 @@ class _Reader:
             except BerthError as e:
                 self.over_caps = e.message
         if self.over_caps:
-            changes = {**empty_changes(), "skipped": self.skipped, "withheld": self.withheld,
-                       "skipped_count": self.skipped_count,
-                       "error": "The files the run left in /workspace are past what a "
-                                f"workspace may hold ({self.over_caps}); they are not kept "
-                                "as changes and cannot be committed."}
+            changes = {
+                **empty_changes(),
+                "skipped": self.skipped,
+                "withheld": self.withheld,
+                "skipped_count": self.skipped_count,
+                "error": "The files the run left in /workspace are past what a "
+                f"workspace may hold ({self.over_caps}); they are not kept "
+                "as changes and cannot be committed.",
+            }
             return Outputs(changes, self.artifacts, self.refused, None)
         changes = self._changes(tree)
         changes["withheld"] = self.withheld
-        return Outputs(changes, self.artifacts, self.refused,
-                       tree if tree != self.input_tree else None)
+        return Outputs(
+            changes, self.artifacts, self.refused, tree if tree != self.input_tree else None
+        )
 
     def _changes(self, tree: bytes) -> dict[str, Any]:
-        diff = diff_trees(self.store, self.input_tree, tree) if tree != self.input_tree \
+        diff = (
+            diff_trees(self.store, self.input_tree, tree)
+            if tree != self.input_tree
             else {"files": [], "stats": {"files": 0, "additions": 0, "deletions": 0}}
-        limit_paths, limit_bytes = settings.RUN_CHANGES_MAX_PATHS, \
-            settings.RUN_CHANGES_MAX_DIFF_BYTES
-        out = {**empty_changes(), "stats": diff["stats"], "skipped": self.skipped,
-               "skipped_count": self.skipped_count}
+        )
+        limit_paths, limit_bytes = (
+            settings.RUN_CHANGES_MAX_PATHS,
+            settings.RUN_CHANGES_MAX_DIFF_BYTES,
+        )
+        out = {
+            **empty_changes(),
+            "stats": diff["stats"],
+            "skipped": self.skipped,
+            "skipped_count": self.skipped_count,
+        }
         text: list[str] = []
         size = 0
         for i, item in enumerate(diff["files"]):
@@ -364,8 +390,14 @@ class _Reader:
         return out
 
 
-def read_outputs(store: GitStore, run: Any, masker: Masker, *, host_root: str | None = None,
-                 chunks: Iterator[bytes] | None = None) -> Outputs:
+def read_outputs(
+    store: GitStore,
+    run: Any,
+    masker: Masker,
+    *,
+    host_root: str | None = None,
+    chunks: Iterator[bytes] | None = None,
+) -> Outputs:
     """Read a stopped run's /workspace — its volume's folder on this host, else the
     engine's archive of it — into changes and artifacts."""
     dest = artifacts_dir(run.public_id)
@@ -424,6 +456,16 @@ def _open_regular(name: str, dir_fd: int) -> Any:
 
 
 def empty_changes() -> dict[str, Any]:
-    return {"added": [], "modified": [], "deleted": [], "renamed": [], "binary": [],
-            "stats": {"files": 0, "additions": 0, "deletions": 0}, "diff": "",
-            "truncated": False, "skipped": [], "skipped_count": 0, "withheld": []}
+    return {
+        "added": [],
+        "modified": [],
+        "deleted": [],
+        "renamed": [],
+        "binary": [],
+        "stats": {"files": 0, "additions": 0, "deletions": 0},
+        "diff": "",
+        "truncated": False,
+        "skipped": [],
+        "skipped_count": 0,
+        "withheld": [],
+    }

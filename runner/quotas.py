@@ -51,13 +51,16 @@ class Limits:
     @classmethod
     def of(cls, team: Team) -> "Limits":
         """The operator's per-team override where there is one, else the default."""
+
         def pick(override: int | None, default: int) -> int:
             return default if override is None else override
 
-        return cls(pick(team.max_concurrent_runs, settings.QUOTA_MAX_CONCURRENT_RUNS),
-                   pick(team.max_queued_runs, settings.QUOTA_MAX_QUEUED_RUNS),
-                   pick(team.max_concurrent_previews, settings.QUOTA_MAX_CONCURRENT_PREVIEWS),
-                   pick(team.cpu_seconds_per_day, settings.QUOTA_CPU_SECONDS_PER_DAY))
+        return cls(
+            pick(team.max_concurrent_runs, settings.QUOTA_MAX_CONCURRENT_RUNS),
+            pick(team.max_queued_runs, settings.QUOTA_MAX_QUEUED_RUNS),
+            pick(team.max_concurrent_previews, settings.QUOTA_MAX_CONCURRENT_PREVIEWS),
+            pick(team.cpu_seconds_per_day, settings.QUOTA_CPU_SECONDS_PER_DAY),
+        )
 
 
 def day_start(now: datetime.datetime | None = None) -> datetime.datetime:
@@ -73,13 +76,15 @@ def cpu_seconds_today(team: Team) -> float:
 
 
 def _waiting(team: Team) -> Any:
-    return Run.objects.filter(workspace__team=team, purpose="run", state=RunState.QUEUED,
-                              admitted_at=None)
+    return Run.objects.filter(
+        workspace__team=team, purpose="run", state=RunState.QUEUED, admitted_at=None
+    )
 
 
 def _running(team: Team) -> Any:
-    return Run.objects.filter(workspace__team=team, purpose="run", state__in=ACTIVE_STATES,
-                              admitted_at__isnull=False)
+    return Run.objects.filter(
+        workspace__team=team, purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False
+    )
 
 
 def check_submission(team: Team) -> None:
@@ -91,7 +96,8 @@ def check_submission(team: Team) -> None:
             f"Team {team.slug} already has {waiting} runs waiting, its limit; wait for some "
             "to start (or cancel some), then try again.",
             {"limit": "queued_runs", "max": limits.queued_runs, "waiting": waiting},
-            retry_after=settings.QUOTA_RETRY_AFTER_S)
+            retry_after=settings.QUOTA_RETRY_AFTER_S,
+        )
     if limits.cpu_seconds_per_day:
         used = cpu_seconds_today(team)
         if used >= limits.cpu_seconds_per_day:
@@ -100,10 +106,15 @@ def check_submission(team: Team) -> None:
                 f"Team {team.slug} has used its {limits.cpu_seconds_per_day} CPU-seconds for "
                 f"today ({used:.0f} s); new runs can start after {resets:%Y-%m-%d %H:%M} "
                 "UTC, or an operator can raise the team's budget.",
-                {"limit": "cpu_seconds_per_day", "max": limits.cpu_seconds_per_day,
-                 "used": round(used, 1), "resets_at": resets.isoformat()},
+                {
+                    "limit": "cpu_seconds_per_day",
+                    "max": limits.cpu_seconds_per_day,
+                    "used": round(used, 1),
+                    "resets_at": resets.isoformat(),
+                },
                 retry_after=max(1, math.ceil((resets - timezone.now()).total_seconds())),
-                code="cpu_budget_exhausted")
+                code="cpu_budget_exhausted",
+            )
 
 
 def admits_at_once(team: Team) -> bool:
@@ -113,8 +124,10 @@ def admits_at_once(team: Team) -> bool:
     if Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None).exists():
         return False
     active = _admitted_by_team()
-    return (sum(active.values()) < settings.RUNNER_SLOTS
-            and active.get(team.pk, 0) < Limits.of(team).concurrent_runs)
+    return (
+        sum(active.values()) < settings.RUNNER_SLOTS
+        and active.get(team.pk, 0) < Limits.of(team).concurrent_runs
+    )
 
 
 def lock() -> None:
@@ -129,8 +142,7 @@ def admit() -> list[int]:
     admitted: list[int] = []
     # Nothing waits (the common case, and every reconcile): no transaction and no lock,
     # so a frequent caller never holds locks another process's bulk statement needs.
-    if not Run.objects.filter(purpose="run", state=RunState.QUEUED,
-                              admitted_at=None).exists():
+    if not Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None).exists():
         return admitted
     with transaction.atomic():
         lock()
@@ -138,20 +150,26 @@ def admit() -> list[int]:
         free = settings.RUNNER_SLOTS - sum(active.values())
         if free <= 0:
             return admitted
-        waiting = list(Run.objects.filter(purpose="run", state=RunState.QUEUED,
-                                          admitted_at=None)
-                       .order_by("queued_at", "id")
-                       .values_list("id", "workspace__team"))
+        waiting = list(
+            Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None)
+            .order_by("queued_at", "id")
+            .values_list("id", "workspace__team")
+        )
         if not waiting:
             return admitted
-        limits = {t.pk: Limits.of(t).concurrent_runs for t in
-                  Team.objects.filter(pk__in={team for _, team in waiting})}
+        limits = {
+            t.pk: Limits.of(t).concurrent_runs
+            for t in Team.objects.filter(pk__in={team for _, team in waiting})
+        }
         queues: dict[int, list[int]] = {}
         for run_id, team in waiting:  # oldest first, so each team's queue is too
             queues.setdefault(team, []).append(run_id)
         order = {run_id: i for i, (run_id, _) in enumerate(waiting)}
-        last = dict(Run.objects.filter(purpose="run", workspace__team__in=list(queues))
-                    .values_list("workspace__team").annotate(at=Max("admitted_at")))
+        last = dict(
+            Run.objects.filter(purpose="run", workspace__team__in=list(queues))
+            .values_list("workspace__team")
+            .annotate(at=Max("admitted_at"))
+        )
         served = {team: at or NEVER for team, at in last.items()}
         now = timezone.now()
         caps = _yielding_caps(limits, {t: len(q) for t, q in queues.items()}, active)
@@ -164,8 +182,9 @@ def admit() -> list[int]:
             # A microsecond apart: the order of one round's admissions stays readable
             # from admitted_at, which ranks the teams in the next round.
             at = now + datetime.timedelta(microseconds=len(admitted))
-            if Run.objects.filter(pk=run_id, state=RunState.QUEUED,
-                                  admitted_at=None).update(admitted_at=at):
+            if Run.objects.filter(pk=run_id, state=RunState.QUEUED, admitted_at=None).update(
+                admitted_at=at
+            ):
                 admitted.append(run_id)
                 active[team] = active.get(team, 0) + 1
                 free -= 1
@@ -175,8 +194,9 @@ def admit() -> list[int]:
     return admitted
 
 
-def _yielding_caps(limits: dict[int, int], waiting: dict[int, int],
-                   active: dict[int, int]) -> dict[int, int]:
+def _yielding_caps(
+    limits: dict[int, int], waiting: dict[int, int], active: dict[int, int]
+) -> dict[int, int]:
     """Each team's concurrency cap now (`limits`: team → its limit; `waiting` and
     `active`: team → runs waiting for a slot, admitted runs going): its limit, or half
     of it (at least 1) while it floods (more runs waiting than its limit) and another
@@ -191,23 +211,29 @@ def _yielding_caps(limits: dict[int, int], waiting: dict[int, int],
         # A flood (more runs waiting than it may run at once) yields to a team with at
         # most half as many waiting: two floods of about the same size never take
         # turns yielding to each other.
-        lighter = backlog > limit and any(other != team and 2 * waiting.get(other, 0) <= backlog
-                                          for other in teams)
+        lighter = backlog > limit and any(
+            other != team and 2 * waiting.get(other, 0) <= backlog for other in teams
+        )
         caps[team] = max(1, limit // 2) if lighter else limit
     return caps
 
 
 def _admitted_by_team() -> dict[int, int]:
     """Team id → its admitted runs still going (the slots it holds)."""
-    return dict(Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
-                                   admitted_at__isnull=False)
-                .values_list("workspace__team").annotate(n=Count("id")))
+    return dict(
+        Run.objects.filter(purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False)
+        .values_list("workspace__team")
+        .annotate(n=Count("id"))
+    )
 
 
 def _cap_now(team: Team, limit: int) -> int:
     """The team's cap as admission would apply it at this moment."""
-    waiting = dict(Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None)
-                   .values_list("workspace__team").annotate(n=Count("id")))
+    waiting = dict(
+        Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None)
+        .values_list("workspace__team")
+        .annotate(n=Count("id"))
+    )
     return _yielding_caps({team.pk: limit}, waiting, _admitted_by_team())[team.pk]
 
 
@@ -228,28 +254,40 @@ def queue_position(run: Run) -> dict[str, Any] | None:
     if run.state != RunState.QUEUED or run.admitted_at is not None or run.purpose != "run":
         return None
     team = run.workspace.team
-    ahead = _waiting(team).filter(Q(queued_at__lt=run.queued_at) |
-                                  Q(queued_at=run.queued_at, id__lt=run.id)).count()
+    ahead = (
+        _waiting(team)
+        .filter(Q(queued_at__lt=run.queued_at) | Q(queued_at=run.queued_at, id__lt=run.id))
+        .count()
+    )
     limit = Limits.of(team).concurrent_runs
     running = _running(team).count()
-    busy = Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
-                              admitted_at__isnull=False).count()
+    busy = Run.objects.filter(
+        purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False
+    ).count()
     behind = f"{ahead} of the team's runs wait ahead of this one."
     cap = _cap_now(team, limit) if running < limit else limit
     if running >= limit:
-        why, message = "team_limit", (
-            f"Waiting: team {team.slug} has {running} runs going, its limit of {limit}; "
-            + behind)
+        why, message = (
+            "team_limit",
+            (
+                f"Waiting: team {team.slug} has {running} runs going, its limit of {limit}; "
+                + behind
+            ),
+        )
     elif running >= cap:
-        why, message = "yielding", (
-            f"Waiting: team {team.slug} has {running} runs going; while a team with at "
-            f"most half as many runs waiting has work, a flooding team runs at most half "
-            f"its limit of {limit}. "
-            + behind)
+        why, message = (
+            "yielding",
+            (
+                f"Waiting: team {team.slug} has {running} runs going; while a team with at "
+                f"most half as many runs waiting has work, a flooding team runs at most half "
+                f"its limit of {limit}. " + behind
+            ),
+        )
     elif busy >= settings.RUNNER_SLOTS:
-        why, message = "host_busy", (
-            f"Waiting: all {settings.RUNNER_SLOTS} run slots of this host are taken; "
-            + behind)
+        why, message = (
+            "host_busy",
+            (f"Waiting: all {settings.RUNNER_SLOTS} run slots of this host are taken; " + behind),
+        )
     else:
         why, message = "admission", "Waiting for admission; a slot is free, so any moment."
     return {"position": ahead + 1, "waiting_for": why, "message": message}
@@ -263,15 +301,27 @@ def usage(team: Team) -> dict[str, Any]:
     resets = day_start() + datetime.timedelta(days=1)
     return {
         "team": team.slug,
-        "runs": {"running": _running(team).count(), "max_concurrent": limits.concurrent_runs,
-                 "queued": _waiting(team).count(), "max_queued": limits.queued_runs},
-        "previews": {"live": Preview.objects.filter(workspace__team=team, kind="preview",
-                                                    state__in=LIVE_STATES).count(),
-                     "max_concurrent": limits.concurrent_previews},
-        "cpu": {"seconds_today": round(cpu_seconds_today(team), 1),
-                "max_per_day": limits.cpu_seconds_per_day or None,
-                "resets_at": resets.isoformat()},
-        "host": {"slots": settings.RUNNER_SLOTS,
-                 "busy": Run.objects.filter(purpose="run", state__in=ACTIVE_STATES,
-                                            admitted_at__isnull=False).count()},
+        "runs": {
+            "running": _running(team).count(),
+            "max_concurrent": limits.concurrent_runs,
+            "queued": _waiting(team).count(),
+            "max_queued": limits.queued_runs,
+        },
+        "previews": {
+            "live": Preview.objects.filter(
+                workspace__team=team, kind="preview", state__in=LIVE_STATES
+            ).count(),
+            "max_concurrent": limits.concurrent_previews,
+        },
+        "cpu": {
+            "seconds_today": round(cpu_seconds_today(team), 1),
+            "max_per_day": limits.cpu_seconds_per_day or None,
+            "resets_at": resets.isoformat(),
+        },
+        "host": {
+            "slots": settings.RUNNER_SLOTS,
+            "busy": Run.objects.filter(
+                purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False
+            ).count(),
+        },
     }

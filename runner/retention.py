@@ -17,8 +17,9 @@ def apply(days: int | None = None) -> list[str]:
     keep = settings.RUN_RETENTION_DAYS if days is None else days
     cutoff = timezone.now() - timedelta(days=keep)
     done = []
-    for run in Run.objects.filter(state__in=TERMINAL_STATES, finished_at__lt=cutoff,
-                                  outputs_expired_at__isnull=True).only("id", "public_id"):
+    for run in Run.objects.filter(
+        state__in=TERMINAL_STATES, finished_at__lt=cutoff, outputs_expired_at__isnull=True
+    ).only("id", "public_id"):
         for path in logstore.paths(run.public_id):
             path.unlink(missing_ok=True)
         shutil.rmtree(artifacts_dir(run.public_id), ignore_errors=True)

@@ -16,10 +16,13 @@ HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
 def sections(run: Run, workspace: Workspace) -> dict[str, Any]:
-    return {"setup": setup_section(run), "network": network_section(run),
-            "changes": changes_section(run),
-            "artifacts": artifacts_section(run, workspace),
-            "comparison": comparison_section(run, workspace)}
+    return {
+        "setup": setup_section(run),
+        "network": network_section(run),
+        "changes": changes_section(run),
+        "artifacts": artifacts_section(run, workspace),
+        "comparison": comparison_section(run, workspace),
+    }
 
 
 EGRESS_REASONS = {
@@ -32,7 +35,7 @@ EGRESS_REASONS = {
     "team_connection_cap": "refused: the team has too many connections open to its proxies",
     "agent_connection_cap": "refused: the host's proxies hold all the connections they may",
     "refusal_flood": "closed unanswered: more refusals in that second than "
-                     "EGRESS_MAX_REFUSALS_PER_S",
+    "EGRESS_MAX_REFUSALS_PER_S",
     "byte_cap": "cut: the run's egress allowance is used up",
     "idle_timeout": "closed: idle too long",
     "bad_upstream": "failed: no valid HTTP answer",
@@ -42,14 +45,20 @@ EVENTS_SHOWN = 100
 
 def network_section(run: Run) -> dict[str, Any]:
     """The egress policy that applied and the connections tried, first ones first."""
-    shown = list(run.egress_events.all()[:EVENTS_SHOWN]) \
-        if run.network.get("mode") == "proxy" else []
-    events = [{"event": e, "outcome": EGRESS_REASONS.get(e.reason, e.reason) if e.reason
-               else "allowed"} for e in shown]
-    return {"mode": run.network.get("mode", "none"), "egress": run.network.get("egress", []),
-            "ignored": run.network.get("ignored", []), "events": events,
-            "more": max(0, run.egress_connections + run.egress_denied
-                        - sum(e.count for e in shown))}
+    shown = (
+        list(run.egress_events.all()[:EVENTS_SHOWN]) if run.network.get("mode") == "proxy" else []
+    )
+    events = [
+        {"event": e, "outcome": EGRESS_REASONS.get(e.reason, e.reason) if e.reason else "allowed"}
+        for e in shown
+    ]
+    return {
+        "mode": run.network.get("mode", "none"),
+        "egress": run.network.get("egress", []),
+        "ignored": run.network.get("ignored", []),
+        "events": events,
+        "more": max(0, run.egress_connections + run.egress_denied - sum(e.count for e in shown)),
+    }
 
 
 def setup_section(run: Run) -> dict[str, Any] | None:
@@ -70,12 +79,20 @@ def setup_section(run: Run) -> dict[str, Any] | None:
     elif hit is False:
         outcome, text = "failed", "did not finish — no cache was kept"
     elif run.is_active:
-        outcome, text = "pending", "not decided yet — the cache is looked up when the " \
-                                   "sandbox is created"
+        outcome, text = (
+            "pending",
+            "not decided yet — the cache is looked up when the sandbox is created",
+        )
     else:
         outcome, text = "not_reached", "not reached — the run ended before its sandbox existed"
-    return {"command": setup["command"], "cache_key": setup.get("cache_key") or [],
-            "key": key, "key_short": key[:12], "outcome": outcome, "text": text}
+    return {
+        "command": setup["command"],
+        "cache_key": setup.get("cache_key") or [],
+        "key": key,
+        "key_short": key[:12],
+        "outcome": outcome,
+        "text": text,
+    }
 
 
 def split_patches(diff: str) -> list[dict[str, Any]]:
@@ -88,8 +105,13 @@ def split_patches(diff: str) -> list[dict[str, Any]]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            files.append({"old": _side(line[4:], "a/"), "new": _side(lines[i + 1][4:], "b/"),
-                          "lines": [line, lines[i + 1]]})
+            files.append(
+                {
+                    "old": _side(line[4:], "a/"),
+                    "new": _side(lines[i + 1][4:], "b/"),
+                    "lines": [line, lines[i + 1]],
+                }
+            )
             i += 2
             continue
         if not files:
@@ -109,8 +131,15 @@ def split_patches(diff: str) -> list[dict[str, Any]]:
                 i += 1
     for f in files:
         f["path"] = f["new"] or f["old"]
-        f["status"] = ("added" if f["old"] is None else "deleted" if f["new"] is None
-                       else "renamed" if f["old"] != f["new"] else "modified")
+        f["status"] = (
+            "added"
+            if f["old"] is None
+            else "deleted"
+            if f["new"] is None
+            else "renamed"
+            if f["old"] != f["new"]
+            else "modified"
+        )
         f["rows"] = diff_lines("\n".join(f.pop("lines")))
         f["additions"] = sum(1 for r in f["rows"] if r[0] == "add")
         f["deletions"] = sum(1 for r in f["rows"] if r[0] == "del")
@@ -129,16 +158,18 @@ def changes_section(run: Run) -> dict[str, Any] | None:
     changes = run.changes
     if changes is None:
         return None
-    groups = [("added", "Added", changes.get("added") or []),
-              ("modified", "Modified", changes.get("modified") or []),
-              ("deleted", "Deleted", changes.get("deleted") or []),
-              ("renamed", "Renamed", [f"{r['from']} → {r['to']}"
-                                      for r in changes.get("renamed") or []])]
+    groups = [
+        ("added", "Added", changes.get("added") or []),
+        ("modified", "Modified", changes.get("modified") or []),
+        ("deleted", "Deleted", changes.get("deleted") or []),
+        ("renamed", "Renamed", [f"{r['from']} → {r['to']}" for r in changes.get("renamed") or []]),
+    ]
     skipped = changes.get("skipped") or []
     return {
         "stats": changes.get("stats") or {"files": 0, "additions": 0, "deletions": 0},
-        "groups": [{"kind": k, "label": label, "paths": paths} for k, label, paths in groups
-                   if paths],
+        "groups": [
+            {"kind": k, "label": label, "paths": paths} for k, label, paths in groups if paths
+        ],
         "binary": changes.get("binary") or [],
         "files": split_patches(changes.get("diff") or ""),
         "truncated": bool(changes.get("truncated")),
@@ -146,18 +177,28 @@ def changes_section(run: Run) -> dict[str, Any] | None:
         "skipped_more": max(0, int(changes.get("skipped_count") or 0) - len(skipped)),
         "error": changes.get("error") or "",
         "withheld": changes.get("withheld") or [],
-        "commit": run.changes_commit, "branch": run.changes_branch,
+        "commit": run.changes_commit,
+        "branch": run.changes_branch,
         "can_commit": bool(changes.get("tree")) and not run.changes_commit,
     }
 
 
 def artifacts_section(run: Run, workspace: Workspace) -> dict[str, Any]:
     args = [workspace.team.slug, workspace.slug, run.public_id]
-    kept = [{**a, "sha_short": a["sha256"][:12],
-             "url": reverse("workspace-run-artifact", args=[*args, a["path"]])}
-            for a in run.artifacts]
-    return {"kept": kept, "refused": run.artifacts_refused, "paths": run.artifact_paths,
-            "expired_at": run.outputs_expired_at}
+    kept = [
+        {
+            **a,
+            "sha_short": a["sha256"][:12],
+            "url": reverse("workspace-run-artifact", args=[*args, a["path"]]),
+        }
+        for a in run.artifacts
+    ]
+    return {
+        "kept": kept,
+        "refused": run.artifacts_refused,
+        "paths": run.artifact_paths,
+        "expired_at": run.outputs_expired_at,
+    }
 
 
 def comparison_section(run: Run, workspace: Workspace) -> dict[str, Any] | None:
@@ -169,7 +210,5 @@ def comparison_section(run: Run, workspace: Workspace) -> dict[str, Any] | None:
         relation = "its latest re-run"
     if other is None:
         return None
-    url = reverse("workspace-run", args=[workspace.team.slug, workspace.slug,
-                                         other.public_id])
-    return {"other": other, "relation": relation, "url": url,
-            "rows": compare_runs(run, other)}
+    url = reverse("workspace-run", args=[workspace.team.slug, workspace.slug, other.public_id])
+    return {"other": other, "relation": relation, "url": url, "rows": compare_runs(run, other)}

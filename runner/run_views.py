@@ -24,16 +24,21 @@ from workspaces.views import workspace_page
 # `workspace_page` is typed for HttpResponse; it only passes the streaming one on.
 @require_GET
 @workspace_page  # type: ignore[arg-type]
-def artifact(request: HttpRequest, membership: Membership, workspace: Workspace,
-             run_id: str, path: str) -> FileResponse:
+def artifact(
+    request: HttpRequest, membership: Membership, workspace: Workspace, run_id: str, path: str
+) -> FileResponse:
     run = run_of(membership, workspace, run_id)
     try:
         source = open_artifact(run, path)
     except NotFound as e:
         raise Http404(e.message) from e
     # What a run wrote is untrusted: always a download, never a page on Berth's origin.
-    response = FileResponse(source, as_attachment=True, filename=path.rsplit("/", 1)[-1],
-                            content_type="application/octet-stream")
+    response = FileResponse(
+        source,
+        as_attachment=True,
+        filename=path.rsplit("/", 1)[-1],
+        content_type="application/octet-stream",
+    )
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     response["X-Content-Type-Options"] = "nosniff"
     return response
@@ -41,8 +46,9 @@ def artifact(request: HttpRequest, membership: Membership, workspace: Workspace,
 
 @require_POST
 @workspace_page
-def rerun(request: HttpRequest, membership: Membership, workspace: Workspace,
-          run_id: str) -> HttpResponse:
+def rerun(
+    request: HttpRequest, membership: Membership, workspace: Workspace, run_id: str
+) -> HttpResponse:
     """Run again from exactly the recorded inputs, then the new run's page. Env values
     were never stored, so the form asks for them again; a refusal comes back on the
     run's page with the message (values typed are never rendered back)."""
@@ -50,16 +56,19 @@ def rerun(request: HttpRequest, membership: Membership, workspace: Workspace,
     try:
         new = actions.rerun(run, Actor(membership.user), rerun_env(run.env_names, request.POST))
     except BerthError as e:
-        ctx = {**page_context(request, membership, workspace),
-               **run_context(run, workspace, e.message, e.details.get("missing") or [])}
+        ctx = {
+            **page_context(request, membership, workspace),
+            **run_context(run, workspace, e.message, e.details.get("missing") or []),
+        }
         return vary(render(request, "runner/run.html", ctx, status=e.status))
     return vary(redirect(run_urls(workspace, new)["page"]))
 
 
 @require_POST
 @workspace_page
-def commit_changes(request: HttpRequest, membership: Membership, workspace: Workspace,
-                   run_id: str) -> HttpResponse:
+def commit_changes(
+    request: HttpRequest, membership: Membership, workspace: Workspace, run_id: str
+) -> HttpResponse:
     """Commit a finished run's changes to `runs/<id>`, then back to its page."""
     run = run_of(membership, workspace, run_id)
     try:

@@ -20,17 +20,24 @@ def _check_value(value: str) -> str:
         raise Invalid("Give the secret a value.", {"field": "value"})
     size = len(value.encode())
     if size > MAX_VALUE_BYTES:
-        raise Invalid(f"A secret value is at most {MAX_VALUE_BYTES} bytes; this one is {size}.",
-                      {"field": "value", "maximum": MAX_VALUE_BYTES}, code="too_large")
+        raise Invalid(
+            f"A secret value is at most {MAX_VALUE_BYTES} bytes; this one is {size}.",
+            {"field": "value", "maximum": MAX_VALUE_BYTES},
+            code="too_large",
+        )
     if "\x00" in value:
-        raise Invalid("A secret value cannot contain a NUL character (it becomes an "
-                      "environment variable).", {"field": "value"})
+        raise Invalid(
+            "A secret value cannot contain a NUL character (it becomes an environment variable).",
+            {"field": "value"},
+        )
     if "\n" in value or "\r" in value:
         # Logs are masked line by line: a value spanning lines would appear in the log
         # unmasked, piece by piece.
-        raise Invalid("A secret value must be one line (output is masked line by line); "
-                      "base64-encode a multi-line value and decode it in the run.",
-                      {"field": "value"})
+        raise Invalid(
+            "A secret value must be one line (output is masked line by line); "
+            "base64-encode a multi-line value and decode it in the run.",
+            {"field": "value"},
+        )
     return value
 
 
@@ -46,14 +53,27 @@ def set_secret(workspace: Workspace, actor: Actor, name: str, value: str) -> Sec
     with transaction.atomic():
         now = timezone.now()
         secret, created = Secret.objects.select_for_update().get_or_create(
-            workspace=workspace, name=name,
-            defaults={"ciphertext": ciphertext, "created_by": actor.user,
-                      "created_at": now, "updated_at": now})
+            workspace=workspace,
+            name=name,
+            defaults={
+                "ciphertext": ciphertext,
+                "created_by": actor.user,
+                "created_at": now,
+                "updated_at": now,
+            },
+        )
         if not created:
             secret.ciphertext, secret.updated_at = ciphertext, now
             secret.save(update_fields=["ciphertext", "updated_at"])
-        record(workspace.team, actor, "secret.set", f"secret:{name}", workspace.slug,
-               name=name, created=created)
+        record(
+            workspace.team,
+            actor,
+            "secret.set",
+            f"secret:{name}",
+            workspace.slug,
+            name=name,
+            created=created,
+        )
     return secret
 
 
@@ -64,5 +84,4 @@ def delete_secret(workspace: Workspace, actor: Actor, name: str) -> None:
         deleted, _ = Secret.objects.filter(workspace=workspace, name=name).delete()
         if not deleted:
             raise NotFound(f"No secret {name!r} in this workspace.", {"secret": name})
-        record(workspace.team, actor, "secret.deleted", f"secret:{name}", workspace.slug,
-               name=name)
+        record(workspace.team, actor, "secret.deleted", f"secret:{name}", workspace.slug, name=name)

@@ -23,9 +23,11 @@ MASK = "***"
 
 def check_name(name: str) -> str:
     if not NAME.match(name):
-        raise Invalid(f"{name!r} is not a secret name: use upper-case letters, digits and _, "
-                      "starting with a letter or _ (it becomes an environment variable).",
-                      {"field": "name"})
+        raise Invalid(
+            f"{name!r} is not a secret name: use upper-case letters, digits and _, "
+            "starting with a letter or _ (it becomes an environment variable).",
+            {"field": "name"},
+        )
     return name
 
 
@@ -58,8 +60,10 @@ def decrypt(ciphertext: str) -> str:
     try:
         return _fernet().decrypt(ciphertext.encode()).decode()
     except InvalidToken:
-        raise RuntimeError("a secret cannot be decrypted: BERTH_SECRETS_KEY or "
-                           f"{settings.SECRETS_KEY_FILE} changed since it was set") from None
+        raise RuntimeError(
+            "a secret cannot be decrypted: BERTH_SECRETS_KEY or "
+            f"{settings.SECRETS_KEY_FILE} changed since it was set"
+        ) from None
 
 
 class Masker:
@@ -72,8 +76,7 @@ class Masker:
     """
 
     def __init__(self, values: Iterable[str] | dict[str, str]) -> None:
-        named = values if isinstance(values, dict) else {
-            f"#{i}": v for i, v in enumerate(values)}
+        named = values if isinstance(values, dict) else {f"#{i}": v for i, v in enumerate(values)}
         self.values = sorted({v for v in named.values() if v}, key=len, reverse=True)
         self.raw = [v.encode() for v in self.values]
         self.named = sorted((name, value.encode()) for name, value in named.items() if value)
@@ -110,7 +113,7 @@ class SecretScanner:
             return
         window = self.tail + chunk
         self.found.update(name for name, value in self.named if value in window)
-        self.tail = window[-self.keep:] if self.keep else b""
+        self.tail = window[-self.keep :] if self.keep else b""
 
     def names(self) -> list[str]:
         return sorted(self.found)

@@ -24,16 +24,21 @@ class SecretIn(Schema):
 
 
 def secret_out(secret: Secret) -> dict[str, Any]:
-    return {"name": secret.name, "created_at": secret.created_at.isoformat(),
-            "updated_at": secret.updated_at.isoformat(),
-            "created_by": secret.created_by.username if secret.created_by else None}
+    return {
+        "name": secret.name,
+        "created_at": secret.created_at.isoformat(),
+        "updated_at": secret.updated_at.isoformat(),
+        "created_by": secret.created_by.username if secret.created_by else None,
+    }
 
 
 @router.get("/workspaces/{slug}/secrets", summary="The workspace's secrets (names, never values)")
 def list_secrets(request: HttpRequest, slug: str) -> list[dict[str, Any]]:
     workspace = workspace_for(request, slug, "workspace:read")
-    return [secret_out(s) for s in Secret.objects.filter(workspace=workspace)
-            .select_related("created_by")]
+    return [
+        secret_out(s)
+        for s in Secret.objects.filter(workspace=workspace).select_related("created_by")
+    ]
 
 
 @router.put("/workspaces/{slug}/secrets/{name}", summary="Set or replace a secret (admins)")

@@ -21,20 +21,35 @@ from workspaces.views import clone_url, urls_of, workspace_page
 
 
 class SecretForm(forms.Form):
-    name = forms.CharField(max_length=64, help_text="Upper-case letters, digits and _; "
-                           "the run sees it as an environment variable of this name.")
+    name = forms.CharField(
+        max_length=64,
+        help_text="Upper-case letters, digits and _; "
+        "the run sees it as an environment variable of this name.",
+    )
     # Not stripped: a value is used exactly as typed.
-    value = forms.CharField(strip=False, widget=forms.PasswordInput(
-        attrs={"autocomplete": "new-password"}))
+    value = forms.CharField(
+        strip=False, widget=forms.PasswordInput(attrs={"autocomplete": "new-password"})
+    )
 
 
-def secrets_response(request: HttpRequest, membership: Membership, workspace: Workspace,
-                     form: SecretForm, status: int = 200) -> HttpResponse:
+def secrets_response(
+    request: HttpRequest,
+    membership: Membership,
+    workspace: Workspace,
+    form: SecretForm,
+    status: int = 200,
+) -> HttpResponse:
     rows = Secret.objects.filter(workspace=workspace).select_related("created_by")
-    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-           "tab": "settings", "clone_url": clone_url(request, workspace), "form": form,
-           "secrets": rows, "page_url": reverse("workspace-secrets",
-                                                args=[workspace.team.slug, workspace.slug])}
+    ctx = {
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "settings",
+        "clone_url": clone_url(request, workspace),
+        "form": form,
+        "secrets": rows,
+        "page_url": reverse("workspace-secrets", args=[workspace.team.slug, workspace.slug]),
+    }
     return render(request, "runner/secrets.html", ctx, status=status)
 
 
@@ -43,8 +58,9 @@ def forbidden(request: HttpRequest, e: BerthError) -> HttpResponse:
 
 
 @workspace_page
-def secrets_page(request: HttpRequest, membership: Membership, workspace: Workspace
-                 ) -> HttpResponse:
+def secrets_page(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
     """GET: the names. POST: set one (create or replace), then the page again."""
     form = SecretForm(request.POST or None)
     if request.method != "POST":
@@ -65,16 +81,18 @@ def secrets_page(request: HttpRequest, membership: Membership, workspace: Worksp
             form.add_error(field if field in form.fields else None, e.message)
             status = e.status
         else:
-            messages.success(request, f"Secret {name} is set; runs get it only when they "
-                                      "ask for it by name.")
+            messages.success(
+                request, f"Secret {name} is set; runs get it only when they ask for it by name."
+            )
             return redirect("workspace-secrets", team=membership.team.slug, slug=workspace.slug)
     return secrets_response(request, membership, workspace, form, status=status)
 
 
 @require_POST
 @workspace_page
-def delete_secret(request: HttpRequest, membership: Membership, workspace: Workspace,
-                  name: str) -> HttpResponse:
+def delete_secret(
+    request: HttpRequest, membership: Membership, workspace: Workspace, name: str
+) -> HttpResponse:
     try:
         secret_actions.delete_secret(workspace, Actor(membership.user), name)
     except BerthError as e:

@@ -28,12 +28,14 @@ UNDELIVERED_AFTER = timedelta(seconds=5)
 @shared_task(acks_late=True, ignore_result=True)
 def prepare_run(run_id: int) -> None:
     run = Run.objects.select_related("workspace__team").filter(pk=run_id).first()
-    if run is None or run.state not in (RunState.QUEUED, RunState.PREPARING) or \
-            run.admitted_at is None:
+    if (
+        run is None
+        or run.state not in (RunState.QUEUED, RunState.PREPARING)
+        or run.admitted_at is None
+    ):
         return  # gone, cancelled, carried further by an earlier delivery, or not admitted
     first = run.state == RunState.QUEUED
-    if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,),
-                                 started_at=timezone.now()):
+    if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now()):
         return  # another delivery, a cancel or a reconcile got there first
     try:
         # Secret values come from the database and env values from the run, both
@@ -42,10 +44,12 @@ def prepare_run(run_id: int) -> None:
         if granted:
             Run.objects.filter(pk=run.pk).update(secrets_sealed=secrets.seal(granted))
         env = {**(secrets.unseal(run.env_sealed) if run.env_sealed else {}), **granted}
-        sandbox.prepare_and_start(run, env,
-                                  still_wanted=lambda: Run.objects.filter(
-                                      pk=run.pk, state=RunState.PREPARING).exists(),
-                                  first_delivery=first)
+        sandbox.prepare_and_start(
+            run,
+            env,
+            still_wanted=lambda: Run.objects.filter(pk=run.pk, state=RunState.PREPARING).exists(),
+            first_delivery=first,
+        )
     except sandbox.SandboxError as e:
         _fail(run, e.reason, **e.facts)
         return
@@ -56,8 +60,11 @@ def prepare_run(run_id: int) -> None:
     # In the setup phase the command itself has not started: the agent stamps
     # process_started_at when it starts the main container.
     phase = Run.objects.filter(pk=run.pk).values_list("phase", flat=True).first()
-    started = run.advance(RunState.RUNNING, (RunState.PREPARING,),
-                          **({"process_started_at": timezone.now()} if phase == "main" else {}))
+    started = run.advance(
+        RunState.RUNNING,
+        (RunState.PREPARING,),
+        **({"process_started_at": timezone.now()} if phase == "main" else {}),
+    )
     if not started:
         # It ended while we prepared: cancelled, or the command already exited and the
         # agent wrote the end. Only a cancel needs the process stopped; the agent
@@ -87,9 +94,15 @@ def send_prepare(run_id: int) -> bool:
 
 def undelivered_runs() -> list[int]:
     """Admitted runs still queued whose prepare task never reached the broker."""
-    return list(Run.objects.filter(
-        state=RunState.QUEUED, admitted_at__lt=timezone.now() - UNDELIVERED_AFTER,
-        prepare_sent_at=None).order_by("admitted_at").values_list("pk", flat=True))
+    return list(
+        Run.objects.filter(
+            state=RunState.QUEUED,
+            admitted_at__lt=timezone.now() - UNDELIVERED_AFTER,
+            prepare_sent_at=None,
+        )
+        .order_by("admitted_at")
+        .values_list("pk", flat=True)
+    )
 
 
 def send_again(run_ids: list[int], why: str) -> int:

@@ -12,8 +12,14 @@ from runner.models import ACTIVE_STATES, Run
 @team_page()
 def usage_page(request: HttpRequest, membership: Membership) -> HttpResponse:
     team = membership.team
-    active = (Run.objects.filter(workspace__team=team, purpose="run", state__in=ACTIVE_STATES)
-              .select_related("workspace").order_by("queued_at", "id"))
+    active = (
+        Run.objects.filter(workspace__team=team, purpose="run", state__in=ACTIVE_STATES)
+        .select_related("workspace")
+        .order_by("queued_at", "id")
+    )
     rows = [{"run": r, "queue": quotas.queue_position(r)} for r in active[:200]]
-    return render(request, "runner/usage.html", {
-        "membership": membership, "usage": quotas.usage(team), "active": rows})
+    return render(
+        request,
+        "runner/usage.html",
+        {"membership": membership, "usage": quotas.usage(team), "active": rows},
+    )

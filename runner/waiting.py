@@ -26,7 +26,8 @@ async def wait_for_end(public_id: str, seconds: float) -> None:
     async with fanout.listening(logstore.group_name(public_id)) as next_signal:
         while True:
             active = await database_sync_to_async(
-                Run.objects.filter(public_id=public_id, state__in=ACTIVE_STATES).exists)()
+                Run.objects.filter(public_id=public_id, state__in=ACTIVE_STATES).exists
+            )()
             checked = loop.time()
             if not active or checked >= deadline:
                 return

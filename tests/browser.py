@@ -7,9 +7,14 @@ from shutil import which
 from playwright.sync_api import Page, sync_playwright
 
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
     # Without these Chromium keeps calling home, which this closed network refuses.
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 # Playwright turns Chromium's storage partitioning off (its --disable-features list,
 # playwright#32230), and without it a third-party frame's localStorage is refused
@@ -21,7 +26,8 @@ AS_CHROME_SHIPS = [
     "--disable-features=AvoidUnnecessaryBeforeUnloadCheckSync,DestroyProfileOnBrowserClose,"
     "HttpsUpgrades,HttpsFirstBalancedModeAutoEnable,LensOverlay,MediaRouter,PaintHolding,"
     "AvoidCorsURLLoaderRestartOnRedirect,OptimizationHints,NetworkTimeServiceQuerying,"
-    "PreconnectToSearch"]
+    "PreconnectToSearch"
+]
 
 
 @contextmanager

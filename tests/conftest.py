@@ -26,11 +26,13 @@ class Cast:
         user, _ = actions.create_user(team, name, role, None, password=f"{name}-password-1")
         return user
 
-    def token(self, user: User, scopes: list[str] | None = None, team: Team | None = None,
-              **kwargs) -> tuple[ApiToken, str]:
+    def token(
+        self, user: User, scopes: list[str] | None = None, team: Team | None = None, **kwargs
+    ) -> tuple[ApiToken, str]:
         team = team or (self.team_b if user == self.charlie else self.team_a)
-        return actions.create_token(team, user, f"{user} agent",
-                                    scopes or list(ApiToken.SCOPES), None, **kwargs)
+        return actions.create_token(
+            team, user, f"{user} agent", scopes or list(ApiToken.SCOPES), None, **kwargs
+        )
 
 
 @pytest.fixture
@@ -48,6 +50,7 @@ def signed_in(cast):
         client = Client()
         client.force_login(user)
         return client
+
     return client_for
 
 

@@ -18,16 +18,25 @@ PROBE_APP = (Path(__file__).parent / "apps" / "probe_app.py").read_text()
 LIVE = {"starting"}
 
 
-def probe_toml(command: str = "python3 probe_app.py", port: int = 8000,
-               health_path: str = "/", runtime: str = "runc") -> str:
-    return (f'[sandbox]\nruntime = "{runtime}"\nmemory_mb = 256\n\n'
-            f'[preview]\ncommand = "{command}"\nport = {port}\nhealth_path = "{health_path}"\n')
+def probe_toml(
+    command: str = "python3 probe_app.py",
+    port: int = 8000,
+    health_path: str = "/",
+    runtime: str = "runc",
+) -> str:
+    return (
+        f'[sandbox]\nruntime = "{runtime}"\nmemory_mb = 256\n\n'
+        f'[preview]\ncommand = "{command}"\nport = {port}\nhealth_path = "{health_path}"\n'
+    )
 
 
 def write(workspace, user, files: dict[str, str]) -> str:
     result = workspace_actions.commit_changes(
-        workspace, Actor(user), [Change("write", p, c.encode()) for p, c in files.items()],
-        "change " + ", ".join(files))
+        workspace,
+        Actor(user),
+        [Change("write", p, c.encode()) for p, c in files.items()],
+        "change " + ", ".join(files),
+    )
     return result.sha
 
 
@@ -38,8 +47,12 @@ class PreviewAgent:
         self.client, self.headers, self.slug = client, bearer(secret), slug
 
     def start(self, **body) -> dict:
-        r = self.client.post(f"/api/v1/workspaces/{self.slug}/previews", body,
-                             content_type="application/json", **self.headers)
+        r = self.client.post(
+            f"/api/v1/workspaces/{self.slug}/previews",
+            body,
+            content_type="application/json",
+            **self.headers,
+        )
         assert r.status_code == 202, r.content
         return r.json()
 
@@ -50,8 +63,12 @@ class PreviewAgent:
         return r.json()
 
     def post(self, preview: dict, action: str, body: dict | None = None):
-        return self.client.post(f"/api/v1/previews/{preview['id']}/{action}", body or {},
-                                content_type="application/json", **self.headers)
+        return self.client.post(
+            f"/api/v1/previews/{preview['id']}/{action}",
+            body or {},
+            content_type="application/json",
+            **self.headers,
+        )
 
     def wait(self, preview: dict, states: set[str], timeout: float = 120) -> dict:
         deadline = time.monotonic() + timeout
@@ -61,8 +78,9 @@ class PreviewAgent:
             if current["state"] in states:
                 return current
             time.sleep(0.1)
-        raise AssertionError(f"preview {preview['id']} not in {states} after {timeout} s: "
-                             f"{current}")
+        raise AssertionError(
+            f"preview {preview['id']} not in {states} after {timeout} s: {current}"
+        )
 
     def link(self, preview: dict) -> str:
         r = self.post(preview, "link")
@@ -84,12 +102,14 @@ class Browser:
         parts = urlsplit(url)
         host = parts.netloc
         target = f"http://127.0.0.1:{self.port}{parts.path or '/'}" + (
-            f"?{parts.query}" if parts.query else "")
+            f"?{parts.query}" if parts.query else ""
+        )
         sent = {"Host": host, **(headers or {})}
         if self.cookies and "Cookie" not in sent:
             sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
-        r = requests.request(method, target, headers=sent, allow_redirects=False, timeout=60,
-                             **kwargs)
+        r = requests.request(
+            method, target, headers=sent, allow_redirects=False, timeout=60, **kwargs
+        )
         for header in r.raw.headers.getlist("Set-Cookie"):
             jar: SimpleCookie = SimpleCookie()
             jar.load(header)

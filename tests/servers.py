@@ -74,8 +74,7 @@ def subprocess_env() -> dict[str, str]:
         "RUN_STALE_QUEUED_S": "8",
         # Egress tests reach host-local servers under reserved .test names (no proxy
         # bypass list matches them); meta.test stands for the cloud metadata address.
-        "EGRESS_HOSTS": "files.test=127.0.0.1,index.test=127.0.0.1,"
-                        "meta.test=169.254.169.254",
+        "EGRESS_HOSTS": "files.test=127.0.0.1,index.test=127.0.0.1,meta.test=169.254.169.254",
         "EGRESS_ALLOWED_ADDRESSES": "127.0.0.1",
         "EGRESS_MAX_MB": "8",  # above what the installs fetch, below what a test sends
         "EGRESS_MAX_CONNECTIONS": "6",
@@ -98,17 +97,25 @@ class Server:
 
 
 @contextmanager
-def running(cmd: list[str], log_path: Path, ready, what: str, env: dict[str, str] | None = None
-            ) -> Iterator[subprocess.Popen]:
+def running(
+    cmd: list[str], log_path: Path, ready, what: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**subprocess_env(), **(env or {})},
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**subprocess_env(), **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
+
         def up():
             if proc.poll() is not None:
                 raise AssertionError(f"{what} exited early:\n{log_path.read_text()[-3000:]}")
             return ready()
+
         wait_for(up, timeout=60, what=what)
         yield proc
     finally:
@@ -121,8 +128,9 @@ def running(cmd: list[str], log_path: Path, ready, what: str, env: dict[str, str
 
 
 @contextmanager
-def daphne(env: dict[str, str] | None = None, gateway_port: int = 0, name: str = "daphne"
-           ) -> Iterator[Server]:
+def daphne(
+    env: dict[str, str] | None = None, gateway_port: int = 0, name: str = "daphne"
+) -> Iterator[Server]:
     """Daphne and a preview gateway in front of it (on PREVIEW_PORT, or `gateway_port`
     for a second pair started with settings of its own, `env`)."""
     port = free_port()
@@ -136,8 +144,10 @@ def daphne(env: dict[str, str] | None = None, gateway_port: int = 0, name: str =
             return False
 
     cmd = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
-    with running(cmd, server.log_path, ready, name, env) as proc, \
-            preview_gateway(port, env, gateway_port, name) as gateway:
+    with (
+        running(cmd, server.log_path, ready, name, env) as proc,
+        preview_gateway(port, env, gateway_port, name) as gateway,
+    ):
         server.pid = proc.pid
         server.gateway_port = gateway_port or int(settings.PREVIEW_PORT)
         server.gateway_pid = gateway.pid
@@ -145,8 +155,9 @@ def daphne(env: dict[str, str] | None = None, gateway_port: int = 0, name: str =
 
 
 @contextmanager
-def preview_gateway(app_port: int, env: dict[str, str] | None = None, port: int = 0,
-                    name: str = "daphne") -> Iterator[subprocess.Popen]:
+def preview_gateway(
+    app_port: int, env: dict[str, str] | None = None, port: int = 0, name: str = "daphne"
+) -> Iterator[subprocess.Popen]:
     """The preview gateway on PREVIEW_PORT (or `port`), handing what it does not serve
     to daphne."""
     port = port or int(settings.PREVIEW_PORT)
@@ -158,10 +169,18 @@ def preview_gateway(app_port: int, env: dict[str, str] | None = None, port: int 
         except OSError:
             return False
 
-    cmd = [sys.executable, "manage.py", "preview_gateway", "--port", str(port), "--app",
-           f"127.0.0.1:{app_port}"]
-    log_path = settings.DATA_DIR / ("preview-gateway.log" if name == "daphne"
-                                    else f"{name}-preview-gateway.log")
+    cmd = [
+        sys.executable,
+        "manage.py",
+        "preview_gateway",
+        "--port",
+        str(port),
+        "--app",
+        f"127.0.0.1:{app_port}",
+    ]
+    log_path = settings.DATA_DIR / (
+        "preview-gateway.log" if name == "daphne" else f"{name}-preview-gateway.log"
+    )
     with running(cmd, log_path, ready, f"{name}'s preview gateway", env) as p:
         yield p
 
@@ -175,10 +194,25 @@ def celery_worker() -> Iterator[subprocess.Popen]:
     def ready() -> bool:
         return bool(app.control.ping(destination=[name], timeout=0.5))
 
-    cmd = [str(BIN / "celery"), "-A", "config", "worker", "-n", name, "-Q",
-           f"celery-{settings.BERTH_INSTANCE},runner-{settings.BERTH_INSTANCE}",
-           "--concurrency", "2", "--pool", "threads", "--loglevel", "INFO",
-           "--without-heartbeat", "--without-mingle", "--without-gossip"]
+    cmd = [
+        str(BIN / "celery"),
+        "-A",
+        "config",
+        "worker",
+        "-n",
+        name,
+        "-Q",
+        f"celery-{settings.BERTH_INSTANCE},runner-{settings.BERTH_INSTANCE}",
+        "--concurrency",
+        "2",
+        "--pool",
+        "threads",
+        "--loglevel",
+        "INFO",
+        "--without-heartbeat",
+        "--without-mingle",
+        "--without-gossip",
+    ]
     with running(cmd, settings.DATA_DIR / "celery-worker.log", ready, "celery worker") as p:
         yield p
 

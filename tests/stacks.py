@@ -57,15 +57,29 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.workdir / "redis.log", "ab") as log:
             self.proc = subprocess.Popen(
-                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                 "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-                stdout=log, stderr=subprocess.STDOUT)
+                [
+                    "redis-server",
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.workdir),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
 
         def answers() -> bool:
             with suppress(redis.RedisError):
                 return bool(client.ping())
             return False
+
         wait_for(answers, timeout=30, what="the test's redis-server")
 
     def stop(self) -> None:
@@ -92,14 +106,25 @@ class Stack:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("TEST_") and k not in ("DATABASE_URL",)}
-        return {**env, "DJANGO_SETTINGS_MODULE": "config.settings",
-                "DATA_DIR": str(self.data_dir), "BERTH_INSTANCE": self.instance,
-                "REDIS_URL": self.redis.url, "BERTH_HOST": "127.0.0.1",
-                "BERTH_PORT": str(self.port), "PREVIEW_PORT": str(self.preview_port),
-                "RUN_RECONCILE_EVERY_S": "3", "RUN_STALE_QUEUED_S": "8",
-                "PREVIEW_START_DEADLINE_S": "20", "PYTHONUNBUFFERED": "1"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("TEST_") and k not in ("DATABASE_URL",)
+        }
+        return {
+            **env,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATA_DIR": str(self.data_dir),
+            "BERTH_INSTANCE": self.instance,
+            "REDIS_URL": self.redis.url,
+            "BERTH_HOST": "127.0.0.1",
+            "BERTH_PORT": str(self.port),
+            "PREVIEW_PORT": str(self.preview_port),
+            "RUN_RECONCILE_EVERY_S": "3",
+            "RUN_STALE_QUEUED_S": "8",
+            "PREVIEW_START_DEADLINE_S": "20",
+            "PYTHONUNBUFFERED": "1",
+        }
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -107,25 +132,41 @@ class Stack:
         """What `manage.py prepare` does for `make run` (the image is the suite's), and a
         team, a member and her token."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        out = subprocess.run([str(ROOT / ".venv/bin/python"), "manage.py", "shell", "-c", SETUP],
-                             cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120,
-                             check=True).stdout
+        out = subprocess.run(
+            [str(ROOT / ".venv/bin/python"), "manage.py", "shell", "-c", SETUP],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
         self.token = re.search(r"^TOKEN (\S+)$", out, re.M).group(1)  # type: ignore[union-attr]
         self.session.headers["Authorization"] = f"Bearer {self.token}"
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             # A session of its own, as a terminal's `make run` is its own process group.
-            self.proc = subprocess.Popen([str(ROOT / "scripts/supervise")], cwd=ROOT,
-                                         env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        wait_for(lambda: all(self.pid(p) for p in PROGRAMS), timeout=60,
-                 what="supervisord to spawn every program")
+            self.proc = subprocess.Popen(
+                [str(ROOT / "scripts/supervise")],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_for(
+            lambda: all(self.pid(p) for p in PROGRAMS),
+            timeout=60,
+            what="supervisord to spawn every program",
+        )
         self.wait_serving(timeout=90)
-        wait_for(lambda: "runner agent started" in self.log(), timeout=90,
-                 what="the runner agent")
-        wait_for(lambda: re.search(r"worker \|.*ready\.", self.log()), timeout=90,
-                 what="the celery worker")
+        wait_for(lambda: "runner agent started" in self.log(), timeout=90, what="the runner agent")
+        wait_for(
+            lambda: re.search(r"worker \|.*ready\.", self.log()),
+            timeout=90,
+            what="the celery worker",
+        )
 
     def interrupt(self, timeout: float = 60) -> int:
         """Ctrl-C, as a person stops `make run`: returns supervisord's exit status."""
@@ -151,8 +192,10 @@ class Stack:
     def remove_sandboxes(self) -> None:
         """Containers and volumes of this instance, should a test end mid-run."""
         label = f"label=berth.instance={self.instance}"
-        for kind, listing in (("container", ["docker", "ps", "-aq", "--filter", label]),
-                              ("volume", ["docker", "volume", "ls", "-q", "--filter", label])):
+        for kind, listing in (
+            ("container", ["docker", "ps", "-aq", "--filter", label]),
+            ("volume", ["docker", "volume", "ls", "-q", "--filter", label]),
+        ):
             ids = subprocess.run(listing, capture_output=True, text=True).stdout.split()
             if ids:
                 subprocess.run(["docker", kind, "rm", "-f", *ids], capture_output=True)
@@ -180,11 +223,11 @@ class Stack:
     def state_now(self, run: dict[str, Any]) -> str:
         """The run's state as its row says this instant, read from the stack's database:
         for timing a kill to a state too brief to catch through the API."""
-        db = sqlite3.connect(f"file:{self.data_dir / 'berth.sqlite3'}?mode=ro", uri=True,
-                             timeout=5)
+        db = sqlite3.connect(f"file:{self.data_dir / 'berth.sqlite3'}?mode=ro", uri=True, timeout=5)
         try:
-            row = db.execute("SELECT state FROM runner_run WHERE public_id = ?",
-                             (run["id"],)).fetchone()
+            row = db.execute(
+                "SELECT state FROM runner_run WHERE public_id = ?", (run["id"],)
+            ).fetchone()
         finally:
             db.close()
         return row[0] if row else ""
@@ -194,9 +237,11 @@ class Stack:
         the gateway knows nothing of is handed to daphne, which says so (404)."""
         try:
             direct = requests.get(f"{self.url}/healthz", timeout=2)
-            gateway = requests.get(f"http://127.0.0.1:{self.preview_port}/", timeout=2,
-                                   headers={"Host": f"aaaaaaaaaaaa.preview.localhost:"
-                                                    f"{self.preview_port}"})
+            gateway = requests.get(
+                f"http://127.0.0.1:{self.preview_port}/",
+                timeout=2,
+                headers={"Host": f"aaaaaaaaaaaa.preview.localhost:{self.preview_port}"},
+            )
         except requests.RequestException:
             return False
         return direct.status_code == 200 and gateway.status_code == 404
@@ -206,11 +251,16 @@ class Stack:
 
     # -- the API ---------------------------------------------------------------------
 
-    def api(self, method: str, path: str, body: dict[str, Any] | None = None,
-            timeout: float = 30) -> requests.Response:
-        return self.session.request(method, f"{self.url}/api/v1{path}", timeout=timeout,
-                                    data=json.dumps(body) if body is not None else None,
-                                    headers={"Content-Type": "application/json"})
+    def api(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 30
+    ) -> requests.Response:
+        return self.session.request(
+            method,
+            f"{self.url}/api/v1{path}",
+            timeout=timeout,
+            data=json.dumps(body) if body is not None else None,
+            headers={"Content-Type": "application/json"},
+        )
 
     def run(self, workspace: str, command: str) -> dict[str, Any]:
         r = self.api("POST", f"/workspaces/{workspace}/runs", {"command": command})
@@ -220,13 +270,19 @@ class Stack:
     def get_run(self, run: dict[str, Any]) -> dict[str, Any]:
         return self.api("GET", f"/runs/{run['id']}").json()
 
-    def wait_run(self, run: dict[str, Any], timeout: float = 120,
-                 states: set[str] = TERMINAL) -> dict[str, Any]:
+    def wait_run(
+        self, run: dict[str, Any], timeout: float = 120, states: set[str] = TERMINAL
+    ) -> dict[str, Any]:
         def reached() -> dict[str, Any] | None:
             current = self.get_run(run)
             return current if current["state"] in states else None
-        return wait_for(reached, timeout=timeout, interval=0.2,
-                        what=f"run {run['id']} to reach {sorted(states)}")
+
+        return wait_for(
+            reached,
+            timeout=timeout,
+            interval=0.2,
+            what=f"run {run['id']} to reach {sorted(states)}",
+        )
 
     def output_so_far(self, run: dict[str, Any]) -> list[str]:
         page = self.api("GET", f"/runs/{run['id']}/logs?after=0&limit=5000").json()
@@ -272,8 +328,8 @@ def stack_with_shop(name: str) -> Iterator[Stack]:
     from django.conf import settings
 
     with supervised_stack(settings.DATA_DIR / "stacks" / name) as stack:
-        r = stack.api("POST", "/workspaces", {"name": "Shop", "slug": "shop",
-                                              "template": "python-http"})
+        r = stack.api(
+            "POST", "/workspaces", {"name": "Shop", "slug": "shop", "template": "python-http"}
+        )
         assert r.status_code == 201, r.text
         yield stack
-

@@ -59,15 +59,16 @@ def test_charlie_gets_404_for_every_page_of_team_a(signed_in, cast):
     charlie = signed_in(cast.charlie)
     for path in ["/t/team-a/", "/t/team-a/activity/", "/t/team-a/members/", "/t/team-a/tokens/"]:
         assert charlie.get(path).status_code == 404, path
-    assert charlie.post("/t/team-a/members/new/", {"username": "x", "role": "admin"}
-                        ).status_code == 404
+    assert (
+        charlie.post("/t/team-a/members/new/", {"username": "x", "role": "admin"}).status_code
+        == 404
+    )
     assert not User.objects.filter(username="x").exists()
 
 
 def test_admin_creates_a_user_with_a_generated_password_shown_once(signed_in, cast):
     alice = signed_in(cast.alice)
-    r = alice.post("/t/team-a/members/new/", {"username": "dave", "role": "reviewer"},
-                   follow=True)
+    r = alice.post("/t/team-a/members/new/", {"username": "dave", "role": "reviewer"}, follow=True)
     password = found(r"shown once: ([^<\s]+)", r.content.decode())
     assert Membership.objects.get(user__username="dave").role == "reviewer"
     assert sign_in(Client(), "dave", password).status_code == 302
@@ -110,8 +111,15 @@ def test_an_invitation_link_works_once(signed_in, cast):
 
 def test_a_member_creates_a_token_that_is_shown_once_and_works(signed_in, client, cast):
     carol = signed_in(cast.carol)
-    r = carol.post("/t/team-a/tokens/", {"name": "laptop agent", "scopes": ["run", "preview"],
-                                         "workspaces": "shop, blog", "expires_days": 7})
+    r = carol.post(
+        "/t/team-a/tokens/",
+        {
+            "name": "laptop agent",
+            "scopes": ["run", "preview"],
+            "workspaces": "shop, blog",
+            "expires_days": 7,
+        },
+    )
     assert r.status_code == 200 and r["Cache-Control"] == "no-store"
     secret = found(r'id="token-value" readonly value="(berth_[a-z0-9]+)"', r.content.decode())
     me = client.get("/api/v1/me", **bearer(secret)).json()
@@ -122,8 +130,10 @@ def test_a_member_creates_a_token_that_is_shown_once_and_works(signed_in, client
 
 def test_a_token_form_with_a_bad_workspace_slug_says_what_is_wrong(signed_in, cast):
     carol = signed_in(cast.carol)
-    r = carol.post("/t/team-a/tokens/", {"name": "x", "scopes": ["run"],
-                                         "workspaces": "Bad Slug", "expires_days": 7})
+    r = carol.post(
+        "/t/team-a/tokens/",
+        {"name": "x", "scopes": ["run"], "workspaces": "Bad Slug", "expires_days": 7},
+    )
     assert r.status_code == 422
     assert "is not valid" in r.content.decode()
     assert not ApiToken.objects.filter(user=cast.carol).exists()

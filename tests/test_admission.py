@@ -13,15 +13,23 @@ from workspaces import actions as workspace_actions
 
 @pytest.fixture
 def shops(cast):
-    return {team: workspace_actions.create_workspace(team, Actor(user), "Shop", "shop",
-                                                     "python-http")
-            for team, user in ((cast.team_a, cast.carol), (cast.team_b, cast.charlie))}
+    return {
+        team: workspace_actions.create_workspace(team, Actor(user), "Shop", "shop", "python-http")
+        for team, user in ((cast.team_a, cast.carol), (cast.team_b, cast.charlie))
+    }
 
 
 def waiting(workspace, n: int) -> list[Run]:
-    return [Run.objects.create(workspace=workspace, ref="main", commit="0" * 40,
-                               command=f"job {i}", image=django_settings.SANDBOX_IMAGE)
-            for i in range(n)]
+    return [
+        Run.objects.create(
+            workspace=workspace,
+            ref="main",
+            commit="0" * 40,
+            command=f"job {i}",
+            image=django_settings.SANDBOX_IMAGE,
+        )
+        for i in range(n)
+    ]
 
 
 def names(ids: list[int]) -> list[str]:
@@ -34,8 +42,7 @@ def end(run: Run) -> None:
     assert run.finish("succeeded", "exit_zero", "done", 0)
 
 
-def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast, shops,
-                                                                            settings):
+def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast, shops, settings):
     settings.RUNNER_SLOTS = 3
     cast.team_a.max_concurrent_runs = 2
     cast.team_a.save()
@@ -48,8 +55,7 @@ def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast
     assert quotas.admit() == []  # nothing changed: nothing more goes
     position = quotas.queue_position(Run.objects.get(pk=flood[3].pk))
     assert position is not None and position["position"] == 3
-    assert position["waiting_for"] == "yielding" and "half its limit of 2" in \
-        position["message"]
+    assert position["waiting_for"] == "yielding" and "half its limit of 2" in position["message"]
 
     end(single[0])  # B has no work left: A may use its whole limit again
     assert names(quotas.admit()) == ["team-a:job 1"]
@@ -58,8 +64,10 @@ def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast
 
     later = waiting(shops[cast.team_b], 1)
     end(flood[0])  # a slot of A's frees, but A still floods and B has work: B's turn
-    assert names(quotas.admit()) == ["team-b:job 0"] and Run.objects.get(
-        pk=later[0].pk).admitted_at is not None
+    assert (
+        names(quotas.admit()) == ["team-b:job 0"]
+        and Run.objects.get(pk=later[0].pk).admitted_at is not None
+    )
     end(later[0])
     assert names(quotas.admit()) == ["team-a:job 2"]  # B has nothing left waiting
 
@@ -72,8 +80,7 @@ def test_two_floods_keep_their_limits(cast, shops, settings):
         team.save()
     waiting(shops[cast.team_a], 3)
     waiting(shops[cast.team_b], 3)
-    assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0", "team-a:job 1",
-                                     "team-b:job 1"]
+    assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0", "team-a:job 1", "team-b:job 1"]
 
 
 def test_the_host_slots_bound_every_team(cast, shops, settings):
@@ -84,9 +91,14 @@ def test_the_host_slots_bound_every_team(cast, shops, settings):
     last = Run.objects.filter(workspace__team=cast.team_b).order_by("id").last()
     assert last is not None
     position = quotas.queue_position(last)
-    assert position == {"position": 2, "waiting_for": "host_busy", "message": (
-        "Waiting: all 2 run slots of this host are taken; 1 of the team's runs wait ahead "
-        "of this one.")}
+    assert position == {
+        "position": 2,
+        "waiting_for": "host_busy",
+        "message": (
+            "Waiting: all 2 run slots of this host are taken; 1 of the team's runs wait ahead "
+            "of this one."
+        ),
+    }
 
 
 def test_a_cancelled_waiting_run_is_never_admitted(cast, shops, settings):

@@ -24,8 +24,7 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict | None 
 
 def test_a_20_mb_body_is_refused_with_too_large(client, cast):
     _, secret = cast.token(cast.carol)
-    r = client.generic("POST", "/api/v1/me", b"x" * TWENTY_MB, "application/json",
-                       **bearer(secret))
+    r = client.generic("POST", "/api/v1/me", b"x" * TWENTY_MB, "application/json", **bearer(secret))
     error = assert_error(r, 413, "too_large")
     assert "16 MB" in error["message"]
 
@@ -40,11 +39,12 @@ def test_a_20_mb_body_through_daphne_is_refused_and_the_server_lives_on(berth_se
     assert status == 200 and body["user"] == "carol"
 
 
-@pytest.mark.parametrize("header", ["Bearer", "Bearer  berth_", "bearer berth_x y",
-                                    "Bearer " + "A" * 10_000, "\u00e9\u00e9"])
+@pytest.mark.parametrize(
+    "header",
+    ["Bearer", "Bearer  berth_", "bearer berth_x y", "Bearer " + "A" * 10_000, "\u00e9\u00e9"],
+)
 def test_malformed_headers_through_daphne_get_401_with_the_error_shape(berth_server, cast, header):
-    status, body = http("GET", f"{berth_server.url}/api/v1/me",
-                        headers={"Authorization": header})
+    status, body = http("GET", f"{berth_server.url}/api/v1/me", headers={"Authorization": header})
     assert status == 401
     assert body["error"]["code"] in ("malformed_authorization", "invalid_token")
 

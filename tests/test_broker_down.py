@@ -54,14 +54,16 @@ def test_a_preview_started_while_redis_is_down_becomes_ready_once_it_is_back(sta
         current = stack.api("GET", f"/previews/{preview['id']}").json()
         assert current["state"] in ("starting", "ready"), current
         return current["state"] == "ready"
+
     wait_for(ready, timeout=120, interval=0.5, what="the preview to be ready")
 
 
 def test_an_mcp_run_command_while_redis_is_down_answers_queued_and_runs_later(stack):
     async def ask() -> dict:
         async with mcp_session(stack, stack.token) as agent:
-            return await agent("run_command", workspace="shop", command="echo via mcp",
-                               wait_seconds=0)
+            return await agent(
+                "run_command", workspace="shop", command="echo via mcp", wait_seconds=0
+            )
 
     stack.redis.stop()
     try:

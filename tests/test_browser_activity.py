@@ -31,9 +31,11 @@ def test_an_agents_commit_appears_in_the_feed_while_carol_watches(berth_server, 
         page.evaluate("window.notReloaded = true")
 
         request = urllib.request.Request(
-            f"{berth_server.url}/api/v1/workspaces/shop/files/NOTES.md", method="PUT",
+            f"{berth_server.url}/api/v1/workspaces/shop/files/NOTES.md",
+            method="PUT",
             data=json.dumps({"content": "# notes\n"}).encode(),
-            headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"})
+            headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as r:
             assert r.status == 200
 

@@ -31,8 +31,7 @@ def add_line(page, text: str) -> None:
 
 
 def test_the_second_save_sees_what_landed_and_can_save_on_top(berth_server, cast):
-    workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop",
-                                 "python-http")
+    workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http")
     with chromium_pages(2) as (carol, bob):
         open_app_py(carol, berth_server, "carol")
         open_app_py(bob, berth_server, "bob")

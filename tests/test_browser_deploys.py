@@ -21,9 +21,11 @@ OUTPUT = Path(__file__).resolve().parents[1] / "var" / "test-output"
 
 def api(server, secret: str, method: str, path: str, body: dict | None = None) -> dict:
     request = urllib.request.Request(
-        f"{server.url}/api/v1{path}", method=method,
+        f"{server.url}/api/v1{path}",
+        method=method,
         data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"})
+        headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as r:
         return json.loads(r.read())
 
@@ -37,7 +39,8 @@ def sign_in(page, server, who: str, next_path: str) -> None:
 
 
 def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
-        berth_server, run_stack, cast):
+    berth_server, run_stack, cast
+):
     create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http")
     with chromium_page() as page:
         sign_in(page, berth_server, "carol", "/t/team-a/tokens/")
@@ -48,16 +51,21 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         secret = page.input_value("#token-value")
 
     # The agent's part, through the API: the tests pass, then it asks.
-    run = api(berth_server, secret, "POST", "/workspaces/shop/runs",
-              {"command": "python3 -m unittest"})
+    run = api(
+        berth_server, secret, "POST", "/workspaces/shop/runs", {"command": "python3 -m unittest"}
+    )
     deadline = time.monotonic() + 120
     while (run := api(berth_server, secret, "GET", f"/runs/{run['id']}"))["state"] in (
-            "queued", "preparing", "running"):
+        "queued",
+        "preparing",
+        "running",
+    ):
         assert time.monotonic() < deadline, run
         time.sleep(0.2)
     assert run["state"] == "succeeded", run
-    asked = api(berth_server, secret, "POST", "/workspaces/shop/deploys",
-                {"note": "the greeting is ready"})
+    asked = api(
+        berth_server, secret, "POST", "/workspaces/shop/deploys", {"note": "the greeting is ready"}
+    )
     assert asked["state"] == "requested"
 
     with chromium_page() as page:

@@ -60,11 +60,15 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
     from workspaces import actions
     from workspaces.changes import Change
 
-    workspace = actions.create_workspace(cast.team_a, Actor(cast.alice), "Site", None,
-                                         "static-site")
-    actions.commit_changes(workspace, Actor(cast.alice),
-                           [Change("write", "src/lib/util.js", b"export const x = 1;\n")],
-                           "Add util")
+    workspace = actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Site", None, "static-site"
+    )
+    actions.commit_changes(
+        workspace,
+        Actor(cast.alice),
+        [Change("write", "src/lib/util.js", b"export const x = 1;\n")],
+        "Add util",
+    )
     _, secret = cast.token(cast.bob)
     with chromium_page() as page:
         page.goto(f"{berth_server.url}/signin/?next=/t/team-a/w/site/")
@@ -81,9 +85,11 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
 
         # Bob's agent commits while carol edits: her save must not land, nor be lost.
         request = urllib.request.Request(
-            f"{berth_server.url}/api/v1/workspaces/site/files/src/lib/util.js", method="PUT",
+            f"{berth_server.url}/api/v1/workspaces/site/files/src/lib/util.js",
+            method="PUT",
             data=json.dumps({"content": "export const x = 2;\n"}).encode(),
-            headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"})
+            headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as r:
             assert r.status == 200
         page.click(".cm-content")
@@ -98,5 +104,6 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
     with open_store(workspace) as store:
         head = store.branch_head("main")
         assert head
-        assert history.read_file(store, head, "src/lib/util.js")["content"] == \
-            "export const x = 2;\n"
+        assert (
+            history.read_file(store, head, "src/lib/util.js")["content"] == "export const x = 2;\n"
+        )

@@ -25,8 +25,9 @@ def probe(cast):
     return workspace
 
 
-def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(berth_server, run_stack, cast,
-                                                               probe):
+def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(
+    berth_server, run_stack, cast, probe
+):
     with chromium_page() as page:
         sign_in_as_carol(page, berth_server, "/t/team-a/w/probe/")
         with page.expect_navigation(url=re.compile(r"/previews/[a-z0-9]+/$")):
@@ -59,8 +60,9 @@ def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(berth_server, run
         # The workspace page's pane: the same frame, state and log, opened in place.
         page.goto(f"{berth_server.url}/t/team-a/w/probe/")
         page.click(".preview-pane summary")
-        page.frame_locator(".preview-pane iframe").locator(
-            "h1", has_text="probe app").wait_for(timeout=30_000)
+        page.frame_locator(".preview-pane iframe").locator("h1", has_text="probe app").wait_for(
+            timeout=30_000
+        )
         assert page.inner_text(".preview-pane [data-preview-state]") == "ready"
         page.locator(".preview-pane .log-lines", has_text="probe app listening").wait_for()
 

@@ -19,11 +19,16 @@ def shop(cast):
     return create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http")
 
 
-def test_carol_replays_a_run_from_its_page_and_sees_how_it_compares(berth_server, run_stack,
-                                                                     cast, shop):
+def test_carol_replays_a_run_from_its_page_and_sees_how_it_compares(
+    berth_server, run_stack, cast, shop
+):
     with_artifacts_toml(shop, cast)
-    first = actions.start_run(shop, Actor(cast.carol), "mkdir -p dist && echo $GREETING > "
-                              "dist/greeting.txt", env={"GREETING": "hi"})
+    first = actions.start_run(
+        shop,
+        Actor(cast.carol),
+        "mkdir -p dist && echo $GREETING > dist/greeting.txt",
+        env={"GREETING": "hi"},
+    )
     first = wait_ended(first.public_id)
     with chromium_page() as page:
         sign_in_as_carol(page, berth_server, f"/t/team-a/w/shop/runs/{first.public_id}/")

@@ -82,15 +82,17 @@ def test_carol_runs_the_tests_and_watches_the_log_live(berth_server, run_stack, 
     assert (run.state, run.requested_by) == ("succeeded", cast.carol)
 
 
-def test_the_dock_under_the_editor_runs_a_command_and_shows_its_log(berth_server, run_stack,
-                                                                     cast, shop):
+def test_the_dock_under_the_editor_runs_a_command_and_shows_its_log(
+    berth_server, run_stack, cast, shop
+):
     with chromium_page() as page:
         sign_in_as_carol(page, berth_server, "/t/team-a/w/shop/")
         assert page.is_hidden("#run-dock-body")
         page.fill("#run-command", "echo from the dock; echo oops >&2; exit 4")
         page.press("#run-command", "Enter")
-        page.wait_for_selector("#run-dock-body [data-run-badge].state-failed",
-                               timeout=RUN_TIMEOUT_MS)
+        page.wait_for_selector(
+            "#run-dock-body [data-run-badge].state-failed", timeout=RUN_TIMEOUT_MS
+        )
         # Two pipes: which of stdout and stderr Docker saw first is not fixed.
         lines = page.locator("#run-dock-body .log-lines")
         assert lines.locator(".line.stdout").all_inner_texts() == ["from the dock"]
@@ -118,8 +120,9 @@ window.WebSocket.prototype = Native.prototype;
 
 
 def test_the_log_follows_unless_scrolled_up_and_resumes_after_a_dropped_connection(
-        berth_server, run_stack, cast, shop):
-    at_bottom = ("(el) => el.scrollTop + el.clientHeight >= el.scrollHeight - 8")
+    berth_server, run_stack, cast, shop
+):
+    at_bottom = "(el) => el.scrollTop + el.clientHeight >= el.scrollHeight - 8"
     with chromium_page() as page:
         page.add_init_script(TRACK_SOCKETS)
         sign_in_as_carol(page, berth_server, "/t/team-a/w/shop/runs/")
@@ -137,7 +140,8 @@ def test_the_log_follows_unless_scrolled_up_and_resumes_after_a_dropped_connecti
         # Each line once: the new socket asked only for what came after line 200.
         # Past the template's "[setup] …" system lines, the command's own, all of them.
         assert log.locator(".line:not(.system)").all_inner_texts() == [
-            f"line {i}" for i in range(1, 401)]
+            f"line {i}" for i in range(1, 401)
+        ]
         urls = page.evaluate("window.openedSockets.map((s) => s.url)")
         assert len(urls) == 2 and urls[0].endswith("?after=0")
         # The cursor counts every entry shown, the "[setup] …" system lines included.
@@ -157,9 +161,15 @@ def test_cancel_of_a_queued_run_ends_its_page_without_a_reload(berth_server, cas
     # or agent of another test is about.
     cast.team_a.max_concurrent_runs = 0
     cast.team_a.save()
-    run = Run.objects.create(workspace=shop, ref="main", commit=commit, command="sleep 60",
-                             image=settings.SANDBOX_IMAGE, limits={"timeout_s": 600},
-                             requested_by=cast.carol)
+    run = Run.objects.create(
+        workspace=shop,
+        ref="main",
+        commit=commit,
+        command="sleep 60",
+        image=settings.SANDBOX_IMAGE,
+        limits={"timeout_s": 600},
+        requested_by=cast.carol,
+    )
     with chromium_page() as page:
         sign_in_as_carol(page, berth_server, f"/t/team-a/w/shop/runs/{run.public_id}/")
         page.wait_for_selector(".log-status[data-kind=live]")
@@ -181,15 +191,21 @@ def off_loop(fn):
         return pool.submit(fn).result()
 
 
-def test_the_end_lands_even_while_an_earlier_status_refresh_is_in_flight(berth_server, cast,
-                                                                        shop):
+def test_the_end_lands_even_while_an_earlier_status_refresh_is_in_flight(berth_server, cast, shop):
     """The first output and the end come close together for a quick command: the status
     refresh the end asks for must not be lost behind the one the first output asked for."""
     with open_store(shop) as store:
         commit = store.branch_head("main")
-    run = Run.objects.create(workspace=shop, ref="main", commit=commit, command="true",
-                             image=settings.SANDBOX_IMAGE, limits={"timeout_s": 600},
-                             requested_by=cast.carol, state="preparing")
+    run = Run.objects.create(
+        workspace=shop,
+        ref="main",
+        commit=commit,
+        command="true",
+        image=settings.SANDBOX_IMAGE,
+        limits={"timeout_s": 600},
+        requested_by=cast.carol,
+        state="preparing",
+    )
     page_path = f"/t/team-a/w/shop/runs/{run.public_id}/"
     held, sockets = [], []
 
@@ -208,14 +224,25 @@ def test_the_end_lands_even_while_an_earlier_status_refresh_is_in_flight(berth_s
         page.wait_for_selector(".log-status[data-kind=live]")
         # The ORM refuses to run beside Playwright's event loop; a thread of its own may.
         off_loop(lambda: Run.objects.filter(pk=run.pk).update(state="running"))
-        sockets[0].send(json.dumps({"type": "entries", "next": 1, "entries": [
-            {"seq": 1, "stream": "stdout", "text": "done"}]}))
+        sockets[0].send(
+            json.dumps(
+                {
+                    "type": "entries",
+                    "next": 1,
+                    "entries": [{"seq": 1, "stream": "stdout", "text": "done"}],
+                }
+            )
+        )
         while not held:
             page.wait_for_timeout(20)
-        off_loop(lambda: Run.objects.get(pk=run.pk).finish(
-            "succeeded", "exit_zero", "The command exited with code 0.", 0))
-        sockets[0].send(json.dumps({"type": "end", "state": "succeeded",
-                                    "reason": "exit_zero", "exit_code": 0}))
+        off_loop(
+            lambda: Run.objects.get(pk=run.pk).finish(
+                "succeeded", "exit_zero", "The command exited with code 0.", 0
+            )
+        )
+        sockets[0].send(
+            json.dumps({"type": "end", "state": "succeeded", "reason": "exit_zero", "exit_code": 0})
+        )
         page.wait_for_timeout(300)
         route, response = held[0]
         route.fulfill(response=response)
@@ -237,9 +264,12 @@ def test_the_ansi_parser_keeps_colours_and_drops_everything_else(berth_server, c
     }
     with chromium_page() as page:
         sign_in_as_carol(page, berth_server, "/t/team-a/w/shop/")
-        got = page.evaluate("""(cases) => Object.fromEntries(Object.entries(cases).map(
+        got = page.evaluate(
+            """(cases) => Object.fromEntries(Object.entries(cases).map(
             ([k, t]) => [k, BerthAnsi.parse(t).spans.map(
-                (s) => [s.text, s.style.fg, s.style.bg, s.style.bold])]))""", cases)
+                (s) => [s.text, s.style.fg, s.style.bg, s.style.bold])]))""",
+            cases,
+        )
         carried = page.evaluate("""() => {
             const first = BerthAnsi.parse("\\x1b[32mgreen starts");
             return BerthAnsi.parse("and goes on", first.style).spans[0].style.fg; }""")
@@ -248,13 +278,20 @@ def test_the_ansi_parser_keeps_colours_and_drops_everything_else(berth_server, c
     assert got["clear"] == [["cleared", None, None, False]]
     assert got["progress"] == [["100% [######]", None, None, False]]
     assert got["crlf"] == [["windows line", None, None, False]]
-    assert got["script"] == [["<script>alert(1)</script><img src=x onerror=alert(2)>",
-                              None, None, False]]
-    assert got["colours"] == [["bold red", 1, None, True], [" ", None, None, False],
-                              ["bright", 10, None, False], [" plain", None, None, False]]
-    assert got["extended"] == [["a", "rgb(255, 0, 0)", None, False],
-                               ["b", "rgb(1, 2, 3)", None, False],
-                               ["c", "rgb(1, 2, 3)", "rgb(128, 128, 128)", False]]
+    assert got["script"] == [
+        ["<script>alert(1)</script><img src=x onerror=alert(2)>", None, None, False]
+    ]
+    assert got["colours"] == [
+        ["bold red", 1, None, True],
+        [" ", None, None, False],
+        ["bright", 10, None, False],
+        [" plain", None, None, False],
+    ]
+    assert got["extended"] == [
+        ["a", "rgb(255, 0, 0)", None, False],
+        ["b", "rgb(1, 2, 3)", None, False],
+        ["c", "rgb(1, 2, 3)", "rgb(128, 128, 128)", False],
+    ]
     assert got["backspace"] == [["ac", None, None, False]]
     assert got["unterminated"] == [["ok", None, None, False]]
     assert carried == 2

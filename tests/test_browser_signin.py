@@ -28,8 +28,9 @@ def test_the_demo_admin_signs_in_creates_a_token_and_the_api_answers(berth_serve
         page.click("text=Back to tokens")
         assert "browser agent" in page.content() and secret not in page.content()
 
-    req = urllib.request.Request(f"{berth_server.url}/api/v1/me",
-                                 headers={"Authorization": f"Bearer {secret}"})
+    req = urllib.request.Request(
+        f"{berth_server.url}/api/v1/me", headers={"Authorization": f"Bearer {secret}"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         me = json.loads(r.read())
     assert me["user"] == "alice" and me["scopes"] == ["run", "workspace:read"]

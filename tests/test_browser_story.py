@@ -29,8 +29,10 @@ def test_carol_edits_saves_runs_and_previews_her_change(berth_server, run_stack,
         page.wait_for_url("**/t/team-a/w/harbour/")
 
         # Edit the page's text and the test that pins it, each saved with Ctrl-S.
-        for path, old, new in [("app.py", "Hello, ", "Ahoy, "),
-                               ("test_app.py", '"Hello, ', '"Ahoy, ')]:
+        for path, old, new in [
+            ("app.py", "Hello, ", "Ahoy, "),
+            ("test_app.py", '"Hello, ', '"Ahoy, '),
+        ]:
             page.click(f".tree a:text-is('{path}')")
             page.wait_for_selector(".cm-editor .cm-content")
             text = page.evaluate("window.berthEditor.getText()")
@@ -55,8 +57,7 @@ def test_carol_edits_saves_runs_and_previews_her_change(berth_server, run_stack,
         page.click(".tabs a:text-is('Code')")
         page.fill("#run-command", "python3 -m unittest -v")
         page.keyboard.press("Control+Enter")
-        page.wait_for_selector("#run-dock-body [data-run-badge].state-succeeded",
-                               timeout=SLOW_MS)
+        page.wait_for_selector("#run-dock-body [data-run-badge].state-succeeded", timeout=SLOW_MS)
         log = page.inner_text("#run-dock-body .log-lines")
         assert "test_it_greets_by_name" in log and "OK" in log
         assert page.locator("#run-history option[value='python3 -m unittest -v']").count()
@@ -67,8 +68,9 @@ def test_carol_edits_saves_runs_and_previews_her_change(berth_server, run_stack,
         page.wait_for_selector("#preview-status[data-state=ready]", timeout=SLOW_MS)
         page.click(".tabs a:text-is('Code')")
         page.click(".preview-pane summary")
-        page.frame_locator(".preview-pane iframe").locator(
-            "h1", has_text="Ahoy, world!").wait_for(timeout=30_000)
+        page.frame_locator(".preview-pane iframe").locator("h1", has_text="Ahoy, world!").wait_for(
+            timeout=30_000
+        )
         assert "What a stop keeps" in page.inner_text(".persists summary")
         OUTPUT.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(OUTPUT / "story.png"), full_page=True)

@@ -40,8 +40,9 @@ PAGE = "/t/team-a/w/shop/caches/"
 
 @pytest.fixture
 def shop(cast) -> Iterator[Workspace]:
-    shop = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                              "python-http")
+    shop = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
     write(shop, cast, {"workspace.toml": SETUP, "requirements.txt": "requests==2.32.3\n"})
     yield shop
     # Cache volumes outlive the rows the test database drops after the test: remove
@@ -50,14 +51,21 @@ def shop(cast) -> Iterator[Workspace]:
     # next start removes any left.
     for volume in DepCache.objects.filter(workspace=shop).values_list("volume", flat=True):
         with contextlib.suppress(AssertionError):
-            wait_for(lambda v=volume: caches.remove_volume(v), timeout=20, interval=0.2,
-                     what=f"volume {volume} to be removable")
+            wait_for(
+                lambda v=volume: caches.remove_volume(v),
+                timeout=20,
+                interval=0.2,
+                what=f"volume {volume} to be removable",
+            )
 
 
 def write(shop: Workspace, cast, files: dict[str, str]) -> None:
     workspace_actions.commit_changes(
-        shop, Actor(cast.carol), [Change("write", p, c.encode()) for p, c in files.items()],
-        "change " + ", ".join(files))
+        shop,
+        Actor(cast.carol),
+        [Change("write", p, c.encode()) for p, c in files.items()],
+        "change " + ", ".join(files),
+    )
 
 
 @pytest.fixture
@@ -91,8 +99,10 @@ def error_code(response) -> str:
 
 # -- the setup step and its cache, through real runs -------------------------------------
 
+
 def test_setup_fills_a_cache_that_later_runs_mount_read_only_until_the_key_changes(
-        agent, shop, cast):
+    agent, shop, cast
+):
     first = agent.wait(agent.run("cat /deps/lib/marker"))
     assert first["state"] == "succeeded", (first, agent.log(first))
     assert first["setup"]["skipped"] is False and agent.output(first) == ["v1"]
@@ -150,39 +160,55 @@ command = "{LS} . > /deps/seen; [ ! -f tools/hook.sh ] || sh tools/hook.sh; \
 python3 setup.py 2>/dev/null; mkdir -p /deps/lib && cp -r requirements.txt vendor /deps/lib/"
 cache_key = ["requirements.txt", "vendor"]
 """
-POISON = ("mkdir -p /deps/lib; echo POISONED > /deps/lib/poison; "
-          "echo POISONED >> /deps/lib/requirements.txt\n")
+POISON = (
+    "mkdir -p /deps/lib; echo POISONED > /deps/lib/poison; "
+    "echo POISONED >> /deps/lib/requirements.txt\n"
+)
 SETUP_PY = "open('/deps/lib/poison', 'w').write('POISONED')\n"
 
 
 def branch(shop, cast, name: str, files: dict[str, str]) -> None:
     workspace_actions.create_branch(shop, Actor(cast.carol), name, "main")
     workspace_actions.commit_changes(
-        shop, Actor(cast.carol), [Change("write", p, c.encode()) for p, c in files.items()],
-        "a branch's change", branch=name)
+        shop,
+        Actor(cast.carol),
+        [Change("write", p, c.encode()) for p, c in files.items()],
+        "a branch's change",
+        branch=name,
+    )
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_a_branch_setup_sees_only_the_key_files_and_main_gets_a_clean_cache(
-        agent, shop, cast, runtime):
+    agent, shop, cast, runtime
+):
     write(shop, cast, {"workspace.toml": HOOKED, "vendor/pkg.py": "VERSION = 1\n"})
     branch(shop, cast, "evil", {"tools/hook.sh": POISON, "setup.py": SETUP_PY})
 
     # The branch's setup runs first and fills the cache for its key...
-    evil = agent.wait(agent.run(f"cat tools/hook.sh; {LS} /deps/lib; cat /deps/seen",
-                                ref="evil", runtime=runtime))
+    evil = agent.wait(
+        agent.run(f"cat tools/hook.sh; {LS} /deps/lib; cat /deps/seen", ref="evil", runtime=runtime)
+    )
     assert evil["state"] == "succeeded", (evil, agent.log(evil))
     assert evil["setup"]["skipped"] is False
     # ...seeing nothing but the files its key names (not the hook, not setup.py), while
     # the command itself has the whole tree.
-    assert agent.output(evil) == [POISON.strip(), "requirements.txt", "vendor",  # in /deps/lib
-                                  "requirements.txt", "vendor"]  # what setup saw
+    assert agent.output(evil) == [
+        POISON.strip(),
+        "requirements.txt",
+        "vendor",  # in /deps/lib
+        "requirements.txt",
+        "vendor",
+    ]  # what setup saw
 
     # main's key inputs are the same files: it mounts that cache, and what is in it
     # derives from them alone.
-    clean = agent.wait(agent.run(
-        f"{LS} /deps/lib; cat /deps/lib/requirements.txt; grep -r POISONED /deps || echo clean",
-        runtime=runtime))
+    clean = agent.wait(
+        agent.run(
+            f"{LS} /deps/lib; cat /deps/lib/requirements.txt; grep -r POISONED /deps || echo clean",
+            runtime=runtime,
+        )
+    )
     assert clean["state"] == "succeeded", agent.log(clean)
     assert clean["setup"]["skipped"] is True and clean["setup"]["key"] == evil["setup"]["key"]
     assert agent.output(clean) == ["requirements.txt", "vendor", "requests==2.32.3", "clean"]
@@ -191,8 +217,7 @@ def test_a_branch_setup_sees_only_the_key_files_and_main_gets_a_clean_cache(
     assert cache["built_from"] == {"ref": "evil", "commit": evil["commit"]}
 
 
-def test_a_branch_that_changes_a_key_file_fills_a_cache_main_never_mounts(agent, shop,
-                                                                           cast):
+def test_a_branch_that_changes_a_key_file_fills_a_cache_main_never_mounts(agent, shop, cast):
     write(shop, cast, {"workspace.toml": HOOKED, "vendor/pkg.py": "VERSION = 1\n"})
     # A file deep in a key folder: the folder's own tree id changes with it.
     branch(shop, cast, "evil", {"vendor/pkg.py": "import os  # POISONED\n"})
@@ -213,8 +238,7 @@ def test_a_branch_that_widens_egress_fills_a_cache_of_its_own(agent, shop, cast)
     cast.team_a.egress_ceiling = ["pypi.org"]
     cast.team_a.save()
     write(shop, cast, {"workspace.toml": HOOKED, "vendor/pkg.py": "VERSION = 1\n"})
-    branch(shop, cast, "evil",
-           {"workspace.toml": HOOKED + '\n[network]\negress = ["pypi.org"]\n'})
+    branch(shop, cast, "evil", {"workspace.toml": HOOKED + '\n[network]\negress = ["pypi.org"]\n'})
 
     evil = agent.wait(agent.run("true", ref="evil"))
     main = agent.wait(agent.run("true"))
@@ -224,8 +248,8 @@ def test_a_branch_that_widens_egress_fills_a_cache_of_its_own(agent, shop, cast)
 
 # -- dropping a cache --------------------------------------------------------------------
 
-def test_an_admin_drops_a_cache_and_the_next_run_runs_setup_again(agent, admin, client,
-                                                                    cast):
+
+def test_an_admin_drops_a_cache_and_the_next_run_runs_setup_again(agent, admin, client, cast):
     filled = agent.wait(agent.run("true"))
     [cache] = agent.get(CACHES).json()["caches"]
     volume = DepCache.objects.get(public_id=cache["id"]).volume
@@ -243,14 +267,21 @@ def test_an_admin_drops_a_cache_and_the_next_run_runs_setup_again(agent, admin, 
 
     # Not while a run has it mounted: that run would lose its dependencies mid-way.
     busy = agent.run("echo started; sleep 120")
-    wait_for(lambda: any(e["text"] == "started" for e in agent.get(
-        f"/runs/{busy['id']}/logs?after=0").json()["entries"]), timeout=60,
-        interval=0.1, what="the busy run to start")
+    wait_for(
+        lambda: any(
+            e["text"] == "started"
+            for e in agent.get(f"/runs/{busy['id']}/logs?after=0").json()["entries"]
+        ),
+        timeout=60,
+        interval=0.1,
+        what="the busy run to start",
+    )
     r = delete(admin, f"{CACHES}/{cache['id']}")
     assert r.status_code == 409 and error_code(r) == "conflict"
     assert agent.get(CACHES).json()["caches"][0]["in_use"] is True
-    assert agent.client.post(f"/api/v1/runs/{busy['id']}/cancel",
-                             **agent.headers).status_code == 202
+    assert (
+        agent.client.post(f"/api/v1/runs/{busy['id']}/cancel", **agent.headers).status_code == 202
+    )
     agent.wait(busy, timeout=30)
 
     r = delete(admin, f"{CACHES}/{cache['id']}")
@@ -290,23 +321,41 @@ def add_cache(shop: Workspace, name: str, size: int, used_ago_s: int) -> DepCach
     """A cache row first, then its volume: the row (committed) keeps a live agent's
     reconcile from taking the volume for a stray."""
     cache = DepCache.objects.create(
-        workspace=shop, key=new_id(40), image_id="sha256:test", volume=name, size_bytes=size,
-        last_used_at=timezone.now() - timedelta(seconds=used_ago_s))
-    engine().volumes.create(name, labels={"berth.instance": settings.BERTH_INSTANCE,
-                                          "berth.kind": "deps", "berth.owner": "t"})
+        workspace=shop,
+        key=new_id(40),
+        image_id="sha256:test",
+        volume=name,
+        size_bytes=size,
+        last_used_at=timezone.now() - timedelta(seconds=used_ago_s),
+    )
+    engine().volumes.create(
+        name,
+        labels={
+            "berth.instance": settings.BERTH_INSTANCE,
+            "berth.kind": "deps",
+            "berth.owner": "t",
+        },
+    )
     return cache
 
 
 def mounting_run(shop: Workspace, cache: DepCache) -> Run:
     """An active run with the cache mounted: a row only (a running state without a
     process start is one a live agent's reconcile leaves alone)."""
-    return Run.objects.create(workspace=shop, ref="main", commit="0" * 40, command="sleep 60",
-                              image=settings.SANDBOX_IMAGE, state=RunState.RUNNING,
-                              setup={"command": "x", "volume": cache.volume, "hit": True})
+    return Run.objects.create(
+        workspace=shop,
+        ref="main",
+        commit="0" * 40,
+        command="sleep 60",
+        image=settings.SANDBOX_IMAGE,
+        state=RunState.RUNNING,
+        setup={"command": "x", "volume": cache.volume, "hit": True},
+    )
 
 
-def test_the_cache_page_lists_caches_and_only_admins_drop_them(shop, cast, signed_in,
-                                                                labelled_volumes):
+def test_the_cache_page_lists_caches_and_only_admins_drop_them(
+    shop, cast, signed_in, labelled_volumes
+):
     cache = add_cache(shop, labelled_volumes(), 5 * 1024 * 1024, 90 * 60)
 
     settings_page = signed_in(cast.carol).get("/t/team-a/w/shop/settings/")
@@ -350,8 +399,10 @@ def test_the_drop_form_needs_its_csrf_token(shop, cast, labelled_volumes):
 
 # -- eviction ----------------------------------------------------------------------------
 
+
 def test_eviction_takes_the_least_recently_used_first_and_spares_one_in_use(
-        shop, cast, labelled_volumes):
+    shop, cast, labelled_volumes
+):
     oldest_in_use = add_cache(shop, labelled_volumes(), 100, 4000)
     old = add_cache(shop, labelled_volumes(), 200, 3000)
     older_than_last = add_cache(shop, labelled_volumes(), 300, 2000)
@@ -361,8 +412,7 @@ def test_eviction_takes_the_least_recently_used_first_and_spares_one_in_use(
     evicted = caches.evict(max_bytes=400)  # 650 in all
 
     assert evicted == [old.public_id, older_than_last.public_id]
-    assert set(DepCache.objects.values_list("pk", flat=True)) == {oldest_in_use.pk,
-                                                                   newest.pk}
+    assert set(DepCache.objects.values_list("pk", flat=True)) == {oldest_in_use.pk, newest.pk}
     assert volume_gone(old.volume) and volume_gone(older_than_last.volume)
     assert not volume_gone(oldest_in_use.volume) and not volume_gone(newest.volume)
     assert caches.evict(max_bytes=400) == []  # under the limit: nothing more goes
@@ -370,15 +420,16 @@ def test_eviction_takes_the_least_recently_used_first_and_spares_one_in_use(
 
 # -- retention ---------------------------------------------------------------------------
 
+
 def test_retention_removes_logs_and_artifacts_of_old_runs_and_says_so(agent, cast):
     old = agent.wait(agent.run("echo hello; echo data > report.txt"))
     recent = agent.wait(agent.run("echo still here; echo more > report.txt"))
-    assert old["state"] == "succeeded" and [a["path"] for a in old["artifacts"]] == [
-        "report.txt"]
+    assert old["state"] == "succeeded" and [a["path"] for a in old["artifacts"]] == ["report.txt"]
     download = agent.get(f"/runs/{old['id']}/artifacts/report.txt")
     assert download.status_code == 200 and b"".join(download.streaming_content) == b"data\n"
     Run.objects.filter(public_id=old["id"]).update(
-        finished_at=timezone.now() - timedelta(days=settings.RUN_RETENTION_DAYS, hours=1))
+        finished_at=timezone.now() - timedelta(days=settings.RUN_RETENTION_DAYS, hours=1)
+    )
 
     assert retention.apply() == [old["id"]]
 
@@ -403,10 +454,17 @@ def test_retention_removes_logs_and_artifacts_of_old_runs_and_says_so(agent, cas
 def test_cache_key_paths_are_read_as_a_person_writes_them(agent, shop, cast):
     """`./requirements.txt` and `vendor/` name the same entries as without the dot and
     the slash: setup, which sees only its key's entries, finds them."""
-    write(shop, cast, {"vendor/pkg.py": "VERSION = 1\n", "workspace.toml": f"""[setup]
+    write(
+        shop,
+        cast,
+        {
+            "vendor/pkg.py": "VERSION = 1\n",
+            "workspace.toml": f"""[setup]
 command = "{LS} . > /deps/seen && cat vendor/pkg.py >> /deps/seen"
 cache_key = ["./requirements.txt", "vendor/"]
-"""})
+""",
+        },
+    )
     done = agent.wait(agent.run("cat /deps/seen"))
     assert done["state"] == "succeeded", (done, agent.log(done))
     assert agent.output(done) == ["requirements.txt", "vendor", "VERSION = 1"]

@@ -48,8 +48,7 @@ def test_good_slugs(slug):
     assert validate_slug(slug) == slug
 
 
-@pytest.mark.parametrize("slug", ["", "-a", "a-", "a--b", "A", "a_b", "a" * 31, "é", "a b",
-                                  "../x"])
+@pytest.mark.parametrize("slug", ["", "-a", "a-", "a--b", "A", "a_b", "a" * 31, "é", "a b", "../x"])
 def test_bad_slugs_are_refused_with_a_clear_message(slug):
     with pytest.raises(Invalid, match="lowercase letters"):
         validate_slug(slug)
@@ -62,10 +61,13 @@ def test_public_ids_are_short_lowercase_and_hostname_safe():
 
 
 def settings_value(name: str, **env: str) -> str:
-    code = ("import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
-            f"'config.settings'); from django.conf import settings; print(settings.{name})")
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    code = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
+        f"'config.settings'); from django.conf import settings; print(settings.{name})"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_each_data_dir_is_its_own_instance_with_its_own_secret_key(tmp_path):
@@ -95,14 +97,24 @@ def test_processes_starting_at_once_share_one_generated_secret_key(tmp_path):
     env.update(DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="config.settings")
     # Each makes its key slowly, so all of them are making one at the same time: the old
     # code (create the file, then write it) let the others read an empty key or crash.
-    code = ("import secrets, time\n"
-            "make = secrets.token_urlsafe\n"
-            "secrets.token_urlsafe = lambda n: (time.sleep(0.5), make(n))[1]\n"
-            "from django.conf import settings\n"
-            "print(settings.SECRET_KEY)")
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(6)]
+    code = (
+        "import secrets, time\n"
+        "make = secrets.token_urlsafe\n"
+        "secrets.token_urlsafe = lambda n: (time.sleep(0.5), make(n))[1]\n"
+        "from django.conf import settings\n"
+        "print(settings.SECRET_KEY)"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     keys = {out.strip() for out, _ in outs}

@@ -11,13 +11,25 @@ from tests.test_run_outputs_pages import CHANGES
 
 def a_run(**fields) -> Run:
     t0 = timezone.now()
-    return Run(**{"commit": "a" * 40, "command": "make test", "image": "img",
-                  "image_id": "sha256:" + "1" * 64, "runtime": "runc",
-                  "limits": {"cpus": 1.0, "timeout_s": 600}, "state": RunState.SUCCEEDED,
-                  "reason": "exit_zero", "exit_code": 0, "log_entries": 10,
-                  "process_started_at": t0, "finished_at": t0 + timedelta(seconds=2),
-                  "changes": CHANGES, "artifacts": [{"path": "d/a", "size": 1,
-                                                     "sha256": "f" * 64}], **fields})
+    return Run(
+        **{
+            "commit": "a" * 40,
+            "command": "make test",
+            "image": "img",
+            "image_id": "sha256:" + "1" * 64,
+            "runtime": "runc",
+            "limits": {"cpus": 1.0, "timeout_s": 600},
+            "state": RunState.SUCCEEDED,
+            "reason": "exit_zero",
+            "exit_code": 0,
+            "log_entries": 10,
+            "process_started_at": t0,
+            "finished_at": t0 + timedelta(seconds=2),
+            "changes": CHANGES,
+            "artifacts": [{"path": "d/a", "size": 1, "sha256": "f" * 64}],
+            **fields,
+        }
+    )
 
 
 def by_label(rows) -> dict:
@@ -27,8 +39,22 @@ def by_label(rows) -> dict:
 def test_a_faithful_replay_compares_equal_except_its_duration():
     rows = compare_runs(a_run(), a_run(finished_at=timezone.now() + timedelta(minutes=5)))
     assert [r.label for r in rows] == [
-        "State", "Reason", "Exit code", "Duration", "Log entries", "Setup", "Changed files",
-        "Artifacts", "Commit", "Image", "Command", "Runtime", "Limits", "Env names", "Secrets"]
+        "State",
+        "Reason",
+        "Exit code",
+        "Duration",
+        "Log entries",
+        "Setup",
+        "Changed files",
+        "Artifacts",
+        "Commit",
+        "Image",
+        "Command",
+        "Runtime",
+        "Limits",
+        "Env names",
+        "Secrets",
+    ]
     assert {r.label for r in rows if r.same is not True} == {"Duration"}
     rows = by_label(rows)
     assert rows["Duration"].same is None and rows["Duration"].this == "2.00 s"
@@ -38,15 +64,31 @@ def test_a_faithful_replay_compares_equal_except_its_duration():
 
 
 def test_different_outcomes_and_inputs_are_named():
-    this = a_run(state=RunState.FAILED, reason="exit_nonzero", exit_code=2, log_entries=12,
-                 limits={"cpus": 1.0, "timeout_s": 30}, commit="b" * 40,
-                 changes={**CHANGES, "diff": "other"},
-                 artifacts=[{"path": "d/a", "size": 1, "sha256": "0" * 64},
-                            {"path": "d/new", "size": 1, "sha256": "0" * 64}])
+    this = a_run(
+        state=RunState.FAILED,
+        reason="exit_nonzero",
+        exit_code=2,
+        log_entries=12,
+        limits={"cpus": 1.0, "timeout_s": 30},
+        commit="b" * 40,
+        changes={**CHANGES, "diff": "other"},
+        artifacts=[
+            {"path": "d/a", "size": 1, "sha256": "0" * 64},
+            {"path": "d/new", "size": 1, "sha256": "0" * 64},
+        ],
+    )
     other = a_run(public_id="original0001")
     rows = by_label(compare_runs(this, other))
-    for label in ("State", "Reason", "Exit code", "Log entries", "Changed files", "Artifacts",
-                  "Commit", "Limits"):
+    for label in (
+        "State",
+        "Reason",
+        "Exit code",
+        "Log entries",
+        "Changed files",
+        "Artifacts",
+        "Commit",
+        "Limits",
+    ):
         assert rows[label].same is False, label
     assert (rows["Exit code"].this, rows["Exit code"].other) == ("2", "0")
     assert rows["Changed files"].note == "same files, different content"
@@ -57,9 +99,17 @@ def test_different_outcomes_and_inputs_are_named():
 
 
 def test_a_run_still_going_is_compared_on_what_is_known():
-    this = a_run(state=RunState.RUNNING, reason="", exit_code=None, log_entries=0,
-                 finished_at=None, changes=None, artifacts=[], image_id="",
-                 setup={"command": "make deps"})
+    this = a_run(
+        state=RunState.RUNNING,
+        reason="",
+        exit_code=None,
+        log_entries=0,
+        finished_at=None,
+        changes=None,
+        artifacts=[],
+        image_id="",
+        setup={"command": "make deps"},
+    )
     rows = by_label(compare_runs(this, a_run(setup={"command": "make deps", "hit": False})))
     assert (rows["Exit code"].this, rows["Log entries"].this) == ("—", "—")
     assert rows["Log entries"].same is None and rows["Duration"].this == "—"

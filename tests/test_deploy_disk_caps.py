@@ -22,15 +22,18 @@ agent = test_deploys.agent
 
 
 def toml(runtime: str, build: str) -> str:
-    return (f'[sandbox]\nruntime = "{runtime}"\ndisk_mb = 20\n\n'
-            f'[deploy]\nbuild = "{build}"\ncommand = "python3 app.py"\nport = 8000\n'
-            'health_path = "/"\n')
+    return (
+        f'[sandbox]\nruntime = "{runtime}"\ndisk_mb = 20\n\n'
+        f'[deploy]\nbuild = "{build}"\ncommand = "python3 app.py"\nport = 8000\n'
+        'health_path = "/"\n'
+    )
 
 
 @pytest.fixture
 def shop(cast):
-    return workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop",
-                                              "python-http")
+    return workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
 
 
 # 40 MB in 5 MB files (no single file passes the fsize limit) in a few tens of ms, then
@@ -43,8 +46,11 @@ BLOBS = """for i in range(8):
 
 
 def failed_build(agent, signed_in, cast, shop, build: str, runtime: str) -> tuple[dict, str]:
-    write(shop, cast.alice, {"app.py": app("never served"), "blobs.py": BLOBS,
-                             "workspace.toml": toml(runtime, build)})
+    write(
+        shop,
+        cast.alice,
+        {"app.py": app("never served"), "blobs.py": BLOBS, "workspace.toml": toml(runtime, build)},
+    )
     deploy = agent.ask("too big")
     approve(signed_in, cast.bob, deploy)
     done = agent.wait(deploy)
@@ -57,17 +63,21 @@ def failed_build(agent, signed_in, cast, shop, build: str, runtime: str) -> tupl
         engine().images.get(Release.objects.get(request=row).image)
     # The build's log says what was counted.
     _, secret = cast.token(cast.carol, ["workspace:read", "run"])
-    r = agent.client.get(f"/api/v1/runs/{build_run.public_id}/logs?after=0&limit=5000",
-                         **bearer(secret))
+    r = agent.client.get(
+        f"/api/v1/runs/{build_run.public_id}/logs?after=0&limit=5000", **bearer(secret)
+    )
     assert r.status_code == 200, r.content
-    assert any(e["stream"] == "system" and "in its writable layer" in e["text"]
-               for e in r.json()["entries"])
+    assert any(
+        e["stream"] == "system" and "in its writable layer" in e["text"]
+        for e in r.json()["entries"]
+    )
     return done, build_run.reason
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-def test_a_build_that_writes_past_disk_mb_fails_the_deploy_typed(agent, signed_in, cast, shop,
-                                                                  runtime):
+def test_a_build_that_writes_past_disk_mb_fails_the_deploy_typed(
+    agent, signed_in, cast, shop, runtime
+):
     done, reason = failed_build(agent, signed_in, cast, shop, "python3 blobs.py", runtime)
     assert reason == "disk_quota_exceeded"
     assert "disk_quota_exceeded" in done["message"]
@@ -75,13 +85,19 @@ def test_a_build_that_writes_past_disk_mb_fails_the_deploy_typed(agent, signed_i
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-def test_a_build_that_makes_too_many_files_fails_the_deploy_typed(agent, signed_in, cast, shop,
-                                                                   settings, runtime):
+def test_a_build_that_makes_too_many_files_fails_the_deploy_typed(
+    agent, signed_in, cast, shop, settings, runtime
+):
     settings.SANDBOX_MAX_INODES = 3_000
     # Still running when counted: stopped mid-build, not only at its end.
     done, reason = failed_build(
-        agent, signed_in, cast, shop,
-        "mkdir many && cd many && seq 1 6000 | xargs touch && sleep 60", runtime)
+        agent,
+        signed_in,
+        cast,
+        shop,
+        "mkdir many && cd many && seq 1 6000 | xargs touch && sleep 60",
+        runtime,
+    )
     assert reason == "inode_quota_exceeded"
     assert "inode_quota_exceeded" in done["message"]
     assert "SANDBOX_MAX_INODES" in done["message"]

@@ -28,7 +28,7 @@ ENDED = {"live", "failed", "rejected", "cancelled"}
 
 def app(text: str, health: int = 200) -> str:
     """The python-http starter's shape: a stdlib server on 127.0.0.1:8000."""
-    return f'''from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    return f"""from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
@@ -42,12 +42,14 @@ class H(BaseHTTPRequestHandler):
         pass
 
 ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
-'''
+"""
 
 
-TOML = ('[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
-        '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\n'
-        'health_path = "/health"\n')
+TOML = (
+    '[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
+    '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\n'
+    'health_path = "/health"\n'
+)
 
 
 class Requester:
@@ -57,9 +59,12 @@ class Requester:
         self.client, self.headers = client, bearer(secret)
 
     def ask(self, note: str = "", ref: str | None = None) -> dict:
-        r = self.client.post("/api/v1/workspaces/shop/deploys",
-                             {"note": note, **({"ref": ref} if ref else {})},
-                             content_type="application/json", **self.headers)
+        r = self.client.post(
+            "/api/v1/workspaces/shop/deploys",
+            {"note": note, **({"ref": ref} if ref else {})},
+            content_type="application/json",
+            **self.headers,
+        )
         assert r.status_code == 201, r.content
         return r.json()
 
@@ -81,8 +86,9 @@ class Requester:
 
 @pytest.fixture
 def shop(cast):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop",
-                                                   "shop", "python-http")
+    workspace = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
     write(workspace, cast.alice, {"app.py": app("release one"), "workspace.toml": TOML})
     return workspace
 
@@ -94,8 +100,12 @@ def agent(client, cast, shop, run_stack, berth_server) -> Requester:
 
 
 def served(server, path: str = "/") -> requests.Response:
-    return requests.get(f"http://127.0.0.1:{server.port}{path}", headers={"Host": HOST},
-                        timeout=30, allow_redirects=False)
+    return requests.get(
+        f"http://127.0.0.1:{server.port}{path}",
+        headers={"Host": HOST},
+        timeout=30,
+        allow_redirects=False,
+    )
 
 
 def approve(signed_in, user, deploy: dict, **extra):
@@ -111,7 +121,8 @@ def released(agent, signed_in, cast, note: str) -> dict:
 
 
 def test_an_agent_asks_only_a_human_reviewer_approves_and_the_approved_commit_ships(
-        agent, cast, shop, signed_in, berth_server, client):
+    agent, cast, shop, signed_in, berth_server, client
+):
     deploy = agent.ask("ship the greeting")
     assert deploy["state"] == "requested" and deploy["requested_by"]["token"]
     with open_store(shop) as store:
@@ -142,8 +153,11 @@ def test_an_agent_asks_only_a_human_reviewer_approves_and_the_approved_commit_sh
     live = client.get("/api/v1/workspaces/shop/release", **agent.headers).json()
     assert live["live"]["commit"] == deploy["commit"] and live["live"]["approved_by"] == ["bob"]
     assert live["url"].startswith(f"http://{HOST}")
-    verbs = list(Activity.objects.filter(target=f"deploy:{deploy['id']}")
-                 .values_list("verb", "user__username"))
+    verbs = list(
+        Activity.objects.filter(target=f"deploy:{deploy['id']}").values_list(
+            "verb", "user__username"
+        )
+    )
     assert ("deploy.requested", "alice") in verbs and ("deploy.approved", "bob") in verbs
     # The build was a run like any other, and the release's image says what it holds.
     build = DeployRequest.objects.get(public_id=deploy["id"]).build_run
@@ -152,11 +166,15 @@ def test_an_agent_asks_only_a_human_reviewer_approves_and_the_approved_commit_sh
 
     labels = engine().images.get(Release.objects.get(number=1).image).labels
     assert (labels["berth.commit"], labels["berth.deploy"], labels["berth.build"]) == (
-        deploy["commit"], deploy["id"], build.public_id)
+        deploy["commit"],
+        deploy["id"],
+        build.public_id,
+    )
 
 
 def test_a_failing_release_leaves_the_live_one_serving_and_rollback_needs_no_rebuild(
-        agent, cast, shop, signed_in, berth_server):
+    agent, cast, shop, signed_in, berth_server
+):
     released(agent, signed_in, cast, "one")
     write(shop, cast.carol, {"app.py": app("release two")})
     released(agent, signed_in, cast, "two")
@@ -184,7 +202,8 @@ def test_a_failing_release_leaves_the_live_one_serving_and_rollback_needs_no_reb
 
 
 def test_other_teams_see_nothing_and_a_request_is_approved_exactly_once(
-        agent, cast, shop, signed_in, client):
+    agent, cast, shop, signed_in, client
+):
     deploy = agent.ask()
     charlie = signed_in(cast.charlie)
     assert charlie.get(f"{PAGE}{deploy['id']}/").status_code == 404
@@ -219,7 +238,8 @@ def test_other_teams_see_nothing_and_a_request_is_approved_exactly_once(
 
 
 def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
-        agent, cast, shop, signed_in, berth_server):
+    agent, cast, shop, signed_in, berth_server
+):
     from runner.engine import engine
 
     released(agent, signed_in, cast, "one")
@@ -227,11 +247,9 @@ def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
     assert release.process is not None and release.process.run is not None
     # Only deploys move a release's process: not the preview or run doors.
     _, member = cast.token(cast.carol, ["workspace:read", "preview", "run"])
-    r = agent.client.post(f"/api/v1/previews/{release.process.public_id}/stop",
-                          **bearer(member))
+    r = agent.client.post(f"/api/v1/previews/{release.process.public_id}/stop", **bearer(member))
     assert r.status_code == 409 and r.json()["error"]["code"] == "release_process"
-    r = agent.client.post(f"/api/v1/runs/{release.process.run.public_id}/cancel",
-                          **bearer(member))
+    r = agent.client.post(f"/api/v1/runs/{release.process.run.public_id}/cancel", **bearer(member))
     assert r.status_code == 409 and r.json()["error"]["code"] == "not_a_run"
     assert served(berth_server).text == "release one"
     engine().containers.get(release.process.run.container_name).kill()
@@ -262,12 +280,14 @@ def restart_engine() -> None:
         assert time.monotonic() < deadline, "dockerd did not stop"
         time.sleep(0.1)
     root = Path(__file__).resolve().parents[1]
-    subprocess.run([str(root / "scripts" / "host-setup"), "docker"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(root / "scripts" / "host-setup"), "docker"], check=True, capture_output=True
+    )
 
 
 def test_after_an_engine_restart_the_live_release_is_served_again_within_a_minute(
-        agent, cast, shop, signed_in, berth_server):
+    agent, cast, shop, signed_in, berth_server
+):
     released(agent, signed_in, cast, "one")
     restart_engine()
     deadline = time.monotonic() + 60
@@ -286,17 +306,20 @@ def test_after_an_engine_restart_the_live_release_is_served_again_within_a_minut
     assert "Started again after its process stopped" in page
 
 
-def test_a_team_only_release_opens_from_berth_with_a_ticket(agent, cast, shop, signed_in,
-                                                            berth_server):
+def test_a_team_only_release_opens_from_berth_with_a_ticket(
+    agent, cast, shop, signed_in, berth_server
+):
     from tests.previews import Browser
 
     released(agent, signed_in, cast, "one")
     assert served(berth_server).text == "release one"  # public by default
-    r = signed_in(cast.alice).post("/t/team-a/w/shop/releases/visibility/",
-                                   {"team_only": "on"}, follow=True)
+    r = signed_in(cast.alice).post(
+        "/t/team-a/w/shop/releases/visibility/", {"team_only": "on"}, follow=True
+    )
     assert "visible to the team only" in r.content.decode()
-    assert Activity.objects.filter(verb="workspace.releases_visibility", user=cast.alice,
-                                   detail__team_only=True).exists()
+    assert Activity.objects.filter(
+        verb="workspace.releases_visibility", user=cast.alice, detail__team_only=True
+    ).exists()
     process = Release.objects.get(number=1).process
     assert process is not None
     deadline = time.monotonic() + 10  # the proxy caches what it knows for about a second
@@ -315,8 +338,9 @@ def test_a_team_only_release_opens_from_berth_with_a_ticket(agent, cast, shop, s
     assert signed_in(cast.charlie).get(f"/previews/{process.public_id}/open").status_code == 404
 
 
-def test_the_last_three_release_images_are_kept_and_older_ones_removed(agent, cast, shop,
-                                                                       signed_in):
+def test_the_last_three_release_images_are_kept_and_older_ones_removed(
+    agent, cast, shop, signed_in
+):
     import docker
 
     from runner.engine import engine
@@ -334,5 +358,4 @@ def test_the_last_three_release_images_are_kept_and_older_ones_removed(agent, ca
         release = Release.objects.get(number=n)
         assert release.image_removed_at is None and engine().images.get(release.image)
     r = signed_in(cast.bob).post("/t/team-a/w/shop/releases/1/rollback/", follow=True)
-    assert "Release 1&#x27;s image was removed (only the last 3 are kept)" in \
-        r.content.decode()
+    assert "Release 1&#x27;s image was removed (only the last 3 are kept)" in r.content.decode()

@@ -26,6 +26,7 @@ from workspaces.changes import Change
 def runtimes(test):
     return pytest.mark.docker(pytest.mark.parametrize("runtime", ["runc", "gvisor"])(test))
 
+
 # Makes empty files in /workspace/flood as fast as one core allows, ignoring SIGTERM,
 # and says when it has made as many as its argument.
 FLOOD = """import os, signal, sys
@@ -133,12 +134,14 @@ def test_a_tree_too_deep_or_a_folder_swapped_mid_count_fails_the_count(tmp_path)
 # -- runs through the API ---------------------------------------------------------------
 
 
-
-
 def put(cast, files: dict[str, str]) -> None:
     shop = cast.team_a.workspaces.get(slug="shop")
-    workspace_actions.commit_changes(shop, Actor(cast.carol), [
-        Change("write", path, text.encode()) for path, text in files.items()], "scripts")
+    workspace_actions.commit_changes(
+        shop,
+        Actor(cast.carol),
+        [Change("write", path, text.encode()) for path, text in files.items()],
+        "scripts",
+    )
 
 
 def entries(agent: Agent, run: dict) -> list[dict]:
@@ -167,7 +170,8 @@ class FreeInodes:
 
 @runtimes
 def test_a_flood_of_empty_files_ends_inode_quota_exceeded_and_other_teams_keep_their_timeouts(
-        agents, cast, settings, runtime):  # noqa: F811
+    agents, cast, settings, runtime
+):
     """runc makes ~50,000 files a second on one core here, gVisor ~1,500: the cap is the
     default under runc and small under gVisor, so each crosses it within seconds."""
     ours, theirs = agents
@@ -190,8 +194,10 @@ def test_a_flood_of_empty_files_ends_inode_quota_exceeded_and_other_teams_keep_t
     assert (done["state"], done["reason"]) == ("failed", "inode_quota_exceeded"), done
     assert "SANDBOX_MAX_INODES" in done["message"] and f"{cap:,} files" in done["message"]
     assert crossed is None or ended - crossed < 5  # unseen: it never printed, killed first
-    assert any(e["stream"] == "system" and f"more than {cap:,} files and folders" in e["text"]
-               for e in ours.log(done))
+    assert any(
+        e["stream"] == "system" and f"more than {cap:,} files and folders" in e["text"]
+        for e in ours.log(done)
+    )
     assert inodes.dropped() <= 2 * cap  # ~1.1x under runc, ~1.35x under gVisor here
     assert no_container_left(done)
 
@@ -210,8 +216,12 @@ def _seconds(iso: str) -> float:
 
 
 @runtimes
-def test_a_folder_swapped_for_a_link_to_the_host_is_never_followed(agents, cast, settings,  # noqa: F811
-                                                                   runtime):
+def test_a_folder_swapped_for_a_link_to_the_host_is_never_followed(
+    agents,
+    cast,
+    settings,
+    runtime,
+):
     """Following the link would count the host's whole filesystem: far past this cap.
     The run ends typed either way: it succeeds when no count caught a swap, and ends
     inode_quota_exceeded, saying the count failed, when one did."""
@@ -219,10 +229,15 @@ def test_a_folder_swapped_for_a_link_to_the_host_is_never_followed(agents, cast,
     settings.SANDBOX_MAX_INODES = 2_000
     put(cast, {"swap.py": SWAP})
     done = ours.wait(ours.run("python3 swap.py", runtime=runtime), timeout=120)
-    said = [e["text"] for e in ours.log(done) if e["stream"] == "system"
-            and e["text"].startswith("[disk]")]
-    assert (done["state"], done["reason"]) in {("succeeded", "exit_zero"),
-                                               ("failed", "inode_quota_exceeded")}, done
+    said = [
+        e["text"]
+        for e in ours.log(done)
+        if e["stream"] == "system" and e["text"].startswith("[disk]")
+    ]
+    assert (done["state"], done["reason"]) in {
+        ("succeeded", "exit_zero"),
+        ("failed", "inode_quota_exceeded"),
+    }, done
     if done["reason"] == "inode_quota_exceeded":
         assert len(said) == 1 and "could not be counted safely" in said[0], said
         assert "x changed from a folder" in said[0]
@@ -232,12 +247,17 @@ def test_a_folder_swapped_for_a_link_to_the_host_is_never_followed(agents, cast,
 
 
 @runtimes
-def test_writing_past_disk_mb_in_many_files_ends_disk_quota_exceeded(agents, cast, runtime):  # noqa: F811
+def test_writing_past_disk_mb_in_many_files_ends_disk_quota_exceeded(agents, cast, runtime):
     ours, _ = agents
     put(cast, {"workspace.toml": "[sandbox]\ndisk_mb = 20\n"})
-    done = ours.wait(ours.run(
-        "trap '' TERM; for i in $(seq 1 40); do head -c 1048576 /dev/zero > f$i; done; "
-        "sleep 60", runtime=runtime), timeout=120)
+    done = ours.wait(
+        ours.run(
+            "trap '' TERM; for i in $(seq 1 40); do head -c 1048576 /dev/zero > f$i; done; "
+            "sleep 60",
+            runtime=runtime,
+        ),
+        timeout=120,
+    )
     assert (done["state"], done["reason"]) == ("failed", "disk_quota_exceeded"), done
     assert "raise [sandbox].disk_mb" in done["message"]
     assert any("more than 20 MB in /workspace" in e["text"] for e in ours.log(done))
@@ -247,19 +267,30 @@ def test_writing_past_disk_mb_in_many_files_ends_disk_quota_exceeded(agents, cas
 
 
 @runtimes
-def test_a_setup_step_that_fills_deps_with_too_many_files_leaves_no_cache(agents, cast,  # noqa: F811
-                                                                          settings, runtime):
+def test_a_setup_step_that_fills_deps_with_too_many_files_leaves_no_cache(
+    agents,
+    cast,
+    settings,
+    runtime,
+):
     """/deps is counted while setup fills it, and once more when it exits: what it left
     would become a cache every later run of the key mounts."""
     ours, _ = agents
     settings.SANDBOX_MAX_INODES = 3_000
-    put(cast, {"workspace.toml": '[setup]\ncommand = "mkdir /deps/many && cd /deps/many && '
-                                 'seq 1 5000 | xargs touch"\ncache_key = []\n'})
+    put(
+        cast,
+        {
+            "workspace.toml": '[setup]\ncommand = "mkdir /deps/many && cd /deps/many && '
+            'seq 1 5000 | xargs touch"\ncache_key = []\n'
+        },
+    )
     done = ours.wait(ours.run("echo never", runtime=runtime), timeout=120)
     assert (done["state"], done["reason"]) == ("failed", "inode_quota_exceeded"), done
     log = ours.log(done)
-    assert any(e["stream"] == "system" and "3,000 files and folders in /workspace and /deps"
-               in e["text"] for e in log), log
+    assert any(
+        e["stream"] == "system" and "3,000 files and folders in /workspace and /deps" in e["text"]
+        for e in log
+    ), log
     assert "never" not in [e["text"] for e in log if e["stream"] == "stdout"]
     assert ours.get("/workspaces/shop/caches").json()["caches"] == []
     assert no_container_left(done)

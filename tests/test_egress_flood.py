@@ -56,8 +56,17 @@ print("closed" if s.recv(100) == b"" else "answered", round(time.monotonic() - t
 
 
 # Where each table of /proc/net/* has a socket's inode.
-INODE_COLUMN = {"tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "raw6": 9,
-                "unix": 6, "netlink": 9, "packet": 8}
+INODE_COLUMN = {
+    "tcp": 9,
+    "tcp6": 9,
+    "udp": 9,
+    "udp6": 9,
+    "raw": 9,
+    "raw6": 9,
+    "unix": 6,
+    "netlink": 9,
+    "packet": 8,
+}
 
 
 def sandbox_sockets(run_stack) -> int:
@@ -66,8 +75,11 @@ def sandbox_sockets(run_stack) -> int:
     host: set[str] = set()
     for table, column in INODE_COLUMN.items():
         with open(f"/proc/self/net/{table}") as f:
-            host |= {line.split()[column] for line in f.read().splitlines()[1:]
-                     if len(line.split()) > column}
+            host |= {
+                line.split()[column]
+                for line in f.read().splitlines()[1:]
+                if len(line.split()) > column
+            }
     pid = run_stack.agent.proc.pid
     count = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -87,8 +99,9 @@ def log_text(agent: Agent, started: dict) -> str:
 
 @pytest.fixture
 def shop(cast):
-    return workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                              "python-http")
+    return workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
 
 
 @pytest.fixture
@@ -104,15 +117,21 @@ def team_b(client, cast, run_stack) -> Agent:
 
 
 def flood(agent: Agent, n: int, expected: int, runtime: str) -> dict:
-    started = agent.run(f"cat > /tmp/flood.py <<'EOF'\n{FLOOD}EOF\n"
-                        f"python3 /tmp/flood.py {n} {expected}", runtime=runtime)
-    wait_for(lambda: "holding" in log_text(agent, started), timeout=120,
-             what=f"run {started['id']} to hold its connections")
+    started = agent.run(
+        f"cat > /tmp/flood.py <<'EOF'\n{FLOOD}EOF\npython3 /tmp/flood.py {n} {expected}",
+        runtime=runtime,
+    )
+    wait_for(
+        lambda: "holding" in log_text(agent, started),
+        timeout=120,
+        what=f"run {started['id']} to hold its connections",
+    )
     return started
 
 
 def test_a_flood_is_capped_per_sandbox_and_team_and_other_teams_go_on(
-        team_a, team_b, cast, shop, files, run_stack, signed_in):  # noqa: F811
+    team_a, team_b, cast, shop, files, run_stack, signed_in
+):
     policy(shop, cast, [f"files.test:{files}"])
     before = sandbox_sockets(run_stack)  # 0 unless another test left a sandbox running
 
@@ -127,20 +146,27 @@ def test_a_flood_is_capped_per_sandbox_and_team_and_other_teams_go_on(
     # says what to do.
     refused_first = [line for line in out_first.splitlines() if line.startswith("refused")]
     assert [int(line.split()[1]) for line in refused_first] == list(range(PER_SANDBOX, 30))
-    assert all("HTTP/1.1 429 Too Many Requests x-berth-egress: sandbox_connection_cap" in line
-               and "EGRESS_MAX_CONNECTIONS_PER_SANDBOX" in line and "close idle ones" in line
-               for line in refused_first), refused_first
+    assert all(
+        "HTTP/1.1 429 Too Many Requests x-berth-egress: sandbox_connection_cap" in line
+        and "EGRESS_MAX_CONNECTIONS_PER_SANDBOX" in line
+        and "close idle ones" in line
+        for line in refused_first
+    ), refused_first
     refused_second = [line for line in out_second.splitlines() if line.startswith("refused")]
     assert len(refused_second) == 30 - (PER_TEAM - PER_SANDBOX)
-    assert all("429 Too Many Requests x-berth-egress: team_connection_cap" in line and
-               "EGRESS_MAX_CONNECTIONS_PER_TEAM" in line for line in refused_second)
+    assert all(
+        "429 Too Many Requests x-berth-egress: team_connection_cap" in line
+        and "EGRESS_MAX_CONNECTIONS_PER_TEAM" in line
+        for line in refused_second
+    )
     # Held in the agent: a socket each, plus each sandbox's listener.
     assert sandbox_sockets(run_stack) == before + PER_TEAM + 2
 
     # Team B is not held back by team A's flood: its run reaches its host through its
     # own proxy and ends normally while the flood holds.
-    team_b_shop = workspace_actions.create_workspace(cast.team_b, Actor(cast.charlie), "Shop",
-                                                     "shop", "python-http")
+    team_b_shop = workspace_actions.create_workspace(
+        cast.team_b, Actor(cast.charlie), "Shop", "shop", "python-http"
+    )
     cast.team_b.egress_ceiling = [f"files.test:{files}"]
     cast.team_b.save()
     set_toml(team_b_shop, cast, f'[network]\negress = ["files.test:{files}"]\n')
@@ -150,11 +176,17 @@ def test_a_flood_is_capped_per_sandbox_and_team_and_other_teams_go_on(
     assert "holding" in log_text(team_a, second)
 
     # Recorded as egress denials, the way every refusal is.
-    for started, reason, count in ((first, "sandbox_connection_cap", 30 - PER_SANDBOX),
-                                   (second, "team_connection_cap", 30 - PER_TEAM + PER_SANDBOX)):
-        denied = wait_for(lambda r=started, c=count: (lambda e: len(e) >= c and e)(list(
-            EgressEvent.objects.filter(run__public_id=r["id"], allowed=False))), timeout=10,
-            what="the refusals to be recorded")
+    for started, reason, count in (
+        (first, "sandbox_connection_cap", 30 - PER_SANDBOX),
+        (second, "team_connection_cap", 30 - PER_TEAM + PER_SANDBOX),
+    ):
+        denied = wait_for(
+            lambda r=started, c=count: (lambda e: len(e) >= c and e)(
+                list(EgressEvent.objects.filter(run__public_id=r["id"], allowed=False))
+            ),
+            timeout=10,
+            what="the refusals to be recorded",
+        )
         assert [(e.reason, e.host, e.port) for e in denied] == [(reason, "", 3128)] * count
         api = team_a.get(f"/runs/{started['id']}/egress").json()
         assert api["summary"]["denied"] == count
@@ -169,8 +201,11 @@ def test_a_flood_is_capped_per_sandbox_and_team_and_other_teams_go_on(
         assert r.status_code == 202, r.content
     for started in (first, second):
         assert team_a.wait(started)["state"] == "cancelled"
-    wait_for(lambda: sandbox_sockets(run_stack) == before, timeout=30,
-             what="the agent's sockets in sandboxes to be closed")
+    wait_for(
+        lambda: sandbox_sockets(run_stack) == before,
+        timeout=30,
+        what="the agent's sockets in sandboxes to be closed",
+    )
 
 
 @pytest.fixture
@@ -186,20 +221,31 @@ def short_idle(run_stack, monkeypatch):
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-def test_an_idle_connection_to_the_proxy_is_closed(team_a, cast, shop, files,  # noqa: F811
-                                                   short_idle, runtime):
+def test_an_idle_connection_to_the_proxy_is_closed(
+    team_a,
+    cast,
+    shop,
+    files,
+    short_idle,
+    runtime,
+):
     policy(shop, cast, [f"files.test:{files}"], runtime)
-    tunnel = ("import socket, time\n"
-              "s = socket.create_connection(('127.0.0.1', 3128))\n"
-              f"s.sendall(b'CONNECT files.test:{files} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
-              "print(s.recv(200).split(b'\\r\\n')[0].decode())\n"
-              "t = time.monotonic()\n"
-              "s.settimeout(60)\n"
-              "print('tunnel', 'closed' if s.recv(100) == b'' else 'data',"
-              " round(time.monotonic() - t, 1))\n")
-    done, out = run(team_a, f"cat > /tmp/silent.py <<'EOF'\n{SILENT}EOF\n"
-                            f"cat > /tmp/tunnel.py <<'EOF'\n{tunnel}EOF\n"
-                            "python3 /tmp/silent.py & python3 /tmp/tunnel.py; wait")
+    tunnel = (
+        "import socket, time\n"
+        "s = socket.create_connection(('127.0.0.1', 3128))\n"
+        f"s.sendall(b'CONNECT files.test:{files} HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+        "print(s.recv(200).split(b'\\r\\n')[0].decode())\n"
+        "t = time.monotonic()\n"
+        "s.settimeout(60)\n"
+        "print('tunnel', 'closed' if s.recv(100) == b'' else 'data',"
+        " round(time.monotonic() - t, 1))\n"
+    )
+    done, out = run(
+        team_a,
+        f"cat > /tmp/silent.py <<'EOF'\n{SILENT}EOF\n"
+        f"cat > /tmp/tunnel.py <<'EOF'\n{tunnel}EOF\n"
+        "python3 /tmp/silent.py & python3 /tmp/tunnel.py; wait",
+    )
     assert done["state"] == "succeeded", (done, out)
     lines = out.splitlines()
     silent = next(line for line in lines if line.startswith(("closed", "answered")))
@@ -207,8 +253,11 @@ def test_an_idle_connection_to_the_proxy_is_closed(team_a, cast, shop, files,  #
     assert "HTTP/1.1 200 Connection Established" in lines
     idle = next(line for line in lines if line.startswith("tunnel"))
     assert idle.split()[1] == "closed" and 2.5 <= float(idle.split()[2]) < 30, out
-    [event] = wait_for(lambda: list(EgressEvent.objects.filter(run__public_id=done["id"])),
-                       timeout=10, what="the tunnel's record")
+    [event] = wait_for(
+        lambda: list(EgressEvent.objects.filter(run__public_id=done["id"])),
+        timeout=10,
+        what="the tunnel's record",
+    )
     assert (event.allowed, event.reason) == (True, "idle_timeout")
 
 
@@ -243,18 +292,26 @@ def cpu_seconds(pid: int) -> float:
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_a_connect_loop_past_the_cap_is_shed_cheaply_and_recorded_once_a_second(
-        team_a, team_b, cast, shop, files, run_stack, runtime):  # noqa: F811
+    team_a, team_b, cast, shop, files, run_stack, runtime
+):
     policy(shop, cast, [f"files.test:{files}"], runtime)
-    team_b_shop = workspace_actions.create_workspace(cast.team_b, Actor(cast.charlie), "Shop",
-                                                     "shop", "python-http")
+    team_b_shop = workspace_actions.create_workspace(
+        cast.team_b, Actor(cast.charlie), "Shop", "shop", "python-http"
+    )
     cast.team_b.egress_ceiling = [f"files.test:{files}"]
     cast.team_b.save()
     set_toml(team_b_shop, cast, f'[network]\negress = ["files.test:{files}"]\n')
 
-    started = team_a.run(f"cat > /tmp/loop.py <<'EOF'\n{CONNECT_LOOP}EOF\n"
-                         f"python3 /tmp/loop.py {PER_SANDBOX} {FLOOD_S}", runtime=runtime)
-    wait_for(lambda: "flooding" in log_text(team_a, started), timeout=120,
-             what="the connect loop to start")
+    started = team_a.run(
+        f"cat > /tmp/loop.py <<'EOF'\n{CONNECT_LOOP}EOF\n"
+        f"python3 /tmp/loop.py {PER_SANDBOX} {FLOOD_S}",
+        runtime=runtime,
+    )
+    wait_for(
+        lambda: "flooding" in log_text(team_a, started),
+        timeout=120,
+        what="the connect loop to start",
+    )
     agent_pid = run_stack.agent.proc.pid
     cpu_before, clock_before = cpu_seconds(agent_pid), time.monotonic()
 
@@ -263,9 +320,14 @@ def test_a_connect_loop_past_the_cap_is_shed_cheaply_and_recorded_once_a_second(
     assert done["state"] == "succeeded" and "hello through the proxy" in out, (done, out)
     assert "made" not in log_text(team_a, started), "team B's run ended after the flood"
 
-    made_line = wait_for(lambda: next((line for line in log_text(team_a, started).splitlines()
-                                       if line.startswith("made")), None), timeout=60,
-                         what="the connect loop to end")
+    made_line = wait_for(
+        lambda: next(
+            (line for line in log_text(team_a, started).splitlines() if line.startswith("made")),
+            None,
+        ),
+        timeout=60,
+        what="the connect loop to end",
+    )
     cpu = (cpu_seconds(agent_pid) - cpu_before) / (time.monotonic() - clock_before)
     made, tried = int(made_line.split()[1]), int(made_line.split()[3])
     # The agent spent a fraction of one core on it, not all of it.
@@ -281,8 +343,11 @@ def test_a_connect_loop_past_the_cap_is_shed_cheaply_and_recorded_once_a_second(
         rows = list(EgressEvent.objects.filter(run__public_id=started["id"]))
         return (denied, rows) if sum(r.count for r in rows) == denied > 0 else None
 
-    denied, rows = wait_for(all_recorded, timeout=15, what="the refusals to be recorded (in "
-                            "fewer rows than EGRESS_MAX_EVENTS)")
+    denied, rows = wait_for(
+        all_recorded,
+        timeout=15,
+        what="the refusals to be recorded (in fewer rows than EGRESS_MAX_EVENTS)",
+    )
     seconds = FLOOD_S + 3  # the windows a loop of FLOOD_S seconds can touch, and then some
     assert len(rows) <= seconds * (REFUSALS_PER_S + 1), (len(rows), denied)
     shed = [r for r in rows if r.reason == "refusal_flood"]

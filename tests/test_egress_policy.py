@@ -17,20 +17,36 @@ from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 
 
-@pytest.mark.parametrize("entry, rule", [
-    ("pypi.org", Rule("pypi.org", False, (443, 80))),
-    ("Files.Test:8080", Rule("files.test", False, (8080,))),
-    ("*.pythonhosted.org", Rule("pythonhosted.org", True, (443, 80))),
-    ("*.example.com:8443", Rule("example.com", True, (8443,))),
-    ("example.com.", Rule("example.com", False, (443, 80))),
-])
+@pytest.mark.parametrize(
+    "entry, rule",
+    [
+        ("pypi.org", Rule("pypi.org", False, (443, 80))),
+        ("Files.Test:8080", Rule("files.test", False, (8080,))),
+        ("*.pythonhosted.org", Rule("pythonhosted.org", True, (443, 80))),
+        ("*.example.com:8443", Rule("example.com", True, (8443,))),
+        ("example.com.", Rule("example.com", False, (443, 80))),
+    ],
+)
 def test_entries_parse_with_default_ports(entry, rule):
     assert Rule.parse(entry) == rule
 
 
-@pytest.mark.parametrize("entry", ["", "*.", "http://pypi.org", "a b", "pypi.org:0",
-                                   "pypi.org:65536", "*", "*.*.org", "pypi.org:https",
-                                   "-bad.org", "[::1]:443"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "",
+        "*.",
+        "http://pypi.org",
+        "a b",
+        "pypi.org:0",
+        "pypi.org:65536",
+        "*",
+        "*.*.org",
+        "pypi.org:https",
+        "-bad.org",
+        "[::1]:443",
+    ],
+)
 def test_bad_entries_are_refused_with_what_to_write(entry):
     with pytest.raises(BadEntry, match=r'use "host", "host:port" or "\*.domain"'):
         Rule.parse(entry)
@@ -52,8 +68,17 @@ def test_what_an_entry_allows():
 def test_a_workspace_can_only_narrow_the_team_ceiling():
     ceiling = ["*.example.com", "pypi.org"]
     applied, ignored = policy.narrow(
-        ["a.example.com", "*.b.example.com", "example.com", "pypi.org:443", "pypi.org:8443",
-         "*.pypi.org", "*.example.com:8080"], ceiling)
+        [
+            "a.example.com",
+            "*.b.example.com",
+            "example.com",
+            "pypi.org:443",
+            "pypi.org:8443",
+            "*.pypi.org",
+            "*.example.com:8080",
+        ],
+        ceiling,
+    )
     assert applied == ["a.example.com", "*.b.example.com", "pypi.org:443"]
     assert ignored == ["example.com", "pypi.org:8443", "*.pypi.org", "*.example.com:8080"]
     assert policy.narrow(["pypi.org"], []) == ([], ["pypi.org"])  # no ceiling: nothing
@@ -61,22 +86,43 @@ def test_a_workspace_can_only_narrow_the_team_ceiling():
 
 def test_the_run_contract_says_what_applied_and_what_was_ignored():
     network, warnings = policy.for_run(["pypi.org", "evil.test"], ["pypi.org"])
-    assert network == {"mode": "proxy", "egress": ["pypi.org"],
-                       "requested": ["pypi.org", "evil.test"], "ignored": ["evil.test"],
-                       "proxy": "http://127.0.0.1:3128"}
-    assert warnings == ['[network] egress entry "evil.test" is outside the team\'s egress '
-                        "ceiling, so it is ignored; a team admin can add it to the ceiling "
-                        "on the team's members page."]
+    assert network == {
+        "mode": "proxy",
+        "egress": ["pypi.org"],
+        "requested": ["pypi.org", "evil.test"],
+        "ignored": ["evil.test"],
+        "proxy": "http://127.0.0.1:3128",
+    }
+    assert warnings == [
+        '[network] egress entry "evil.test" is outside the team\'s egress '
+        "ceiling, so it is ignored; a team admin can add it to the ceiling "
+        "on the team's members page."
+    ]
     assert policy.for_run([], ["pypi.org"])[0]["mode"] == "none"
 
 
-@pytest.mark.parametrize("address, allowed", [
-    ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.1.1", False),
-    ("169.254.169.254", False), ("100.64.0.1", False), ("0.0.0.0", False),
-    ("224.0.0.1", False), ("240.0.0.1", False), ("255.255.255.255", False), ("::1", False),
-    ("fe80::1", False), ("fc00::1", False), ("::ffff:127.0.0.1", False), ("ff02::1", False),
-    ("93.184.215.14", True), ("2606:4700::6810:84e5", True),
-])
+@pytest.mark.parametrize(
+    "address, allowed",
+    [
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),
+        ("100.64.0.1", False),
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("240.0.0.1", False),
+        ("255.255.255.255", False),
+        ("::1", False),
+        ("fe80::1", False),
+        ("fc00::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("ff02::1", False),
+        ("93.184.215.14", True),
+        ("2606:4700::6810:84e5", True),
+    ],
+)
 def test_only_public_unicast_addresses_are_reachable_by_default(settings, address, allowed):
     settings.EGRESS_ALLOWED_ADDRESSES = []
     assert policy.address_allowed(ipaddress.ip_address(address)) is allowed
@@ -118,24 +164,31 @@ def test_a_refused_address_is_never_connected_to(settings, monkeypatch):
 
 # -- the ceiling's page, and what a replay gets -------------------------------------------
 
+
 def test_an_admin_sets_the_ceiling_on_the_members_page(signed_in, cast):
     alice = signed_in(cast.alice)
     page = alice.get("/t/team-a/members/").content.decode()
     assert 'name="egress_ceiling"' in page
-    r = alice.post("/t/team-a/policies/egress/",
-                   {"egress_ceiling": "PyPI.org\n*.pythonhosted.org, registry.npmjs.org\n\n"},
-                   follow=True)
-    assert "Egress ceiling saved: pypi.org, *.pythonhosted.org, registry.npmjs.org" in \
-        r.content.decode()
+    r = alice.post(
+        "/t/team-a/policies/egress/",
+        {"egress_ceiling": "PyPI.org\n*.pythonhosted.org, registry.npmjs.org\n\n"},
+        follow=True,
+    )
+    assert (
+        "Egress ceiling saved: pypi.org, *.pythonhosted.org, registry.npmjs.org"
+        in r.content.decode()
+    )
     cast.team_a.refresh_from_db()
     assert cast.team_a.egress_ceiling == ["pypi.org", "*.pythonhosted.org", "registry.npmjs.org"]
     [row] = Activity.objects.filter(verb="team.egress_ceiling_changed")
     assert row.user == cast.alice and row.detail["after"] == cast.team_a.egress_ceiling
 
-    r = alice.post("/t/team-a/policies/egress/", {"egress_ceiling": "pypi.org\nhttp://x"},
-                   follow=True)
-    assert 'Egress ceiling not saved: "http://x" is not an egress entry' in \
-        html.unescape(r.content.decode())
+    r = alice.post(
+        "/t/team-a/policies/egress/", {"egress_ceiling": "pypi.org\nhttp://x"}, follow=True
+    )
+    assert 'Egress ceiling not saved: "http://x" is not an egress entry' in html.unescape(
+        r.content.decode()
+    )
     cast.team_a.refresh_from_db()
     assert cast.team_a.egress_ceiling == ["pypi.org", "*.pythonhosted.org", "registry.npmjs.org"]
 
@@ -150,11 +203,15 @@ def test_only_an_admin_may_change_the_ceiling(signed_in, cast):
 
 
 def test_a_replay_is_bounded_by_todays_ceiling(cast):
-    shop = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                              "python-http")
-    workspace_actions.commit_changes(shop, Actor(cast.carol), [Change(
-        "write", "workspace.toml", b'[network]\negress = ["pypi.org", "files.test:81"]\n')],
-        "egress")
+    shop = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
+    workspace_actions.commit_changes(
+        shop,
+        Actor(cast.carol),
+        [Change("write", "workspace.toml", b'[network]\negress = ["pypi.org", "files.test:81"]\n')],
+        "egress",
+    )
     cast.team_a.egress_ceiling = ["pypi.org", "*.test:81"]
     cast.team_a.save()
     first = run_actions.start_run(shop, Actor(cast.carol), "true")

@@ -18,10 +18,12 @@ def test_a_signal_sent_from_sync_code_reaches_its_group():
         await layer.group_add("fanout_test", channel)
         try:
             # From a thread, as a view or a Celery task would: the call returns at once.
-            await asyncio.to_thread(fanout.group_send, "fanout_test",
-                                    {"type": "log.signal", "seq": 7})
-            await asyncio.to_thread(fanout.group_send, "fanout_test",
-                                    {"type": "log.signal", "seq": 8})
+            await asyncio.to_thread(
+                fanout.group_send, "fanout_test", {"type": "log.signal", "seq": 7}
+            )
+            await asyncio.to_thread(
+                fanout.group_send, "fanout_test", {"type": "log.signal", "seq": 8}
+            )
             got = [await asyncio.wait_for(layer.receive(channel), 10) for _ in range(2)]
         finally:
             await layer.group_discard("fanout_test", channel)

@@ -26,8 +26,14 @@ PROBE = (Path(__file__).parent / "apps" / "kernel_probe.py").read_text()
 ENGINE_RUNTIME = {"runc": "runc", "gvisor": "runsc"}
 # What a hostile tenant tries, and what it must get: a refusal, while threads (the
 # clone3 → clone fallback glibc needs) still work.
-REFUSED = {"io_uring_setup": "EPERM", "unshare_user": "EPERM", "clone3_user": "ENOSYS",
-           "thread": "ok", "everyday": "ok", "unshare_Ur": "refused"}
+REFUSED = {
+    "io_uring_setup": "EPERM",
+    "unshare_user": "EPERM",
+    "clone3_user": "ENOSYS",
+    "thread": "ok",
+    "everyday": "ok",
+    "unshare_Ur": "refused",
+}
 
 
 def probes(entries: list[dict]) -> dict[str, dict]:
@@ -48,8 +54,11 @@ def log_of(client, headers: dict, path: str) -> list[dict]:
 
 def probed(client, headers: dict, path: str) -> dict[str, dict]:
     """The probes of a process still running: its log may lag its output a little."""
-    return wait_for(lambda: probes(log_of(client, headers, path)), timeout=30,
-                    what=f"the probe's line in {path}'s log")
+    return wait_for(
+        lambda: probes(log_of(client, headers, path)),
+        timeout=30,
+        what=f"the probe's line in {path}'s log",
+    )
 
 
 def enforced(seccomp: dict, runtime: str) -> None:
@@ -59,8 +68,9 @@ def enforced(seccomp: dict, runtime: str) -> None:
     assert seccomp["profile"] == f"berth-sandbox/{engine_runtime}"
     assert seccomp["sha256"] == hashlib.sha256(PROFILES[engine_runtime].encode()).hexdigest()
     assert seccomp["enforced"] is True
-    assert seccomp["enforced_by"] == ("runsc --oci-seccomp (inside gVisor)"
-                                      if runtime == "gvisor" else "runc (host kernel)")
+    assert seccomp["enforced_by"] == (
+        "runsc --oci-seccomp (inside gVisor)" if runtime == "gvisor" else "runc (host kernel)"
+    )
 
 
 def held_by_engine(container_name: str, runtime: str) -> bool:
@@ -70,16 +80,16 @@ def held_by_engine(container_name: str, runtime: str) -> bool:
 
 @pytest.fixture
 def shop(cast):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop",
-                                                   "shop", "python-http")
+    workspace = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
     write(workspace, cast.alice, {"kernel_probe.py": PROBE, "probe_app.py": PROBE_APP})
     return workspace
 
 
 @pytest.fixture
 def agent(client, cast, shop, run_stack):
-    _, secret = cast.token(cast.alice, ["workspace:read", "workspace:write", "run",
-                                        "preview"])
+    _, secret = cast.token(cast.alice, ["workspace:read", "workspace:write", "run", "preview"])
     return Agent(client, secret)
 
 
@@ -88,11 +98,20 @@ def runsc_enforces_seccomp() -> bool:
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-def test_a_run_and_its_setup_cannot_make_a_user_namespace_or_an_io_uring(agent, shop, cast,
-                                                                        runtime):
-    write(shop, cast.alice, {"workspace.toml": (
-        f'[sandbox]\nruntime = "{runtime}"\n\n'
-        '[setup]\ncommand = "python3 kernel_probe.py setup"\ncache_key = ["kernel_probe.py"]\n')})
+def test_a_run_and_its_setup_cannot_make_a_user_namespace_or_an_io_uring(
+    agent, shop, cast, runtime
+):
+    write(
+        shop,
+        cast.alice,
+        {
+            "workspace.toml": (
+                f'[sandbox]\nruntime = "{runtime}"\n\n'
+                '[setup]\ncommand = "python3 kernel_probe.py setup"\n'
+                'cache_key = ["kernel_probe.py"]\n'
+            )
+        },
+    )
     done = agent.wait(agent.run("python3 kernel_probe.py run"), timeout=180)
     assert done["state"] == "succeeded", (done, agent.output(done))
     found = probes(agent.log(done))
@@ -106,20 +125,30 @@ def test_a_run_and_its_setup_cannot_make_a_user_namespace_or_an_io_uring(agent, 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_previews_release_builds_and_releases_get_the_profile_too(
-        client, cast, shop, agent, signed_in, berth_server, runtime):
-    write(shop, cast.alice, {
-        "app.py": app("release one"),
-        "workspace.toml": probe_toml("python3 kernel_probe.py preview && python3 probe_app.py",
-                                     runtime=runtime) + (
-            '\n[deploy]\nbuild = "python3 kernel_probe.py build"\n'
-            'command = "python3 kernel_probe.py release && python3 app.py"\nport = 8000\n'
-            'health_path = "/"\n')})
+    client, cast, shop, agent, signed_in, berth_server, runtime
+):
+    write(
+        shop,
+        cast.alice,
+        {
+            "app.py": app("release one"),
+            "workspace.toml": probe_toml(
+                "python3 kernel_probe.py preview && python3 probe_app.py", runtime=runtime
+            )
+            + (
+                '\n[deploy]\nbuild = "python3 kernel_probe.py build"\n'
+                'command = "python3 kernel_probe.py release && python3 app.py"\nport = 8000\n'
+                'health_path = "/"\n'
+            ),
+        },
+    )
     _, secret = cast.token(cast.alice, ["workspace:read", "preview", "run", "deploy:request"])
     headers = bearer(secret)
 
     previews = PreviewAgent(client, secret, "shop")
-    preview = previews.wait(previews.start(), {"ready", "failed", "stopped", "crashed"},
-                            timeout=180)
+    preview = previews.wait(
+        previews.start(), {"ready", "failed", "stopped", "crashed"}, timeout=180
+    )
     assert preview["state"] == "ready", preview
     assert probed(client, headers, f"previews/{preview['id']}") == {"preview": REFUSED}
     enforced(preview["isolation"]["seccomp"], runtime)

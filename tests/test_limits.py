@@ -32,6 +32,7 @@ def cgroup_limits(container_name: str) -> dict[str, Any]:
     """The CPU quota (in CPUs), memory limit (bytes) and process limit of a running
     container, from its cgroup on the host (v1 here; v2 where the host has it). None
     means unlimited."""
+
     def running_pid() -> int:
         try:
             state = engine().api.inspect_container(container_name)["State"]
@@ -56,24 +57,35 @@ def cgroup_limits(container_name: str) -> dict[str, Any]:
         quota, period = (-1 if cpu_max == "max" else int(cpu_max)), int(period_text)
         memory, pids = (base / "memory.max").read_text(), (base / "pids.max").read_text()
     memory_bytes = int(memory) if memory.strip().isdigit() else None
-    return {"cpus": quota / period if quota > 0 else None,
-            # v1 writes "no limit" as a huge page-aligned number
-            "memory_bytes": memory_bytes if memory_bytes and memory_bytes < 1 << 60 else None,
-            "pids": int(pids) if pids.strip().isdigit() else None}
+    return {
+        "cpus": quota / period if quota > 0 else None,
+        # v1 writes "no limit" as a huge page-aligned number
+        "memory_bytes": memory_bytes if memory_bytes and memory_bytes < 1 << 60 else None,
+        "pids": int(pids) if pids.strip().isdigit() else None,
+    }
 
 
 # (what workspace.toml says, the operator's pids and nofile settings) → what applies
 Case = tuple[str, dict[str, int], dict[str, Any], int]
-TINY: Case = ("cpus = 1e-10\nmemory_mb = 16\n", {"RUN_PIDS_LIMIT": -1, "RUN_NOFILE": 0},
-        {"cpus": 0.1, "memory_bytes": 64 * MB, "pids": 64}, 256)
-NORMAL: Case = ("cpus = 1.5\nmemory_mb = 256\n", {},
-          {"cpus": 1.5, "memory_bytes": 256 * MB, "pids": 256}, 4096)
+TINY: Case = (
+    "cpus = 1e-10\nmemory_mb = 16\n",
+    {"RUN_PIDS_LIMIT": -1, "RUN_NOFILE": 0},
+    {"cpus": 0.1, "memory_bytes": 64 * MB, "pids": 64},
+    256,
+)
+NORMAL: Case = (
+    "cpus = 1.5\nmemory_mb = 256\n",
+    {},
+    {"cpus": 1.5, "memory_bytes": 256 * MB, "pids": 256},
+    4096,
+)
 
 
 @pytest.fixture
 def shop(cast):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop",
-                                                   "shop", "python-http")
+    workspace = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
     write(workspace, cast.alice, {"probe_app.py": PROBE_APP, "app.py": app("release one")})
     return workspace
 
@@ -109,7 +121,8 @@ def test_a_runs_limits_read_back_from_its_cgroup(agent, shop, cast, settings, ru
             "workspace.toml asks for [sandbox].memory_mb = 16; this server allows at least "
             "64, so 64 applies.",
             "the setting RUN_PIDS_LIMIT is -1; this server allows at least 64, so 64 applies.",
-            "the setting RUN_NOFILE is 0; this server allows at least 256, so 256 applies."}
+            "the setting RUN_NOFILE is 0; this server allows at least 256, so 256 applies.",
+        }
     else:
         assert not current["warnings"]
     agent.client.post(f"/api/v1/runs/{run['id']}/cancel", **agent.headers)
@@ -117,22 +130,32 @@ def test_a_runs_limits_read_back_from_its_cgroup(agent, shop, cast, settings, ru
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-@pytest.mark.parametrize(("cpus", "applied"), [("1e-10", 0.1), ("0.5", 0.5)],
-                         ids=["tiny", "normal"])
+@pytest.mark.parametrize(
+    ("cpus", "applied"), [("1e-10", 0.1), ("0.5", 0.5)], ids=["tiny", "normal"]
+)
 def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
-        client, cast, shop, signed_in, run_stack, berth_server, runtime, cpus, applied):
-    write(shop, cast.alice, {"workspace.toml": (
-        f'[sandbox]\nruntime = "{runtime}"\ncpus = {cpus}\nmemory_mb = 256\n\n'
-        '[preview]\ncommand = "python3 probe_app.py"\nport = 8000\n\n'
-        # The build waits for the test to have read its cgroup.
-        '[deploy]\nbuild = "while [ ! -e /tmp/go ]; do sleep 0.2; done"\n'
-        'command = "python3 app.py"\nport = 8000\nhealth_path = "/"\n')})
+    client, cast, shop, signed_in, run_stack, berth_server, runtime, cpus, applied
+):
+    write(
+        shop,
+        cast.alice,
+        {
+            "workspace.toml": (
+                f'[sandbox]\nruntime = "{runtime}"\ncpus = {cpus}\nmemory_mb = 256\n\n'
+                '[preview]\ncommand = "python3 probe_app.py"\nport = 8000\n\n'
+                # The build waits for the test to have read its cgroup.
+                '[deploy]\nbuild = "while [ ! -e /tmp/go ]; do sleep 0.2; done"\n'
+                'command = "python3 app.py"\nport = 8000\nhealth_path = "/"\n'
+            )
+        },
+    )
     _, secret = cast.token(cast.alice, ["workspace:read", "preview", "run", "deploy:request"])
     expected = {"cpus": applied, "memory_bytes": 256 * MB, "pids": settings.RUN_PIDS_LIMIT}
 
     previews = PreviewAgent(client, secret, "shop")
-    preview = previews.wait(previews.start(), {"ready", "failed", "stopped", "crashed"},
-                            timeout=180)
+    preview = previews.wait(
+        previews.start(), {"ready", "failed", "stopped", "crashed"}, timeout=180
+    )
     assert preview["state"] == "ready", preview
     assert cgroup_limits(Run.objects.get(public_id=preview["run"]).container_name) == expected
     assert any("[sandbox].cpus = 1e-10" in w for w in preview["warnings"]) is (cpus == "1e-10")
@@ -141,13 +164,13 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
     requester = Requester(client, secret)
     deploy = requester.ask("limits")
     approve(signed_in, cast.bob, deploy)
-    build_id = wait_for(lambda: requester.get(deploy)["build_run"], timeout=60,
-                        what="the build to be queued")
+    build_id = wait_for(
+        lambda: requester.get(deploy)["build_run"], timeout=60, what="the build to be queued"
+    )
     build = Run.objects.get(public_id=build_id)
     assert cgroup_limits(build.container_name) == expected
     assert any("[sandbox].cpus = 1e-10" in w for w in build.warnings) is (cpus == "1e-10")
-    engine().containers.get(build.container_name).exec_run(["touch", "/tmp/go"],
-                                                           user="1000:1000")
+    engine().containers.get(build.container_name).exec_run(["touch", "/tmp/go"], user="1000:1000")
     done = requester.wait(deploy, timeout=300)
     assert done["state"] == "live", done
     process = Release.objects.get(request__public_id=deploy["id"]).process
@@ -155,11 +178,16 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
 
 
 def test_request_values_outside_the_bounds_are_refused_naming_the_bound(agent):
-    for timeout_s, code, bound in ((0, "below_minimum", {"minimum": 1}),
-                                   (10**6, "above_maximum", {"maximum": 3600})):
-        r = agent.client.post("/api/v1/workspaces/shop/runs",
-                              {"command": "true", "timeout_s": timeout_s},
-                              content_type="application/json", **agent.headers)
+    for timeout_s, code, bound in (
+        (0, "below_minimum", {"minimum": 1}),
+        (10**6, "above_maximum", {"maximum": 3600}),
+    ):
+        r = agent.client.post(
+            "/api/v1/workspaces/shop/runs",
+            {"command": "true", "timeout_s": timeout_s},
+            content_type="application/json",
+            **agent.headers,
+        )
         assert r.status_code == 422, r.content
         error = r.json()["error"]
         assert error["code"] == code and error["details"] == {"field": "timeout_s", **bound}
@@ -170,8 +198,7 @@ def test_the_mcp_door_refuses_the_same_bounds(berth_server, cast, shop):
     _, secret = cast.token(cast.alice, ["workspace:read", "run"])
 
     async def body(agent) -> dict:
-        return await agent.error("run_command", workspace="shop", command="true",
-                                 timeout_s=0)
+        return await agent.error("run_command", workspace="shop", command="true", timeout_s=0)
 
     error = connect(berth_server, secret, body)
     assert error["code"] == "below_minimum" and error["details"]["minimum"] == 1

@@ -96,7 +96,9 @@ def test_past_the_total_cap_there_is_exactly_one_marker(settings):
     output = [e["text"] for e in entries if e["stream"] != "system"]
     assert "".join(output) == "".join(f"{n:09d}" for n in range(12))[:100]
     assert [e["text"] for e in entries if e["stream"] == "system"] == [
-        "[output truncated after 100 bytes]", "killed: timeout"]
+        "[output truncated after 100 bytes]",
+        "killed: timeout",
+    ]
     with LogWriter("run5") as again:  # the agent restarted: still truncated, no second marker
         assert again.truncated
         again.append("stdout", b"after restart\n")

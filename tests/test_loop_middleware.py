@@ -30,21 +30,24 @@ def test_sign_in_csrf_session_and_messages_under_asgi(cast):
         assert page["X-Content-Type-Options"] == "nosniff"
         token = csrf_token(page.content.decode())
 
-        refused = await client.post("/signin/", {"username": "alice",
-                                                 "password": "alice-password-1"})
+        refused = await client.post(
+            "/signin/", {"username": "alice", "password": "alice-password-1"}
+        )
         assert refused.status_code == 403  # no token: CSRF still refuses
 
-        signed = await client.post("/signin/", {"username": "alice",
-                                                "password": "alice-password-1",
-                                                "csrfmiddlewaretoken": token})
+        signed = await client.post(
+            "/signin/",
+            {"username": "alice", "password": "alice-password-1", "csrfmiddlewaretoken": token},
+        )
         assert signed.status_code == 302
         assert signed.cookies["sessionid"].value  # saved, in a thread
 
         members = await client.get("/t/team-a/members/")
         assert members.status_code == 200 and "alice" in members.content.decode()
         token = csrf_token(members.content.decode())
-        changed = await client.post("/t/team-a/policies/gvisor/",
-                                    {"require_gvisor": "on", "csrfmiddlewaretoken": token})
+        changed = await client.post(
+            "/t/team-a/policies/gvisor/", {"require_gvisor": "on", "csrfmiddlewaretoken": token}
+        )
         assert changed.status_code == 302
         shown = await client.get(changed["Location"])
         assert "now uses gVisor" in shown.content.decode()  # stored, then shown once
@@ -64,8 +67,10 @@ def test_an_api_request_takes_no_middleware_hop(cast):
         r = await client.get("/api/v1/me", headers={"Authorization": f"Bearer {secret}"})
         return r.status_code, dict(r.headers)
 
-    with mock.patch.object(loop_middleware, "sync_to_async", hops), \
-            mock.patch.object(deprecation, "sync_to_async", hops):
+    with (
+        mock.patch.object(loop_middleware, "sync_to_async", hops),
+        mock.patch.object(deprecation, "sync_to_async", hops),
+    ):
         status, headers = async_to_sync(ask)()
     assert status == 200
     assert headers["X-Content-Type-Options"] == "nosniff"

@@ -35,8 +35,7 @@ class Agent:
     async def __call__(self, tool_name: str, /, **args: Any) -> dict[str, Any]:
         self.calls += 1
         result = await self.client.call_tool(tool_name, args)
-        assert not result.is_error, (tool_name, args,
-                                     result.structured_content or result.content)
+        assert not result.is_error, (tool_name, args, result.structured_content or result.content)
         return result.structured_content or {}
 
     async def error(self, tool_name: str, /, **args: Any) -> dict[str, Any]:
@@ -53,18 +52,20 @@ class Agent:
 
 @contextlib.asynccontextmanager
 async def session(server, secret: str, mode: str = "legacy") -> AsyncIterator[Agent]:
-    async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"},
-                                   timeout=180) as http,
-                Client(streamable_http_client(f"{server.url}/mcp", http_client=http),
-                       mode=mode) as client):
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=180) as http,
+        Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode=mode) as client,
+    ):
         yield Agent(client)
 
 
-def connect(server, secret: str, body: Callable[[Agent], Awaitable[Any]],
-            mode: str = "legacy") -> Any:
+def connect(
+    server, secret: str, body: Callable[[Agent], Awaitable[Any]], mode: str = "legacy"
+) -> Any:
     async def main() -> Any:
         async with session(server, secret, mode) as agent:
             return await body(agent)
+
     return asyncio.run(main())
 
 
@@ -75,13 +76,31 @@ def test_both_protocol_eras_list_the_tools_and_say_who_is_calling(berth_server, 
     async def body(agent: Agent) -> None:
         assert agent.client.protocol_version == ("2025-11-25" if mode == "legacy" else mode)
         tools = {t.name: t for t in (await agent.client.list_tools()).tools}
-        assert {"whoami", "list_workspaces", "create_workspace", "list_files", "read_file",
-                "write_files", "history", "diff", "run_command", "get_run", "read_run_log",
-                "cancel_run", "start_preview", "get_preview", "stop_preview", "fetch_preview",
-                "request_deploy", "get_deploy"} <= set(tools)
+        assert {
+            "whoami",
+            "list_workspaces",
+            "create_workspace",
+            "list_files",
+            "read_file",
+            "write_files",
+            "history",
+            "diff",
+            "run_command",
+            "get_run",
+            "read_run_log",
+            "cancel_run",
+            "start_preview",
+            "get_preview",
+            "stop_preview",
+            "fetch_preview",
+            "request_deploy",
+            "get_deploy",
+        } <= set(tools)
         assert not [n for n in tools if "approve" in n or "rollback" in n]
-        assert tools["run_command"].output_schema and "wait_seconds" in \
-            tools["run_command"].input_schema["properties"]
+        assert (
+            tools["run_command"].output_schema
+            and "wait_seconds" in tools["run_command"].input_schema["properties"]
+        )
         me = await agent("whoami")
         assert me["user"] == "carol" and me["team"]["slug"] == "team-a"
         assert sorted(me["scopes"]) == ["run", "workspace:read"]
@@ -91,11 +110,17 @@ def test_both_protocol_eras_list_the_tools_and_say_who_is_calling(berth_server, 
 
 def test_the_door_refuses_bad_credentials_and_foreign_hosts(berth_server, cast):
     token, secret = cast.token(cast.carol, ["workspace:read"])
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "0"}}}
-    base = {"Accept": "application/json, text/event-stream",
-            "Content-Type": "application/json"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    base = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     url = f"http://127.0.0.1:{berth_server.port}/mcp"
     with httpx2.Client(timeout=30) as http:
         r = http.post(url, json=init, headers=base)
@@ -115,7 +140,7 @@ def test_the_door_refuses_bad_credentials_and_foreign_hosts(berth_server, cast):
         assert r.status_code == 401 and r.json()["error"]["code"] == "token_expired"
 
 
-FAILING_TEST = '''import unittest
+FAILING_TEST = """import unittest
 
 from app import greeting
 
@@ -123,36 +148,56 @@ from app import greeting
 class T(unittest.TestCase):
     def test_it_greets_berth(self):
         self.assertEqual(greeting("Berth"), "Ahoy, Berth!")
-'''
+"""
 
 
 def test_an_agent_fixes_a_failing_test_previews_it_and_asks_for_a_deploy(
-        berth_server, run_stack, cast, signed_in):
-    _, secret = cast.token(cast.alice, ["workspace:read", "workspace:write", "run", "preview",
-                                        "deploy:request"])
+    berth_server, run_stack, cast, signed_in
+):
+    _, secret = cast.token(
+        cast.alice, ["workspace:read", "workspace:write", "run", "preview", "deploy:request"]
+    )
 
     async def body(agent: Agent) -> dict[str, Any]:
         made = await agent("create_workspace", name="Shop", template="python-http")
         assert made["slug"] == "shop" and made["head"]
-        wrote = await agent("write_files", workspace="shop", message="a test that fails",
-                            changes=[{"op": "write", "path": "test_ahoy.py",
-                                      "content": FAILING_TEST}], base_commit=made["head"])
-        failed = await agent("run_command", workspace="shop",
-                             command="python3 -m unittest -v", wait_seconds=60)
+        wrote = await agent(
+            "write_files",
+            workspace="shop",
+            message="a test that fails",
+            changes=[{"op": "write", "path": "test_ahoy.py", "content": FAILING_TEST}],
+            base_commit=made["head"],
+        )
+        failed = await agent(
+            "run_command", workspace="shop", command="python3 -m unittest -v", wait_seconds=60
+        )
         assert (failed["state"], failed["exit_code"]) == ("failed", 1), failed
         log = "\n".join(e["text"] for e in failed["log_tail"])
         assert "AssertionError: 'Hello, Berth!' != 'Ahoy, Berth!'" in log
         assert failed["commit"] == wrote["commit"]
         app = await agent("read_file", workspace="shop", path="app.py")
         tests = await agent("read_file", workspace="shop", path="test_app.py")
-        fixed = await agent("write_files", workspace="shop", message="greet with ahoy",
-                            base_commit=app["commit"], changes=[
-                                {"op": "write", "path": "app.py", "content":
-                                 app["content"].replace('f"Hello, {', 'f"Ahoy, {')},
-                                {"op": "write", "path": "test_app.py", "content":
-                                 tests["content"].replace('"Hello, ', '"Ahoy, ')}])
-        passed = await agent("run_command", workspace="shop",
-                             command="python3 -m unittest -v", wait_seconds=60)
+        fixed = await agent(
+            "write_files",
+            workspace="shop",
+            message="greet with ahoy",
+            base_commit=app["commit"],
+            changes=[
+                {
+                    "op": "write",
+                    "path": "app.py",
+                    "content": app["content"].replace('f"Hello, {', 'f"Ahoy, {'),
+                },
+                {
+                    "op": "write",
+                    "path": "test_app.py",
+                    "content": tests["content"].replace('"Hello, ', '"Ahoy, '),
+                },
+            ],
+        )
+        passed = await agent(
+            "run_command", workspace="shop", command="python3 -m unittest -v", wait_seconds=60
+        )
         assert passed["state"] == "succeeded" and passed["commit"] == fixed["commit"], passed
         preview = await agent("start_preview", workspace="shop", wait_seconds=60)
         assert preview["state"] == "ready", preview
@@ -178,15 +223,14 @@ def test_an_agent_fixes_a_failing_test_previews_it_and_asks_for_a_deploy(
     live = connect(berth_server, secret, follow, "2026-07-28")
     assert live["state"] == "live" and live["approvals"] == ["bob"], live
     # The team sees what the agent did, under its token's name.
-    verbs = set(Activity.objects.filter(token__name="alice agent").values_list("verb",
-                                                                                flat=True))
-    assert {"workspace.created", "run.started", "preview.started",
-            "deploy.requested"} <= verbs
+    verbs = set(Activity.objects.filter(token__name="alice agent").values_list("verb", flat=True))
+    assert {"workspace.created", "run.started", "preview.started", "deploy.requested"} <= verbs
 
 
 def test_bad_input_and_abuse_get_clear_errors_and_change_nothing(berth_server, cast):
-    shop = workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop",
-                                              "python-http")
+    shop = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
     with open_store(shop) as store:
         head = store.branch_head("main")
     _, theirs = cast.token(cast.charlie, ["workspace:read", "workspace:write", "run"])
@@ -200,27 +244,53 @@ def test_bad_input_and_abuse_get_clear_errors_and_change_nothing(berth_server, c
         assert error["code"] == "not_found"
 
     async def read_only(agent: Agent) -> None:
-        error = await agent.error("write_files", workspace="shop", message="x", changes=[
-            {"op": "write", "path": "a.txt", "content": "a"}])
+        error = await agent.error(
+            "write_files",
+            workspace="shop",
+            message="x",
+            changes=[{"op": "write", "path": "a.txt", "content": "a"}],
+        )
         assert error["code"] == "missing_scope" and "workspace:write" in error["message"]
         error = await agent.error("request_deploy", workspace="shop")
         assert error["code"] == "missing_scope"
 
     async def bad_writes(agent: Agent) -> None:
-        error = await agent.error("write_files", workspace="shop", message="x", changes=[
-            {"op": "write", "path": "../etc/passwd", "content": "a"}])
+        error = await agent.error(
+            "write_files",
+            workspace="shop",
+            message="x",
+            changes=[{"op": "write", "path": "../etc/passwd", "content": "a"}],
+        )
         assert error["code"] == "invalid_path", error
-        error = await agent.error("write_files", workspace="shop", message="x", changes=[
-            {"op": "write", "path": "invoice\u202etxt.exe", "content": "a"}])
+        error = await agent.error(
+            "write_files",
+            workspace="shop",
+            message="x",
+            changes=[{"op": "write", "path": "invoice\u202etxt.exe", "content": "a"}],
+        )
         assert error["code"] == "invalid_path" and "U+202E" in error["message"], error
-        ok = await agent("write_files", workspace="shop", message="moves on", changes=[
-            {"op": "write", "path": "a.txt", "content": "a"}], base_commit=head)
-        error = await agent.error("write_files", workspace="shop", message="stale", changes=[
-            {"op": "write", "path": "b.txt", "content": "b"}], base_commit=head)
+        ok = await agent(
+            "write_files",
+            workspace="shop",
+            message="moves on",
+            changes=[{"op": "write", "path": "a.txt", "content": "a"}],
+            base_commit=head,
+        )
+        error = await agent.error(
+            "write_files",
+            workspace="shop",
+            message="stale",
+            changes=[{"op": "write", "path": "b.txt", "content": "b"}],
+            base_commit=head,
+        )
         assert error["code"] == "conflict" and error["details"]["head"] == ok["commit"]
         big = base64.b64encode(b"x" * (11 * 1024 * 1024)).decode()
-        error = await agent.error("write_files", workspace="shop", message="big", changes=[
-            {"op": "write", "path": "big.bin", "content": big, "encoding": "base64"}])
+        error = await agent.error(
+            "write_files",
+            workspace="shop",
+            message="big",
+            changes=[{"op": "write", "path": "big.bin", "content": big, "encoding": "base64"}],
+        )
         assert error["code"] == "file_too_large" and "at most 10 MB" in error["message"]
         error = await agent.error("run_command", workspace="shop", command=["not", "a str"])
         assert "validation error" in error["message"]
@@ -237,13 +307,15 @@ def test_bad_input_and_abuse_get_clear_errors_and_change_nothing(berth_server, c
 
 
 def test_one_agents_long_wait_holds_up_no_other_call(berth_server, run_stack, cast):
-    workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop",
-                                       "python-http")
+    workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
     _, secret = cast.token(cast.carol, ["workspace:read", "run"])
 
     async def waits(agent: Agent) -> dict[str, Any]:
-        return await agent("run_command", workspace="shop", command="sleep 8; echo slept",
-                           wait_seconds=60)
+        return await agent(
+            "run_command", workspace="shop", command="sleep 8; echo slept", wait_seconds=60
+        )
 
     def sleeping() -> bool:
         return Run.objects.filter(command__startswith="sleep 8", state="running").exists()
@@ -256,15 +328,20 @@ def test_one_agents_long_wait_holds_up_no_other_call(berth_server, run_stack, ca
             await agent("whoami")
             listed = await agent("list_workspaces")
             assert [w["slug"] for w in listed["workspaces"]] == ["shop"]
-            states += await asyncio.to_thread(lambda: list(
-                Run.objects.filter(command__startswith="sleep 8").values_list("state",
-                                                                                 flat=True)))
+            states += await asyncio.to_thread(
+                lambda: list(
+                    Run.objects.filter(command__startswith="sleep 8").values_list(
+                        "state", flat=True
+                    )
+                )
+            )
         return states
 
     async def both() -> tuple[dict[str, Any], list[str]]:
         async def one(body: Callable[[Agent], Awaitable[Any]]) -> Any:
             async with session(berth_server, secret) as agent:
                 return await body(agent)
+
         return await asyncio.gather(one(waits), one(meanwhile))
 
     done, states = asyncio.run(both())

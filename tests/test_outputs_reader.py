@@ -26,8 +26,11 @@ def test_the_host_walk_never_follows_a_link_or_blocks_on_a_fifo(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     result: dict = {}
     # A FIFO opened for reading would block forever: the walk must finish on its own.
-    walker = threading.Thread(target=lambda: result.update(
-        {m.name: (m, opener) for m, opener in walk_volume(str(tmp_path))}))
+    walker = threading.Thread(
+        target=lambda: result.update(
+            {m.name: (m, opener) for m, opener in walk_volume(str(tmp_path))}
+        )
+    )
     walker.start()
     walker.join(10)
     assert not walker.is_alive()
@@ -48,8 +51,9 @@ def test_the_host_walk_never_follows_a_link_or_blocks_on_a_fifo(tmp_path):
 
 @pytest.mark.docker
 def test_the_host_walk_and_the_engine_archive_agree(db, cast, tmp_path):
-    shop = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                              "python-http")
+    shop = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
     with open_store(shop) as store:
         head = store.branch_head("main")
     run = Run(workspace=shop, commit=head, command="-", artifact_paths=["dist", "link"])
@@ -58,14 +62,21 @@ def test_the_host_walk_and_the_engine_archive_agree(db, cast, tmp_path):
     container = None
     try:
         container = engine().containers.create(
-            "berth-sandbox:bookworm", ["sh", "-c",
-                                       "cd /workspace && mkdir -p dist && echo x > dist/a "
-                                       "&& echo changed >> app.py && ln -s /etc/passwd link "
-                                       "&& mkfifo fifo && rm README.md"],
-            mounts=[Mount("/workspace", name, type="volume")], network_mode="none",
-            user="0:0")
+            "berth-sandbox:bookworm",
+            [
+                "sh",
+                "-c",
+                "cd /workspace && mkdir -p dist && echo x > dist/a "
+                "&& echo changed >> app.py && ln -s /etc/passwd link "
+                "&& mkfifo fifo && rm README.md",
+            ],
+            mounts=[Mount("/workspace", name, type="volume")],
+            network_mode="none",
+            user="0:0",
+        )
         with open_store(shop) as store:
             from workspaces.archive import tree_tarball
+
             container.put_archive("/workspace", tree_tarball(store, head))
         container.start()
         assert container.wait(timeout=60)["StatusCode"] == 0

@@ -48,9 +48,12 @@ def carol_api(client, cast, shop):
 
 
 def write(agent: Agent, path: str, text: str) -> str:
-    r = agent.client.put(f"/api/v1/workspaces/shop/files/{path}",
-                         {"content": text, "message": f"Edit {path}"},
-                         content_type="application/json", **agent.headers)
+    r = agent.client.put(
+        f"/api/v1/workspaces/shop/files/{path}",
+        {"content": text, "message": f"Edit {path}"},
+        content_type="application/json",
+        **agent.headers,
+    )
     assert r.status_code == 200, r.content
     return r.json()["commit"]
 
@@ -60,6 +63,7 @@ def policy_rows(verb: str) -> list[Activity]:
 
 
 # -- the gVisor policy, through the settings and members pages -------------------------
+
 
 def test_alice_requires_gvisor_for_a_workspace_on_its_settings_page(alice, cast, shop):
     page = alice.get(f"{PAGE}settings/").content.decode()
@@ -78,7 +82,9 @@ def test_alice_requires_gvisor_for_a_workspace_on_its_settings_page(alice, cast,
     shop.refresh_from_db()
     assert shop.require_gvisor is False
     assert [r.detail for r in policy_rows("workspace.policy_changed")] == [
-        {"require_gvisor": False}, {"require_gvisor": True}]
+        {"require_gvisor": False},
+        {"require_gvisor": True},
+    ]
 
 
 def test_only_an_admin_changes_the_workspace_gvisor_policy(signed_in, cast, shop):
@@ -95,8 +101,7 @@ def test_only_an_admin_changes_the_workspace_gvisor_policy(signed_in, cast, shop
     assert policy_rows("workspace.policy_changed") == []
 
 
-def test_alice_requires_gvisor_for_the_whole_team_on_the_members_page(alice, signed_in, cast,
-                                                                      shop):
+def test_alice_requires_gvisor_for_the_whole_team_on_the_members_page(alice, signed_in, cast, shop):
     page = alice.get("/t/team-a/members/").content.decode()
     assert "Team policies" in page and "Require gVisor for every run of every workspace" in page
     r = alice.post("/t/team-a/policies/gvisor/", {"require_gvisor": "on"}, follow=True)
@@ -122,21 +127,26 @@ def test_only_an_admin_changes_the_team_gvisor_policy(signed_in, cast):
         client = signed_in(user)
         page = client.get("/t/team-a/members/").content.decode()
         assert 'name="require_gvisor" disabled' in page and "Save team policy" not in page
-        assert client.post("/t/team-a/policies/gvisor/",
-                           {"require_gvisor": "on"}).status_code == 403
-    assert signed_in(cast.charlie).post("/t/team-a/policies/gvisor/",
-                                        {"require_gvisor": "on"}).status_code == 404
+        assert (
+            client.post("/t/team-a/policies/gvisor/", {"require_gvisor": "on"}).status_code == 403
+        )
+    assert (
+        signed_in(cast.charlie)
+        .post("/t/team-a/policies/gvisor/", {"require_gvisor": "on"})
+        .status_code
+        == 404
+    )
     assert Team.objects.get(slug="team-a").require_gvisor is False
     assert policy_rows("team.policy_changed") == []
 
 
 # -- the policy holds for real runs ----------------------------------------------------
 
+
 def assert_ran_under_gvisor(agent: Agent, done: dict, why: str) -> None:
     assert done["state"] == "succeeded", agent.output(done)
     assert done["isolation"]["runtime"] == "runsc"
-    assert any(why in w and "so gvisor applies" in w for w in done["warnings"]), \
-        done["warnings"]
+    assert any(why in w and "so gvisor applies" in w for w in done["warnings"]), done["warnings"]
     out = agent.output(done)
     assert out[0] != platform.release()  # not the host's kernel
     assert any("gvisor" in line for line in out[1:]), out
@@ -147,8 +157,9 @@ PROBE = "uname -r; cat /proc/cmdline"
 
 
 @pytest.mark.docker
-def test_a_workspace_that_requires_gvisor_runs_runc_requests_under_gvisor(alice, carol_api,
-                                                                          run_stack):
+def test_a_workspace_that_requires_gvisor_runs_runc_requests_under_gvisor(
+    alice, carol_api, run_stack
+):
     alice.post(f"{PAGE}settings/gvisor-policy/", {"require_gvisor": "on"})
     asked = carol_api.wait(carol_api.run(PROBE, runtime="runc"))
     assert_ran_under_gvisor(carol_api, asked, "this workspace requires gVisor")
@@ -158,8 +169,7 @@ def test_a_workspace_that_requires_gvisor_runs_runc_requests_under_gvisor(alice,
 
 
 @pytest.mark.docker
-def test_a_team_that_requires_gvisor_runs_every_workspace_under_gvisor(alice, carol_api,
-                                                                       run_stack):
+def test_a_team_that_requires_gvisor_runs_every_workspace_under_gvisor(alice, carol_api, run_stack):
     alice.post("/t/team-a/policies/gvisor/", {"require_gvisor": "on"})
     asked = carol_api.wait(carol_api.run(PROBE, runtime="runc"))
     assert_ran_under_gvisor(carol_api, asked, "team team-a requires gVisor")
@@ -176,14 +186,14 @@ def test_without_a_policy_runc_is_runc(carol_api, run_stack):
 
 # -- "Execution contract changed" on the commit page and in the API --------------------
 
+
 def notice_of(alice, sha: str) -> list[str] | None:
     """The lines of the commit page's notice, or None when it shows none."""
     page = html.unescape(alice.get(f"{PAGE}commits/{sha}/").content.decode())
     if "Execution contract changed" not in page:
         return None
     section = page.split("Execution contract changed", 1)[1].split("</section>", 1)[0]
-    return [item.split("<code>", 1)[1].split("</code>", 1)[0]
-            for item in section.split("<li")[1:]]
+    return [item.split("<code>", 1)[1].split("</code>", 1)[0] for item in section.split("<li")[1:]]
 
 
 def api_changes(agent: Agent, sha: str) -> list[dict]:
@@ -192,19 +202,35 @@ def api_changes(agent: Agent, sha: str) -> list[dict]:
     return r.json()["contract_changes"]
 
 
-@pytest.mark.parametrize("old, new, line, change", [
-    ('runtime = "runc"', 'runtime = "gvisor"', '[sandbox] runtime: "runc" → "gvisor"',
-     {"section": "sandbox", "key": "runtime", "old": "runc", "new": "gvisor"}),
-    ("memory_mb = 512", "memory_mb = 4096", "[sandbox] memory_mb: 512 → 4096",
-     {"section": "sandbox", "key": "memory_mb", "old": 512, "new": 4096}),
-    ("timeout_s = 300\n",
-     'timeout_s = 300\n\n[network]\negress = ["pypi.org", "*.pythonhosted.org"]\n',
-     '[network] egress: [] (default) → ["pypi.org", "*.pythonhosted.org"]',
-     {"section": "network", "key": "egress", "old": [],
-      "new": ["pypi.org", "*.pythonhosted.org"]}),
-])
-def test_a_commit_changing_the_contract_shows_the_notice(alice, carol_api, old, new, line,
-                                                         change):
+@pytest.mark.parametrize(
+    "old, new, line, change",
+    [
+        (
+            'runtime = "runc"',
+            'runtime = "gvisor"',
+            '[sandbox] runtime: "runc" → "gvisor"',
+            {"section": "sandbox", "key": "runtime", "old": "runc", "new": "gvisor"},
+        ),
+        (
+            "memory_mb = 512",
+            "memory_mb = 4096",
+            "[sandbox] memory_mb: 512 → 4096",
+            {"section": "sandbox", "key": "memory_mb", "old": 512, "new": 4096},
+        ),
+        (
+            "timeout_s = 300\n",
+            'timeout_s = 300\n\n[network]\negress = ["pypi.org", "*.pythonhosted.org"]\n',
+            '[network] egress: [] (default) → ["pypi.org", "*.pythonhosted.org"]',
+            {
+                "section": "network",
+                "key": "egress",
+                "old": [],
+                "new": ["pypi.org", "*.pythonhosted.org"],
+            },
+        ),
+    ],
+)
+def test_a_commit_changing_the_contract_shows_the_notice(alice, carol_api, old, new, line, change):
     toml = carol_api.get("/workspaces/shop/files/workspace.toml").json()["content"]
     assert old in toml
     sha = write(carol_api, "workspace.toml", toml.replace(old, new))
@@ -217,8 +243,12 @@ def test_a_commit_that_only_edits_python_shows_no_notice(alice, carol_api):
     assert notice_of(alice, sha) is None
     assert api_changes(carol_api, sha) == []
     # Rewriting workspace.toml without changing a value is no contract change either.
-    sha = write(carol_api, "workspace.toml", '[sandbox]\nmemory_mb = 512\ntimeout_s = 300\n'
-                                             '[preview]\ncommand = "python3 -m http.server"\n')
+    sha = write(
+        carol_api,
+        "workspace.toml",
+        "[sandbox]\nmemory_mb = 512\ntimeout_s = 300\n"
+        '[preview]\ncommand = "python3 -m http.server"\n',
+    )
     assert notice_of(alice, sha) is None and api_changes(carol_api, sha) == []
 
 
@@ -238,22 +268,23 @@ def test_a_commit_making_workspace_toml_invalid_says_so(alice, carol_api):
 
 
 def test_deleting_and_re_adding_workspace_toml_compares_with_the_defaults(alice, carol_api):
-    r = carol_api.client.delete("/api/v1/workspaces/shop/files/workspace.toml",
-                                **carol_api.headers)
+    r = carol_api.client.delete("/api/v1/workspaces/shop/files/workspace.toml", **carol_api.headers)
     assert r.status_code == 200, r.content
     assert notice_of(alice, r.json()["commit"]) == [
-        "[sandbox] memory_mb: 512 → 1024 (default)", "[sandbox] timeout_s: 300 → 600 (default)"]
+        "[sandbox] memory_mb: 512 → 1024 (default)",
+        "[sandbox] timeout_s: 300 → 600 (default)",
+    ]
     added = write(carol_api, "workspace.toml", '[sandbox]\nruntime = "runc"\ndisk_mb = 512\n')
     assert notice_of(alice, added) == ["[sandbox] disk_mb: 2048 (default) → 512"]
 
 
 def test_charlie_cannot_read_the_contract_changes_of_team_a(client, cast, shop):
     _, secret = cast.token(cast.charlie)
-    assert client.get("/api/v1/workspaces/shop/commits/main",
-                      **bearer(secret)).status_code == 404
+    assert client.get("/api/v1/workspaces/shop/commits/main", **bearer(secret)).status_code == 404
 
 
 # -- workspaces.contract on its own ----------------------------------------------------
+
 
 def messages(before: str | None, after: str | None) -> list[str]:
     return [c.message for c in contract.changes(before, after)]
@@ -268,8 +299,10 @@ def test_contract_absent_and_empty_files_are_the_defaults():
 
 def test_contract_lists_every_sandbox_and_network_key_that_changed():
     before = '[sandbox]\ncpus = 1.0\ndisk_mb = 2048\n[network]\negress = ["a.example"]\n'
-    after = ('[sandbox]\nimage = "other:1"\ncpus = 2\ndisk_mb = 2048\ntimeout_s = 60\n'
-             '[network]\negress = ["a.example", "b.example:443"]\n')
+    after = (
+        '[sandbox]\nimage = "other:1"\ncpus = 2\ndisk_mb = 2048\ntimeout_s = 60\n'
+        '[network]\negress = ["a.example", "b.example:443"]\n'
+    )
     assert messages(before, after) == [
         '[sandbox] image: "berth-sandbox:bookworm" (default) → "other:1"',
         "[sandbox] cpus: 1.0 → 2",
@@ -284,12 +317,15 @@ def test_contract_ignores_other_sections():
     assert contract.changes("[preview]\nport = 8000\n", "[preview]\nport = 9000\n") == []
 
 
-@pytest.mark.parametrize("before, after, kind, start", [
-    (None, "[sandbox\n", "became_invalid", "workspace.toml became invalid"),
-    ("", "[sandbox]\nmemory_mb = 1\n", "became_invalid", "workspace.toml became invalid"),
-    ("[nope]\n", "[sandbox\n", "still_invalid", "workspace.toml is still invalid"),
-    ("[sandbox\n", None, "became_valid", "workspace.toml was invalid and is valid again."),
-])
+@pytest.mark.parametrize(
+    "before, after, kind, start",
+    [
+        (None, "[sandbox\n", "became_invalid", "workspace.toml became invalid"),
+        ("", "[sandbox]\nmemory_mb = 1\n", "became_invalid", "workspace.toml became invalid"),
+        ("[nope]\n", "[sandbox\n", "still_invalid", "workspace.toml is still invalid"),
+        ("[sandbox\n", None, "became_valid", "workspace.toml was invalid and is valid again."),
+    ],
+)
 def test_contract_says_when_the_file_is_invalid(before, after, kind, start):
     found = contract.changes(before, after)
     assert found[0].kind == kind and found[0].message.startswith(start)

@@ -29,8 +29,12 @@ from workspaces.actions import create_workspace
 pytestmark = pytest.mark.docker
 
 # test_previews' fixtures: carol's probe workspace, her agent, its ready preview.
-runtime, probe, agent, ready = (test_previews.runtime, test_previews.probe,
-                                test_previews.agent, test_previews.ready)
+runtime, probe, agent, ready = (
+    test_previews.runtime,
+    test_previews.probe,
+    test_previews.agent,
+    test_previews.ready,
+)
 
 REFUSED = "cross_origin_refused"
 
@@ -58,8 +62,9 @@ async def _talk(port: int, url: str, origin: str, cookie: str) -> str:
     """One WebSocket message to the app at `url` through the door on `port`, sent
     with `origin` and `cookie` as a browser would; the app's answer."""
     sock = socket.create_connection(("127.0.0.1", port))
-    async with connect(url, sock=sock, proxy=None, origin=Origin(origin),
-                       additional_headers={"Cookie": cookie}) as ws:
+    async with connect(
+        url, sock=sock, proxy=None, origin=Origin(origin), additional_headers={"Cookie": cookie}
+    ) as ws:
         await ws.send("hello")
         return str(await asyncio.wait_for(ws.recv(), 10))
 
@@ -67,7 +72,8 @@ async def _talk(port: int, url: str, origin: str, cookie: str) -> str:
 @both_runtimes
 @doors
 def test_a_private_preview_refuses_other_pages_writes_sockets_and_loads(
-        agent, ready, berth_server, via_daphne, runtime):
+    agent, ready, berth_server, via_daphne, runtime
+):
     browser = opened(berth_server, agent, ready, via_daphne)
     cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
     url, own = ready["url"], _origin(ready["id"])
@@ -75,22 +81,35 @@ def test_a_private_preview_refuses_other_pages_writes_sockets_and_loads(
     json_wanted = {"Accept": "application/json"}
 
     # Another page's write, with carol's cookie: refused before the app sees it.
-    r = browser.request("POST", url + "note", data=b"forged",
-                        headers={"Origin": elsewhere, **json_wanted})
+    r = browser.request(
+        "POST", url + "note", data=b"forged", headers={"Origin": elsewhere, **json_wanted}
+    )
     assert r.status_code == 403 and r.json()["error"]["code"] == REFUSED
     assert elsewhere in r.json()["error"]["message"]
     # Another page loading it as a subresource (an image, a script, a fetch): refused.
-    r = browser.get(url + "note?forged", headers={
-        "Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "no-cors",
-        "Sec-Fetch-Dest": "image", **json_wanted})
+    r = browser.get(
+        url + "note?forged",
+        headers={
+            "Sec-Fetch-Site": "same-site",
+            "Sec-Fetch-Mode": "no-cors",
+            "Sec-Fetch-Dest": "image",
+            **json_wanted,
+        },
+    )
     assert r.status_code == 403 and r.json()["error"]["code"] == REFUSED
     assert browser.get(url + "notes").json() == []
 
     # Its own pages write; any page may navigate to it (Berth's frame does, cross-site).
     r = browser.request("POST", url + "note", data=b"mine", headers={"Origin": own})
     assert r.status_code == 200
-    r = browser.get(url, headers={"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate",
-                                  "Sec-Fetch-Dest": "iframe"})
+    r = browser.get(
+        url,
+        headers={
+            "Sec-Fetch-Site": "cross-site",
+            "Sec-Fetch-Mode": "navigate",
+            "Sec-Fetch-Dest": "iframe",
+        },
+    )
     assert r.status_code == 200 and "probe app" in r.text
     # ...and only Berth's pages (or its own) draw it in a frame.
     port = berth_server.port
@@ -115,12 +134,22 @@ def test_a_private_preview_refuses_other_pages_writes_sockets_and_loads(
 
 def test_a_public_preview_is_left_to_its_app(agent, ready, berth_server, cast, client):
     _, secret = cast.token(cast.alice, ["workspace:write", "preview"])
-    assert PreviewAgent(client, secret, "probe").post(ready, "public", {"public": True}
-                                                      ).status_code == 200
+    assert (
+        PreviewAgent(client, secret, "probe").post(ready, "public", {"public": True}).status_code
+        == 200
+    )
     stranger = Browser(berth_server)
-    r = stranger.request("POST", ready["url"] + "note", data=b"from a page elsewhere",
-                         headers={"Origin": _origin("evil12"), "Sec-Fetch-Site": "cross-site",
-                                  "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "empty"})
+    r = stranger.request(
+        "POST",
+        ready["url"] + "note",
+        data=b"from a page elsewhere",
+        headers={
+            "Origin": _origin("evil12"),
+            "Sec-Fetch-Site": "cross-site",
+            "Sec-Fetch-Mode": "no-cors",
+            "Sec-Fetch-Dest": "empty",
+        },
+    )
     assert r.status_code == 200 and "Content-Security-Policy" not in r.headers
     assert stranger.get(ready["url"] + "notes").json() == ["POST from a page elsewhere"]
 
@@ -129,12 +158,19 @@ def test_berths_own_websockets_refuse_preview_and_release_origins(agent, ready, 
     url = f"ws://127.0.0.1:{berth_server.port}/ws/previews/{ready['id']}/logs?after=0"
 
     async def first_message(origin: str) -> str:
-        async with connect(url, proxy=None, origin=Origin(origin), additional_headers={
-                "Authorization": agent.headers["HTTP_AUTHORIZATION"]}) as ws:
+        async with connect(
+            url,
+            proxy=None,
+            origin=Origin(origin),
+            additional_headers={"Authorization": agent.headers["HTTP_AUTHORIZATION"]},
+        ) as ws:
             return json.loads(await asyncio.wait_for(ws.recv(), 10))["type"]
 
-    for origin in (_origin(ready["id"]), f"http://probe--team-a.apps.localhost:"
-                   f"{settings.PREVIEW_PORT}", "http://preview.localhost"):
+    for origin in (
+        _origin(ready["id"]),
+        f"http://probe--team-a.apps.localhost:{settings.PREVIEW_PORT}",
+        "http://preview.localhost",
+    ):
         with pytest.raises(InvalidStatus) as refused:
             asyncio.run(first_message(origin))
         assert refused.value.response.status_code == 403, origin
@@ -173,15 +209,19 @@ ATTACK = """async (target) => {
 def unguarded(berth_server) -> Iterator[servers.Server]:
     """A second daphne and gateway on the same database, engine and previews, with the
     cross-site guard off (a test-only switch): where the attacks below work."""
-    with servers.daphne(env={"TEST_PREVIEW_CROSS_SITE_GUARD_OFF": "1"},
-                        gateway_port=servers.free_port(), name="daphne-unguarded") as server:
+    with servers.daphne(
+        env={"TEST_PREVIEW_CROSS_SITE_GUARD_OFF": "1"},
+        gateway_port=servers.free_port(),
+        name="daphne-unguarded",
+    ) as server:
         yield server
 
 
 @pytest.mark.browser
 @pytest.mark.parametrize("guard", ["off", "on"])
 def test_a_page_on_another_teams_site_cannot_act_as_its_visitor(
-        request, agent, ready, team_b_site, berth_server, guard):
+    request, agent, ready, team_b_site, berth_server, guard
+):
     door = request.getfixturevalue("unguarded") if guard == "off" else berth_server
     private = _origin(ready["id"], door.gateway_port)
     link = agent.link(ready)  # (the ORM refuses Playwright's event loop thread)
@@ -210,20 +250,22 @@ def test_a_page_on_another_teams_site_cannot_act_as_its_visitor(
 
 @pytest.mark.browser
 def test_an_app_in_berths_frame_keeps_its_cookie_and_storage_across_reloads(
-        agent, ready, berth_server):
+    agent, ready, berth_server
+):
     host = Preview.objects.get(public_id=ready["id"]).host
     with chromium_page(partitioned_storage=True) as page:
         sign_in_as_carol(page, berth_server, f"/previews/{ready['id']}/")
         assert page.locator("#preview-frame").get_attribute("sandbox") == (
-            "allow-scripts allow-same-origin allow-forms allow-popups allow-modals "
-            "allow-downloads")
+            "allow-scripts allow-same-origin allow-forms allow-popups allow-modals allow-downloads"
+        )
         storage = f"http://{host}:{berth_server.gateway_port}/storage"
         seen = page.frame_locator("#preview-frame").locator("#seen")
 
         def load_storage_page() -> dict:
             # The app's own page, in the frame Berth drew (through the ticket exchange).
-            page.frame_locator("#preview-frame").locator(
-                "h1", has_text="probe app").wait_for(timeout=30_000)
+            page.frame_locator("#preview-frame").locator("h1", has_text="probe app").wait_for(
+                timeout=30_000
+            )
             inner = next(f for f in page.frames if host in f.url)
             inner.goto(storage)
             seen.filter(has_text=re.compile("cookie")).wait_for()

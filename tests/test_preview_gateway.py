@@ -90,8 +90,17 @@ class App(BaseHTTPRequestHandler):
             self.wfile.write(b"b" * 50 * 1024)
         elif self.path.startswith("/framing"):
             query = parse_qs(self.path.partition("?")[2])
-            self.reply(b"framing", *[(name, query[key][0]) for key, name in (
-                ("xfo", "X-Frame-Options"), ("csp", "Content-Security-Policy")) if key in query])
+            self.reply(
+                b"framing",
+                *[
+                    (name, query[key][0])
+                    for key, name in (
+                        ("xfo", "X-Frame-Options"),
+                        ("csp", "Content-Security-Policy"),
+                    )
+                    if key in query
+                ],
+            )
         elif self.path == "/identity":
             self.send_response(200)
             self.send_header("Transfer-Encoding", "identity")
@@ -99,9 +108,13 @@ class App(BaseHTTPRequestHandler):
             self.wfile.write(b"until the end")
             self.close_connection = True
         else:
-            self.reply(json.dumps({"path": self.path, "headers": {
-                k.lower(): v for k, v in self.headers.items()}}).encode(),
-                ("Set-Cookie", "own=1; Path=/"), ("Set-Cookie", "x=1; Domain=localhost"))
+            self.reply(
+                json.dumps(
+                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}
+                ).encode(),
+                ("Set-Cookie", "own=1; Path=/"),
+                ("Set-Cookie", "x=1; Domain=localhost"),
+            )
 
     def do_POST(self) -> None:
         if self.path == "/early":  # answers first, reads the body a second later
@@ -118,9 +131,12 @@ class Web(App):
     """Berth's web process, as the gateway sees it: says what reached it."""
 
     def do_GET(self) -> None:
-        self.reply(json.dumps({"web": True, "headers": {
-            k.lower(): v for k, v in self.headers.items()}}).encode(),
-            ("Set-Cookie", f"{gate.COOKIE_LAX}=set-by-berth; Path=/"))
+        self.reply(
+            json.dumps(
+                {"web": True, "headers": {k.lower(): v for k, v in self.headers.items()}}
+            ).encode(),
+            ("Set-Cookie", f"{gate.COOKIE_LAX}=set-by-berth; Path=/"),
+        )
 
 
 @contextmanager
@@ -145,8 +161,7 @@ def gateway(app_port: int, web_port: int, client: type = Client) -> Iterator[Gat
     thread.start()
     gw = Gateway(("127.0.0.1", web_port))
     ns = Namespace(os.getpid(), os.stat(f"/proc/{os.getpid()}/ns/net").st_ino)
-    target = gate.Target(1, "abc123", 1, "probe", "ready", "", "", None, False, app_port, ns,
-                         None)
+    target = gate.Target(1, "abc123", 1, "probe", "ready", "", "", None, False, app_port, ns, None)
     forever = time.monotonic() + 3600
     gw.proxy.targets["abc123"] = (forever, target)
     gw.proxy.viewers[("abc123", "good")] = (forever, True)
@@ -154,8 +169,7 @@ def gateway(app_port: int, web_port: int, client: type = Client) -> Iterator[Gat
     gw.proxy.touched[1] = forever  # no idle-clock writes: there is no preview row
 
     async def start() -> asyncio.Server:
-        return await asyncio.get_running_loop().create_server(
-            lambda: client(gw), "127.0.0.1", 0)
+        return await asyncio.get_running_loop().create_server(lambda: client(gw), "127.0.0.1", 0)
 
     server = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
     gw.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
@@ -176,9 +190,14 @@ def gw() -> Iterator[Gateway]:
 
 
 def get(gw: Any, path: str, headers: dict | None = None, **kwargs) -> requests.Response:
-    return requests.request(kwargs.pop("method", "GET"), f"http://127.0.0.1:{gw.port}{path}",
-                            headers={"Host": HOST, **COOKIE, **(headers or {})},
-                            allow_redirects=False, timeout=15, **kwargs)
+    return requests.request(
+        kwargs.pop("method", "GET"),
+        f"http://127.0.0.1:{gw.port}{path}",
+        headers={"Host": HOST, **COOKIE, **(headers or {})},
+        allow_redirects=False,
+        timeout=15,
+        **kwargs,
+    )
 
 
 def raw(gw: Any, data: bytes, until: bytes = b"", timeout: float = 10) -> bytes:
@@ -195,9 +214,16 @@ def raw(gw: Any, data: bytes, until: bytes = b"", timeout: float = 10) -> bytes:
 
 
 def test_the_fast_path_rewrites_headers_as_the_proxy_does(gw):
-    r = get(gw, "/headers?x=1", {"Authorization": "Bearer berth_x", "X-Forwarded-For": "6.6.6.6",
-                                 "X-Berth-Client": "6.6.6.6", "Cookie": f"{gate.COOKIE_LAX}="
-                                 "good; sessionid=s; csrftoken=c; mine=kept"})
+    r = get(
+        gw,
+        "/headers?x=1",
+        {
+            "Authorization": "Bearer berth_x",
+            "X-Forwarded-For": "6.6.6.6",
+            "X-Berth-Client": "6.6.6.6",
+            "Cookie": f"{gate.COOKIE_LAX}=good; sessionid=s; csrftoken=c; mine=kept",
+        },
+    )
     assert r.status_code == 200, r.text
     seen = r.json()
     assert seen["path"] == "/headers?x=1"
@@ -226,11 +252,16 @@ def test_everything_else_goes_to_the_web_process_naming_the_real_client(gw):
 
 
 def test_pipelined_requests_are_answered_in_order(gw):
-    requests_ = b"".join(b"GET /n%d HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
-                         % (i, HOST.encode(), gate.COOKIE_LAX.encode()) for i in range(5))
+    requests_ = b"".join(
+        b"GET /n%d HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+        % (i, HOST.encode(), gate.COOKIE_LAX.encode())
+        for i in range(5)
+    )
     got = raw(gw, requests_, until=b'"/n4"')
-    paths = [json.loads(part.split(b"\r\n\r\n", 1)[1].split(b"HTTP/1.1")[0])["path"]
-             for part in got.split(b"HTTP/1.1 200")[1:]]
+    paths = [
+        json.loads(part.split(b"\r\n\r\n", 1)[1].split(b"HTTP/1.1")[0])["path"]
+        for part in got.split(b"HTTP/1.1 200")[1:]
+    ]
     assert paths == [f"/n{i}" for i in range(5)]
 
 
@@ -238,12 +269,16 @@ def test_head_chunked_and_http_1_0_answers_are_framed_right(gw):
     with requests.Session() as s:
         r = s.head(f"http://127.0.0.1:{gw.port}/", headers={"Host": HOST, **COOKIE}, timeout=10)
         assert r.status_code == 200 and r.headers["Content-Length"] == "1234" and not r.content
-        r = s.get(f"http://127.0.0.1:{gw.port}/chunked", headers={"Host": HOST, **COOKIE},
-                  timeout=10)  # on the same connection after the HEAD
+        r = s.get(
+            f"http://127.0.0.1:{gw.port}/chunked", headers={"Host": HOST, **COOKIE}, timeout=10
+        )  # on the same connection after the HEAD
         assert r.text == "first second third"
         assert r.headers["Transfer-Encoding"] == "chunked"
-    old = raw(gw, b"GET /chunked HTTP/1.0\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
-              % (HOST.encode(), gate.COOKIE_LAX.encode()))
+    old = raw(
+        gw,
+        b"GET /chunked HTTP/1.0\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+        % (HOST.encode(), gate.COOKIE_LAX.encode()),
+    )
     head, body = old.split(b"\r\n\r\n", 1)
     assert b"connection: close" in head.lower() and b"chunked" not in head.lower()
     assert body == b"first second third"  # ended by the connection's end
@@ -260,8 +295,13 @@ def test_request_bodies_stream_both_ways_and_past_the_cap_are_refused(gw, settin
     gw.max_body = 1024 * 1024
     r = get(gw, "/post", {"Accept": "application/json"}, method="POST", data=body)
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
-    r = get(gw, "/post", {"Accept": "application/json"}, method="POST",
-            data=iter([body[:512 * 1024], body[512 * 1024:]]))
+    r = get(
+        gw,
+        "/post",
+        {"Accept": "application/json"},
+        method="POST",
+        data=iter([body[: 512 * 1024], body[512 * 1024 :]]),
+    )
     assert r.status_code == 413
 
 
@@ -278,8 +318,10 @@ def test_nothing_listening_is_a_502_that_says_so(gw):
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
     t = gw.proxy.targets["abc123"][1]
-    gw.proxy.targets["abc123"] = (time.monotonic() + 3600, gate.Target(
-        *[getattr(t, f) if f != "port" else free for f in t.__dataclass_fields__]))
+    gw.proxy.targets["abc123"] = (
+        time.monotonic() + 3600,
+        gate.Target(*[getattr(t, f) if f != "port" else free for f in t.__dataclass_fields__]),
+    )
     r = get(gw, "/", {"Accept": "application/json"})
     assert r.status_code == 502 and r.json()["error"]["code"] == "app_not_listening"
 
@@ -287,8 +329,10 @@ def test_nothing_listening_is_a_502_that_says_so(gw):
 def test_a_preview_at_its_connection_cap_answers_busy(gw):
     gw.max_connections = 1
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as first:
-        first.sendall(b"GET /hold HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
-                      % (HOST.encode(), gate.COOKIE_LAX.encode()))
+        first.sendall(
+            b"GET /hold HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+            % (HOST.encode(), gate.COOKIE_LAX.encode())
+        )
         deadline = time.monotonic() + 10
         while gw.proxy.open.get("abc123", 0) < 1:
             assert time.monotonic() < deadline, "the first request never reached the app"
@@ -311,8 +355,14 @@ def test_an_app_silent_past_the_idle_limit_gets_a_504(gw, settings):
 
 
 def test_daphne_trusts_the_client_named_only_with_the_gateway_key():
-    scope = {"client": ("127.0.0.1", 5), "headers": [
-        (b"host", b"h"), (b"x-berth-client", b"6.6.6.6"), (b"x-berth-gateway", b"forged")]}
+    scope = {
+        "client": ("127.0.0.1", 5),
+        "headers": [
+            (b"host", b"h"),
+            (b"x-berth-client", b"6.6.6.6"),
+            (b"x-berth-gateway", b"forged"),
+        ],
+    }
     forged = gate.from_gateway(scope)
     assert forged["client"] == ("127.0.0.1", 5) and forged["headers"] == [(b"host", b"h")]
     scope["headers"][2] = (b"x-berth-gateway", gate.gateway_key())
@@ -332,8 +382,10 @@ def test_a_client_that_stops_reading_is_cut_at_the_idle_limit_and_frees_its_slot
     stuck = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(3)]
     for s in stuck:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.sendall(b"GET /big?kb=20000 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
-                  % (HOST.encode(), gate.COOKIE_LAX.encode()))
+        s.sendall(
+            b"GET /big?kb=20000 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+            % (HOST.encode(), gate.COOKIE_LAX.encode())
+        )
     wait_until(lambda: gw.proxy.open.get("abc123", 0) == 3, "three requests in flight")
     wait_until(lambda: gw.proxy.open.get("abc123", 0) == 0, "the stuck clients to be cut")
     for s in stuck:
@@ -349,13 +401,18 @@ class SmallBuffers(Client):
 
 def test_a_connection_kept_after_a_slow_client_serves_the_next_request():
     release.clear()
-    with serving(App) as app_port, serving(Web) as web_port, \
-            gateway(app_port, web_port, SmallBuffers) as gw:
+    with (
+        serving(App) as app_port,
+        serving(Web) as web_port,
+        gateway(app_port, web_port, SmallBuffers) as gw,
+    ):
         slow = socket.socket()
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.connect(("127.0.0.1", gw.port))
-        slow.sendall(b"GET /big?kb=300 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
-                     % (HOST.encode(), gate.COOKIE_LAX.encode()))
+        slow.sendall(
+            b"GET /big?kb=300 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
+            % (HOST.encode(), gate.COOKIE_LAX.encode())
+        )
         wait_until(lambda: any(gw.idle.values()), "the app's connection to be kept")
         # The kept connection serves another client at once, not after the idle limit.
         assert get(gw, "/after").json()["path"] == "/after"
@@ -367,14 +424,16 @@ def test_an_app_answering_before_the_body_is_sent_leaves_nothing_behind(gw):
     assert r.status_code == 200 and r.text == "early"
     # Not kept with part of that body still to send: the next request would queue
     # behind it, and an app that does not read it would take it for a request.
-    assert not [u for kept in list(gw.idle.values()) for u in kept
-                if u.transport.get_write_buffer_size()]
+    assert not [
+        u for kept in list(gw.idle.values()) for u in kept if u.transport.get_write_buffer_size()
+    ]
     assert get(gw, "/next").json()["path"] == "/next"
 
 
 def test_oversized_heads_odd_upgrades_and_other_hosts_are_refused(gw):
-    got = raw(gw, b"GET / HTTP/1.1\r\nHost: %s\r\nX-Big: %s\r\n\r\n"
-              % (HOST.encode(), b"a" * 100_000))
+    got = raw(
+        gw, b"GET / HTTP/1.1\r\nHost: %s\r\nX-Big: %s\r\n\r\n" % (HOST.encode(), b"a" * 100_000)
+    )
     assert got.startswith(b"HTTP/1.1 431")
     # Past what llhttp may hold of an unfinished header, the gateway stops reading.
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
@@ -393,15 +452,20 @@ def test_oversized_heads_odd_upgrades_and_other_hosts_are_refused(gw):
     r = get(gw, "/", {"Host": "localhost", "Accept": "application/json"})
     assert r.status_code == 421 and r.json()["error"]["code"] == "not_a_preview_host"
     # An upgrade to anything but WebSocket is a plain request, and the connection's last.
-    got = raw(gw, b"GET /h2c HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nConnection: Upgrade"
-              b"\r\nUpgrade: h2c\r\n\r\nGET /second HTTP/1.1\r\nHost: localhost\r\n\r\n"
-              % (HOST.encode(), gate.COOKIE_LAX.encode()))
+    got = raw(
+        gw,
+        b"GET /h2c HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nConnection: Upgrade"
+        b"\r\nUpgrade: h2c\r\n\r\nGET /second HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        % (HOST.encode(), gate.COOKIE_LAX.encode()),
+    )
     assert got.count(b"HTTP/1.1 ") == 1 and b'"/h2c"' in got and b"upgrade" not in got.lower()
 
 
 def test_what_was_asked_before_bad_input_or_a_half_close_is_still_answered(gw):
     request = b"GET /first HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n" % (
-        HOST.encode(), gate.COOKIE_LAX.encode())
+        HOST.encode(),
+        gate.COOKIE_LAX.encode(),
+    )
     got = raw(gw, request + b"\r\nGARBAGE\r\n\r\n")
     assert b'"/first"' in got and got.count(b"HTTP/1.1 ") == 1
     got = raw(gw, request + b"Connection: close\r\n\r\nGET /b HTTP/1.1\r\n\r\n")
@@ -424,16 +488,22 @@ def test_a_websocket_the_gateway_cannot_hand_on_ends_its_connection():
     with serving(App) as app_port, socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         with gateway(app_port, unused.getsockname()[1]) as gw:
-            got = raw(gw, b"GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: "
-                      b"websocket\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n"
-                      % HOST.encode(), timeout=15)
+            got = raw(
+                gw,
+                b"GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: "
+                b"websocket\r\nSec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                % HOST.encode(),
+                timeout=15,
+            )
             assert got.startswith(b"HTTP/1.1 502") and b"connection: close" in got
 
 
 def test_expect_100_continue_is_passed_on(gw):
     with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
-        s.sendall(b"POST /post HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nContent-Length: 5\r\n"
-                  b"Expect: 100-continue\r\n\r\n" % (HOST.encode(), gate.COOKIE_LAX.encode()))
+        s.sendall(
+            b"POST /post HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nContent-Length: 5\r\n"
+            b"Expect: 100-continue\r\n\r\n" % (HOST.encode(), gate.COOKIE_LAX.encode())
+        )
         assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
         s.sendall(b"hello")
         got = b""
@@ -444,8 +514,7 @@ def test_expect_100_continue_is_passed_on(gw):
 
 def test_behind_a_tls_proxy_the_app_is_told_https(settings):
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")  # BEHIND_TLS_PROXY
-    with serving(App) as app_port, serving(Web) as web_port, \
-            gateway(app_port, web_port) as gw:
+    with serving(App) as app_port, serving(Web) as web_port, gateway(app_port, web_port) as gw:
         assert get(gw, "/h").json()["headers"]["x-forwarded-proto"] == "https"
 
 

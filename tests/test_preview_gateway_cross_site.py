@@ -15,16 +15,25 @@ ELSEWHERE = "http://evil12.preview.localhost"  # another preview: the same site
 
 
 def upgrade(gw: Any, host: str, origin: str) -> bytes:
-    return raw(gw, b"GET /ws HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nOrigin: %s\r\n"
-               b"Accept: application/json\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-               b"Sec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n"
-               % (host.encode(), gate.COOKIE_LAX.encode(), origin.encode()), timeout=15)
+    return raw(
+        gw,
+        b"GET /ws HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\nOrigin: %s\r\n"
+        b"Accept: application/json\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"Sec-WebSocket-Key: x\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        % (host.encode(), gate.COOKIE_LAX.encode(), origin.encode()),
+        timeout=15,
+    )
 
 
 def test_a_private_preview_takes_writes_and_websockets_from_its_own_origin_only(gw, caplog):
     for origin in (ELSEWHERE, "null", f"https://{HOST}", "http://abc123.preview.localhost.evil"):
-        r = get(gw, "/post", {"Origin": origin, "Accept": "application/json"},
-                method="POST", data=b"forged")
+        r = get(
+            gw,
+            "/post",
+            {"Origin": origin, "Accept": "application/json"},
+            method="POST",
+            data=b"forged",
+        )
         assert r.status_code == 403, (origin, r.text)
         error = r.json()["error"]
         assert error["code"] == "cross_origin_refused" and origin in error["message"]
@@ -45,13 +54,19 @@ def test_a_private_preview_takes_writes_and_websockets_from_its_own_origin_only(
 
 def test_a_private_preview_serves_other_sites_navigations_but_no_subresources(gw):
     def fetched(site: str, mode: str, dest: str) -> int:
-        return get(gw, "/page", {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode,
-                                 "Sec-Fetch-Dest": dest}).status_code
+        return get(
+            gw, "/page", {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode, "Sec-Fetch-Dest": dest}
+        ).status_code
 
     # Another site's page loading it with the visitor's cookie: refused.
     for site in ("same-site", "cross-site"):
-        for mode, dest in (("no-cors", "image"), ("cors", "empty"), ("no-cors", "script"),
-                           ("no-cors", "empty"), ("navigate", "object")):
+        for mode, dest in (
+            ("no-cors", "image"),
+            ("cors", "empty"),
+            ("no-cors", "script"),
+            ("no-cors", "empty"),
+            ("navigate", "object"),
+        ):
             assert fetched(site, mode, dest) == 403, (site, mode, dest)
     # Navigations from anywhere (Berth's frame and "Open in new tab", links), its own
     # pages' requests, and what a person types in.
@@ -86,6 +101,14 @@ def test_a_public_preview_is_the_apps_own_business(gw):
     host = {"Host": "pub123.preview.localhost"}
     r = get(gw, "/post", {**host, "Origin": ELSEWHERE}, method="POST", data=b"x")
     assert r.status_code == 200 and "Content-Security-Policy" not in r.headers
-    r = get(gw, "/page", {**host, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors",
-                          "Sec-Fetch-Dest": "image"})
+    r = get(
+        gw,
+        "/page",
+        {
+            **host,
+            "Sec-Fetch-Site": "cross-site",
+            "Sec-Fetch-Mode": "no-cors",
+            "Sec-Fetch-Dest": "image",
+        },
+    )
     assert r.status_code == 200 and "Content-Security-Policy" not in r.headers

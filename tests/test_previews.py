@@ -33,10 +33,12 @@ both_runtimes = pytest.mark.parametrize("runtime", ["runc", "gvisor"], indirect=
 
 @pytest.fixture
 def probe(cast, runtime):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Probe",
-                                                   "probe")
-    write(workspace, cast.carol, {"probe_app.py": PROBE_APP,
-                                  "workspace.toml": probe_toml(runtime=runtime)})
+    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Probe", "probe")
+    write(
+        workspace,
+        cast.carol,
+        {"probe_app.py": PROBE_APP, "workspace.toml": probe_toml(runtime=runtime)},
+    )
     return workspace
 
 
@@ -121,8 +123,12 @@ def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server, run
         # The preview's name does not resolve outside a browser here: connect to the
         # gateway, and let the URI give the Host header.
         sock = socket.create_connection(("127.0.0.1", berth_server.gateway_port))
-        async with connect(f"ws://{ready['id']}.preview.localhost:{settings.PREVIEW_PORT}/ws",
-                           sock=sock, proxy=None, additional_headers={"Cookie": cookie}) as ws:
+        async with connect(
+            f"ws://{ready['id']}.preview.localhost:{settings.PREVIEW_PORT}/ws",
+            sock=sock,
+            proxy=None,
+            additional_headers={"Cookie": cookie},
+        ) as ws:
             got = []
             for word in ("hello", "hot reload"):
                 await ws.send(word)
@@ -139,13 +145,20 @@ doors = pytest.mark.parametrize("via_daphne", [False, True], ids=["gateway", "da
 
 @doors
 def test_berth_credentials_never_reach_the_app_and_forwarding_headers_are_set(
-        agent, ready, berth_server, via_daphne):
+    agent, ready, berth_server, via_daphne
+):
     browser = opened(berth_server, agent, ready, via_daphne)
-    r = browser.get(ready["url"] + "headers", headers={
-        "Authorization": "Bearer berth_secret", "X-Forwarded-For": "6.6.6.6",
-        "X-Berth-Client": "6.6.6.6", "X-Berth-Gateway": "forged",
-        "Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
-        + "; sessionid=app-session; csrftoken=tok; mine=kept"})
+    r = browser.get(
+        ready["url"] + "headers",
+        headers={
+            "Authorization": "Bearer berth_secret",
+            "X-Forwarded-For": "6.6.6.6",
+            "X-Berth-Client": "6.6.6.6",
+            "X-Berth-Gateway": "forged",
+            "Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
+            + "; sessionid=app-session; csrftoken=tok; mine=kept",
+        },
+    )
     assert r.status_code == 200, r.text
     seen = r.json()
     assert "authorization" not in seen and "x-berth-client" not in seen
@@ -158,7 +171,8 @@ def test_berth_credentials_never_reach_the_app_and_forwarding_headers_are_set(
 
 @doors
 def test_upstream_cookies_for_other_domains_are_dropped_and_redirects_returned(
-        agent, ready, berth_server, via_daphne):
+    agent, ready, berth_server, via_daphne
+):
     browser = opened(berth_server, agent, ready, via_daphne)
     r = browser.get(ready["url"] + "cookies")
     cookies = r.raw.headers.getlist("Set-Cookie")
@@ -197,8 +211,10 @@ def test_a_preview_is_private_to_its_team(agent, ready, berth_server, cast, sign
     assert r.status_code == 302 and r["Location"].startswith(url.rstrip("/") + "/__berth/ticket")
 
     # An unknown preview id is a 404 on the preview domain.
-    r = anonymous.get(f"http://zzzzzzzzzzzz.preview.localhost:{berth_server.port}/",
-                      headers={"Accept": "application/json"})
+    r = anonymous.get(
+        f"http://zzzzzzzzzzzz.preview.localhost:{berth_server.port}/",
+        headers={"Accept": "application/json"},
+    )
     assert r.status_code == 404
 
 
@@ -208,8 +224,10 @@ def test_only_the_declared_port_is_reachable(agent, probe, cast, berth_server):
     assert preview["state"] == "ready"
     browser = opened(berth_server, agent, preview)
     # Every URL of the preview goes to port 8000; a port in the Host header is Berth's.
-    for host in (f"{preview['id']}.preview.localhost:9999",
-                 f"{preview['id']}.preview.localhost:{berth_server.port}"):
+    for host in (
+        f"{preview['id']}.preview.localhost:9999",
+        f"{preview['id']}.preview.localhost:{berth_server.port}",
+    ):
         r = browser.get(f"http://{host}/headers")
         assert r.status_code == 200
         assert r.json()["host"] == host  # answered by the app on 8000 (same handler)
@@ -217,12 +235,16 @@ def test_only_the_declared_port_is_reachable(agent, probe, cast, berth_server):
     agent.post(preview, "stop")
 
 
-@pytest.mark.parametrize("command, reason", [
-    ("python3 probe_app.py exit", "process_exited"),
-    ("python3 probe_app.py silent", "not_listening"),
-])
-def test_a_preview_that_never_comes_up_fails_with_a_reason(agent, probe, cast, berth_server,
-                                                           command, reason):
+@pytest.mark.parametrize(
+    "command, reason",
+    [
+        ("python3 probe_app.py exit", "process_exited"),
+        ("python3 probe_app.py silent", "not_listening"),
+    ],
+)
+def test_a_preview_that_never_comes_up_fails_with_a_reason(
+    agent, probe, cast, berth_server, command, reason
+):
     write(probe, cast.carol, {"workspace.toml": probe_toml(command)})
     preview = agent.wait(agent.start(), ENDED)
     assert (preview["state"], preview["reason"]) == ("failed", reason), preview
@@ -244,22 +266,30 @@ def test_a_request_to_a_starting_preview_waits_for_the_app(agent, probe, cast, b
     # Asked for while the app still sleeps: the gateway hands the request to daphne,
     # which holds it until the app is ready, then gets the app's own answer. The app
     # is told the real client (127.0.0.2 here), not the gateway (127.0.0.1).
-    assert _headers_from("127.0.0.2", berth_server, browser, preview)["x-forwarded-for"] \
-        == "127.0.0.2"
+    assert (
+        _headers_from("127.0.0.2", berth_server, browser, preview)["x-forwarded-for"] == "127.0.0.2"
+    )
     assert agent.get(preview)["state"] == "ready"
     page = browser.get(preview["url"])  # and now on the gateway's own fast path
     assert page.status_code == 200 and "probe app" in page.text
-    assert _headers_from("127.0.0.2", berth_server, browser, preview)["x-forwarded-for"] \
-        == "127.0.0.2"
+    assert (
+        _headers_from("127.0.0.2", berth_server, browser, preview)["x-forwarded-for"] == "127.0.0.2"
+    )
 
 
 def _headers_from(address: str, berth_server, browser: Browser, preview: dict) -> dict:
     """What the app saw of a request sent from `address` (any 127.x is this machine)."""
-    conn = http.client.HTTPConnection("127.0.0.1", berth_server.gateway_port, timeout=60,
-                                      source_address=(address, 0))
-    conn.request("GET", "/headers", headers={
-        "Host": urlsplit(preview["url"]).netloc,
-        "Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items())})
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", berth_server.gateway_port, timeout=60, source_address=(address, 0)
+    )
+    conn.request(
+        "GET",
+        "/headers",
+        headers={
+            "Host": urlsplit(preview["url"]).netloc,
+            "Cookie": "; ".join(f"{k}={v}" for k, v in browser.cookies.items()),
+        },
+    )
     response = conn.getresponse()
     body = response.read()
     conn.close()
@@ -267,8 +297,9 @@ def _headers_from(address: str, berth_server, browser: Browser, preview: dict) -
     return json.loads(body)
 
 
-def test_a_preview_that_stays_starting_answers_starting_after_the_hold(agent, probe, cast,
-                                                                      berth_server):
+def test_a_preview_that_stays_starting_answers_starting_after_the_hold(
+    agent, probe, cast, berth_server
+):
     write(probe, cast.carol, {"workspace.toml": probe_toml("python3 probe_app.py silent")})
     preview = agent.start()
     browser = opened(berth_server, agent, preview)
@@ -286,8 +317,7 @@ def test_health_returning_500_fails_with_the_status(agent, probe, cast):
     assert preview["health"]["last_status"] == 500 and "500" in preview["message"]
 
 
-def test_a_killed_process_is_a_crash_and_a_restart_brings_it_back(agent, ready,
-                                                                  berth_server):
+def test_a_killed_process_is_a_crash_and_a_restart_brings_it_back(agent, ready, berth_server):
     from runner.engine import engine
     from runner.models import Run
 
@@ -321,17 +351,24 @@ def test_stop_by_the_user_ends_the_sandbox(agent, ready):
     assert r.status_code == 202 and r.json()["reason"] == "stopped_by_user"
     run = Run.objects.get(public_id=ready["run"])
     from tests.servers import wait_for
-    wait_for(lambda: not Run.objects.get(pk=run.pk).is_active, timeout=30,
-             what="the preview's run to end")
+
+    wait_for(
+        lambda: not Run.objects.get(pk=run.pk).is_active,
+        timeout=30,
+        what="the preview's run to end",
+    )
     assert agent.post(ready, "stop").status_code == 409
 
 
-@pytest.mark.parametrize("template, text", [("python-http", "Hello, world!"),
-                                            ("node-http", "Hello, world!")])
-def test_the_templates_preview_through_the_proxy(client, cast, run_stack, berth_server,
-                                                 template, text):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), template,
-                                                   template, template)
+@pytest.mark.parametrize(
+    "template, text", [("python-http", "Hello, world!"), ("node-http", "Hello, world!")]
+)
+def test_the_templates_preview_through_the_proxy(
+    client, cast, run_stack, berth_server, template, text
+):
+    workspace = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), template, template, template
+    )
     _, secret = cast.token(cast.carol, ["preview"])
     agent = PreviewAgent(client, secret, template)
     preview = agent.wait(agent.start(), {"ready"} | ENDED, timeout=180)
@@ -356,13 +393,18 @@ def test_a_following_preview_restarts_on_a_new_commit(agent, probe, cast, berth_
     browser = opened(berth_server, agent, again)
     assert "probe v2" in browser.get(again["url"]).text
     agent.post(again, "stop")
-    r = agent.client.post("/api/v1/workspaces/probe/previews", {"ref": sha[:12], "follow": True},
-                          content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/probe/previews",
+        {"ref": sha[:12], "follow": True},
+        content_type="application/json",
+        **agent.headers,
+    )
     assert r.status_code == 422 and "branch" in r.json()["error"]["message"]
 
 
 def test_an_admin_makes_a_preview_public_and_cookies_are_still_stripped(
-        agent, ready, berth_server, cast, client):
+    agent, ready, berth_server, cast, client
+):
     r = agent.post(ready, "public", {"public": True})
     assert r.status_code == 403 and r.json()["error"]["code"] == "admin_required"
     _, secret = cast.token(cast.alice, ["workspace:write", "preview"])
@@ -370,27 +412,42 @@ def test_an_admin_makes_a_preview_public_and_cookies_are_still_stripped(
     r = admin.post(ready, "public", {"public": True})
     assert r.status_code == 200 and r.json()["public"] is True
     from accounts.models import Activity
+
     assert Activity.objects.filter(verb="preview.made_public").exists()
     stranger = Browser(berth_server)
-    seen = stranger.get(ready["url"] + "headers",
-                        headers={"Cookie": "sessionid=s; berth_preview=x; a=b"}).json()
+    seen = stranger.get(
+        ready["url"] + "headers", headers={"Cookie": "sessionid=s; berth_preview=x; a=b"}
+    ).json()
     assert seen["cookie"] == "a=b"
 
 
 def test_bad_requests_get_clear_errors(agent, probe, cast, client):
-    r = agent.client.post("/api/v1/workspaces/probe/previews", {"ref": "nope"},
-                          content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/probe/previews",
+        {"ref": "nope"},
+        content_type="application/json",
+        **agent.headers,
+    )
     assert r.status_code == 404
     write(probe, cast.carol, {"workspace.toml": "[sandbox]\nmemory_mb = 256\n"})
-    r = agent.client.post("/api/v1/workspaces/probe/previews", {},
-                          content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/probe/previews", {}, content_type="application/json", **agent.headers
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] == "no_preview_command"
-    r = agent.client.post("/api/v1/workspaces/probe/previews", {"privileged": True},
-                          content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/probe/previews",
+        {"privileged": True},
+        content_type="application/json",
+        **agent.headers,
+    )
     assert r.status_code == 422
     _, secret = cast.token(cast.carol, ["run"])
-    r = client.post("/api/v1/workspaces/probe/previews", {}, content_type="application/json",
-                    HTTP_AUTHORIZATION=f"Bearer {secret}")
+    r = client.post(
+        "/api/v1/workspaces/probe/previews",
+        {},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {secret}",
+    )
     assert r.status_code == 403 and r.json()["error"]["code"] == "missing_scope"
     _, other = cast.token(cast.charlie, ["preview"])
     r = client.get("/api/v1/previews/zzzzzzzzzzzz", HTTP_AUTHORIZATION=f"Bearer {other}")
@@ -399,8 +456,9 @@ def test_bad_requests_get_clear_errors(agent, probe, cast, client):
 
 def test_a_body_past_the_cap_is_refused_before_the_app_sees_it(agent, ready, berth_server):
     browser = opened(berth_server, agent, ready)
-    r = browser.request("POST", ready["url"] + "echo", data=b"x" * (9 << 20),
-                        headers={"Accept": "application/json"})
+    r = browser.request(
+        "POST", ready["url"] + "echo", data=b"x" * (9 << 20), headers={"Accept": "application/json"}
+    )
     assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
     assert "8 MB" in r.json()["error"]["message"]
 
@@ -413,10 +471,12 @@ def test_the_preview_log_streams_over_the_websocket(agent, ready, berth_server, 
     from websockets.typing import Origin
 
     async def first_entries() -> list[dict]:
-        async with connect(f"ws://127.0.0.1:{berth_server.port}/ws/previews/{ready['id']}"
-                           "/logs?after=0", proxy=None, origin=Origin("http://localhost"),
-                           additional_headers={"Authorization": agent.headers[
-                               "HTTP_AUTHORIZATION"]}) as ws:
+        async with connect(
+            f"ws://127.0.0.1:{berth_server.port}/ws/previews/{ready['id']}/logs?after=0",
+            proxy=None,
+            origin=Origin("http://localhost"),
+            additional_headers={"Authorization": agent.headers["HTTP_AUTHORIZATION"]},
+        ) as ws:
             message = json.loads(await asyncio.wait_for(ws.recv(), 10))
             assert message["type"] == "entries"
             return message["entries"]
@@ -427,9 +487,12 @@ def test_the_preview_log_streams_over_the_websocket(agent, ready, berth_server, 
     _, other = cast.token(cast.charlie, ["preview"])
 
     async def refused() -> int | None:
-        async with connect(f"ws://127.0.0.1:{berth_server.port}/ws/previews/{ready['id']}"
-                           "/logs", proxy=None, origin=Origin("http://localhost"),
-                           additional_headers={"Authorization": f"Bearer {other}"}) as ws:
+        async with connect(
+            f"ws://127.0.0.1:{berth_server.port}/ws/previews/{ready['id']}/logs",
+            proxy=None,
+            origin=Origin("http://localhost"),
+            additional_headers={"Authorization": f"Bearer {other}"},
+        ) as ws:
             with pytest.raises(Exception):
                 await asyncio.wait_for(ws.recv(), 10)
             return ws.close_code
@@ -437,8 +500,9 @@ def test_the_preview_log_streams_over_the_websocket(agent, ready, berth_server, 
     assert asyncio.run(refused()) == 4404
 
 
-def test_a_ready_preview_survives_a_restart_of_the_runner_agent(agent, ready, run_stack,
-                                                                berth_server):
+def test_a_ready_preview_survives_a_restart_of_the_runner_agent(
+    agent, ready, run_stack, berth_server
+):
     run_stack.agent.kill()
     run_stack.agent.start()
     browser = opened(berth_server, agent, ready)
@@ -448,8 +512,12 @@ def test_a_ready_preview_survives_a_restart_of_the_runner_agent(agent, ready, ru
     assert agent.post(ready, "stop").status_code == 202
     from runner.models import Run
     from tests.servers import wait_for
-    wait_for(lambda: not Run.objects.get(public_id=ready["run"]).is_active, timeout=30,
-             what="the preview's run to end")
+
+    wait_for(
+        lambda: not Run.objects.get(public_id=ready["run"]).is_active,
+        timeout=30,
+        what="the preview's run to end",
+    )
 
 
 def test_another_team_never_sees_a_preview(agent, ready, cast, client):
@@ -458,14 +526,19 @@ def test_another_team_never_sees_a_preview(agent, ready, cast, client):
     for path in (f"/api/v1/previews/{ready['id']}", f"/api/v1/previews/{ready['id']}/logs"):
         assert client.get(path, **headers).status_code == 404
     for action in ("stop", "restart", "link"):
-        r = client.post(f"/api/v1/previews/{ready['id']}/{action}", {},
-                        content_type="application/json", **headers)
+        r = client.post(
+            f"/api/v1/previews/{ready['id']}/{action}",
+            {},
+            content_type="application/json",
+            **headers,
+        )
         assert r.status_code == 404, action
     assert client.get("/api/v1/workspaces/probe/previews", **headers).status_code == 404
 
 
 def test_an_engine_restart_under_a_ready_preview_ends_it_typed_and_restartable(
-        agent, ready, berth_server):
+    agent, ready, berth_server
+):
     """The engine's restart stops every container (no live-restore): the preview ends
     in a typed state that says so, never `ready` with nothing behind it, and a restart
     brings it back."""

@@ -61,8 +61,9 @@ def test_a_team_at_its_limit_waits_while_another_teams_run_goes(agents, cast):
         last = a.get(f"/runs/{floods[-1]['id']}").json()
         assert last["state"] == "queued" and last["timings"]["admitted_at"] is None
         assert last["queue"]["waiting_for"] == "team_limit"
-        waiting = Run.objects.filter(workspace__team=cast.team_a, admitted_at=None,
-                                     state="queued").count()
+        waiting = Run.objects.filter(
+            workspace__team=cast.team_a, admitted_at=None, state="queued"
+        ).count()
         assert last["queue"]["position"] == waiting
         assert "its limit of 2" in last["queue"]["message"]
         # B waited for no slot of A's: admitted before any of A's runs ended, and it
@@ -71,11 +72,18 @@ def test_a_team_at_its_limit_waits_while_another_teams_run_goes(agents, cast):
         ended = [r.finished_at for r in map(row, floods) if r.finished_at]
         assert all(b_row.admitted_at < at for at in ended)
         third = row(floods[2])
-        assert third.process_started_at is None or \
-            b_row.process_started_at < third.process_started_at
+        assert (
+            third.process_started_at is None or b_row.process_started_at < third.process_started_at
+        )
         # Never more than two of A's at once.
-        assert Run.objects.filter(workspace__team=cast.team_a, admitted_at__isnull=False,
-                                  state__in=["preparing", "running"]).count() <= 2
+        assert (
+            Run.objects.filter(
+                workspace__team=cast.team_a,
+                admitted_at__isnull=False,
+                state__in=["preparing", "running"],
+            ).count()
+            <= 2
+        )
         # Under contention the flood's containers weigh less than the single run's: A's
         # third run is prepared once a slot of A's frees, with seven of A's still waiting.
         deadline = time.monotonic() + 60
@@ -102,8 +110,12 @@ def test_past_the_queue_limit_the_api_answers_429_with_retry_after(agents, cast)
     runs += [a.run("sleep 30"), a.run("sleep 30")]
     try:
         before = Run.objects.count()
-        r = a.client.post("/api/v1/workspaces/shop/runs", {"command": "echo one more"},
-                          content_type="application/json", **a.headers)
+        r = a.client.post(
+            "/api/v1/workspaces/shop/runs",
+            {"command": "echo one more"},
+            content_type="application/json",
+            **a.headers,
+        )
         assert r.status_code == 429, r.content
         error = r.json()["error"]
         assert error["code"] == "quota_exceeded" and error["details"]["limit"] == "queued_runs"
@@ -111,8 +123,7 @@ def test_past_the_queue_limit_the_api_answers_429_with_retry_after(agents, cast)
         assert int(r["Retry-After"]) > 0
         assert Run.objects.count() == before  # nothing recorded, nothing half-made
         usage = a.get("/usage").json()
-        assert usage["runs"] == {"running": 1, "max_concurrent": 1, "queued": 2,
-                                 "max_queued": 2}
+        assert usage["runs"] == {"running": 1, "max_concurrent": 1, "queued": 2, "max_queued": 2}
         assert a.get(f"/runs/{runs[2]['id']}").json()["queue"]["position"] == 2
     finally:
         cancel_all(a, runs)
@@ -124,15 +135,18 @@ def test_the_cpu_budget_is_sampled_and_refuses_runs_until_it_resets(agents, cast
     busy = a.wait(a.run("timeout 4 sh -c 'while :; do :; done'; echo spun"))
     assert busy["state"] == "succeeded", busy
     assert busy["cpu_seconds"] >= 1.0  # sampled from the cgroup while it ran
-    r = a.client.post("/api/v1/workspaces/shop/runs", {"command": "echo again"},
-                      content_type="application/json", **a.headers)
+    r = a.client.post(
+        "/api/v1/workspaces/shop/runs",
+        {"command": "echo again"},
+        content_type="application/json",
+        **a.headers,
+    )
     assert r.status_code == 429, r.content
     error = r.json()["error"]
     assert error["code"] == "cpu_budget_exhausted"
     resets = datetime.datetime.fromisoformat(error["details"]["resets_at"])
     now = datetime.datetime.now(datetime.UTC)
-    assert resets.time() == datetime.time(0, 0) and now < resets <= now + datetime.timedelta(
-        days=1)
+    assert resets.time() == datetime.time(0, 0) and now < resets <= now + datetime.timedelta(days=1)
     assert 0 < int(r["Retry-After"]) <= 86400
     assert "UTC" in error["message"] and "raise the team's budget" in error["message"]
     usage = a.get("/usage").json()
@@ -150,21 +164,21 @@ def test_the_cpu_budget_is_sampled_and_refuses_runs_until_it_resets(agents, cast
 @pytest.fixture
 def previews(client, cast, run_stack, berth_server) -> PreviewAgent:
     for slug in ("one", "two"):
-        workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), slug,
-                                                       slug)
-        write(workspace, cast.carol, {"probe_app.py": PROBE_APP,
-                                      "workspace.toml": probe_toml()})
+        workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), slug, slug)
+        write(workspace, cast.carol, {"probe_app.py": PROBE_APP, "workspace.toml": probe_toml()})
     _, secret = cast.token(cast.carol, ["workspace:read", "preview"])
     return PreviewAgent(client, secret, "one")
 
 
 def start(agent: PreviewAgent, slug: str):
-    return agent.client.post(f"/api/v1/workspaces/{slug}/previews", {},
-                             content_type="application/json", **agent.headers)
+    return agent.client.post(
+        f"/api/v1/workspaces/{slug}/previews", {}, content_type="application/json", **agent.headers
+    )
 
 
 def test_at_the_preview_limit_the_longest_idle_one_makes_room_or_the_start_is_refused(
-        previews, cast, berth_server, settings):
+    previews, cast, berth_server, settings
+):
     limits(cast.team_a, max_concurrent_previews=1)
     first = previews.wait(previews.start(), {"ready", "failed"})
     assert first["state"] == "ready", first
@@ -175,8 +189,7 @@ def test_at_the_preview_limit_the_longest_idle_one_makes_room_or_the_start_is_re
     r = start(previews, "two")
     assert r.status_code == 429, r.content
     error = r.json()["error"]
-    assert error["code"] == "quota_exceeded" and error["details"]["limit"] == \
-        "concurrent_previews"
+    assert error["code"] == "quota_exceeded" and error["details"]["limit"] == "concurrent_previews"
     assert error["details"]["live"] == [first["id"]]
     assert "each served a request in the last" in error["message"]
     assert previews.get(first)["state"] == "ready"  # refused, nothing stopped

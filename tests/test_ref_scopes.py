@@ -15,8 +15,9 @@ from workspaces.store import open_store
 
 @pytest.fixture
 def shop(cast):
-    return workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                              "python-http")
+    return workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
 
 
 @pytest.fixture
@@ -32,24 +33,27 @@ def refused(response) -> None:
     assert "runs/<id>" in error["message"]
 
 
-def test_a_run_only_token_cannot_ask_for_its_changes_committed(client, cast, shop,
-                                                                runner_only):
-    r = client.post("/api/v1/workspaces/shop/runs", {"command": "true", "commit_changes": True},
-                    content_type="application/json", **runner_only)
+def test_a_run_only_token_cannot_ask_for_its_changes_committed(client, cast, shop, runner_only):
+    r = client.post(
+        "/api/v1/workspaces/shop/runs",
+        {"command": "true", "commit_changes": True},
+        content_type="application/json",
+        **runner_only,
+    )
     refused(r)
     assert not Run.objects.exists()  # nothing recorded, nothing queued
 
 
 def test_a_run_only_token_cannot_replay_a_run_that_commits(client, cast, shop, runner_only):
     done = finished_run(shop, cast.carol, commit_changes=True)
-    r = client.post(f"/api/v1/runs/{done.public_id}/rerun", {},
-                    content_type="application/json", **runner_only)
+    r = client.post(
+        f"/api/v1/runs/{done.public_id}/rerun", {}, content_type="application/json", **runner_only
+    )
     refused(r)
     assert Run.objects.count() == 1
 
 
-def test_a_run_only_token_cannot_commit_a_runs_changes_afterwards(client, cast, shop,
-                                                                  runner_only):
+def test_a_run_only_token_cannot_commit_a_runs_changes_afterwards(client, cast, shop, runner_only):
     done = finished_run(shop, cast.carol, changes={"tree": "a" * 40, "modified": ["app.py"]})
     refused(client.post(f"/api/v1/runs/{done.public_id}/commit-changes", **runner_only))
     done.refresh_from_db()

@@ -45,9 +45,14 @@ def fresh_channel_layer():
 @pytest.fixture
 def run(cast) -> Run:
     workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
-    return Run.objects.create(workspace=workspace, ref="main", commit="0" * 40,
-                              command="make test", image=settings.SANDBOX_IMAGE,
-                              state=RunState.RUNNING)
+    return Run.objects.create(
+        workspace=workspace,
+        ref="main",
+        commit="0" * 40,
+        command="make test",
+        image=settings.SANDBOX_IMAGE,
+        state=RunState.RUNNING,
+    )
 
 
 def write(run: Run, lines: list[str], signal: bool = False) -> int:
@@ -73,15 +78,21 @@ def test_it_pages_with_after_and_says_when_the_log_is_complete(client, cast, run
     write(run, ["one", "two", "three", "four", "five"])
 
     def page(after: int, limit: int = 1000) -> dict:
-        r = client.get(f"/api/v1/runs/{run.public_id}/logs",
-                       {"after": after, "limit": limit}, **bearer(secret))
+        r = client.get(
+            f"/api/v1/runs/{run.public_id}/logs", {"after": after, "limit": limit}, **bearer(secret)
+        )
         assert r.status_code == 200, r.content
         return r.json()
 
     first = page(0, limit=2)
-    assert first == {"entries": [{"seq": 1, "stream": "stdout", "text": "one"},
-                                 {"seq": 2, "stream": "stdout", "text": "two"}],
-                     "next": 2, "complete": False}
+    assert first == {
+        "entries": [
+            {"seq": 1, "stream": "stdout", "text": "one"},
+            {"seq": 2, "stream": "stdout", "text": "two"},
+        ],
+        "next": 2,
+        "complete": False,
+    }
     rest = page(first["next"])
     assert [e["text"] for e in rest["entries"]] == ["three", "four", "five"]
     assert (rest["next"], rest["complete"]) == (5, False)
@@ -113,22 +124,23 @@ def test_another_teams_run_is_not_found_and_the_run_scope_is_required(client, ca
     assert error["details"] == {"scope": "run"}
     assert_error(client.get(url), 401, "unauthenticated")
     _, carol = cast.token(cast.carol)
-    assert_error(client.get("/api/v1/runs/nosuchrun123/logs", **bearer(carol)), 404,
-                 "not_found")
+    assert_error(client.get("/api/v1/runs/nosuchrun123/logs", **bearer(carol)), 404, "not_found")
 
 
 # -- the WebSocket ------------------------------------------------------------------
 
 
-async def connect(run: Run, after: int = 0, secret: str | None = None,
-                  cookie: str | None = None) -> WebsocketCommunicator:
+async def connect(
+    run: Run, after: int = 0, secret: str | None = None, cookie: str | None = None
+) -> WebsocketCommunicator:
     headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
     if secret:
         headers.append((b"authorization", f"Bearer {secret}".encode()))
     if cookie:
         headers.append((b"cookie", cookie.encode()))
-    ws = WebsocketCommunicator(application, f"/ws/runs/{run.public_id}/logs?after={after}",
-                               headers=headers)
+    ws = WebsocketCommunicator(
+        application, f"/ws/runs/{run.public_id}/logs?after={after}", headers=headers
+    )
     connected, _ = await ws.connect(timeout=5)
     assert connected
     return ws
@@ -165,15 +177,21 @@ def test_it_replays_then_streams_live_entries_then_ends(cast, run):
     async def watch() -> None:
         ws = await connect(run, secret=secret)
         replay = await entries_until(ws, 3)
-        assert replay == [{"seq": n, "stream": "stdout", "text": t}
-                          for n, t in enumerate(["one", "two", "three"], 1)]
+        assert replay == [
+            {"seq": n, "stream": "stdout", "text": t}
+            for n, t in enumerate(["one", "two", "three"], 1)
+        ]
         for _ in range(300):  # a flood (past a channel's capacity of 100) only coalesces
             await logstore.asignal(run.public_id, 3)
         await asyncio.to_thread(write, run, ["four", "five"], signal=True)
         assert [e["text"] for e in await entries_until(ws, 5)] == ["four", "five"]
         await database_sync_to_async(finish)(run)
         assert await ws.receive_json_from(timeout=5) == {
-            "type": "end", "state": "succeeded", "reason": "exit_zero", "exit_code": 0}
+            "type": "end",
+            "state": "succeeded",
+            "reason": "exit_zero",
+            "exit_code": 0,
+        }
         assert await closed_with(ws) in (None, 1000)  # a normal close
         await ws.disconnect()
 
@@ -239,14 +257,19 @@ logstore.signal(run_id, total)
 def test_100k_lines_arrive_complete_in_order_and_fast(cast, run, tmp_path):
     _, secret = cast.token(cast.carol)
     total = 100_000
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test",
-           "TEST_DATA_DIR": str(tmp_path), "TEST_REDIS_URL": settings.REDIS_URL,
-           "BERTH_INSTANCE": settings.BERTH_INSTANCE}  # the same channel layer prefix
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "TEST_DATA_DIR": str(tmp_path),
+        "TEST_REDIS_URL": settings.REDIS_URL,
+        "BERTH_INSTANCE": settings.BERTH_INSTANCE,
+    }  # the same channel layer prefix
 
     async def watch() -> tuple[list, float]:
         ws = await connect(run, secret=secret)
         agent = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", AGENT, run.public_id, str(total), env=env)
+            sys.executable, "-c", AGENT, run.public_id, str(total), env=env
+        )
         entries = await entries_until(ws, 1, timeout=30)
         started = time.monotonic()  # from the first line: not the agent's start-up
         entries += await entries_until(ws, total, timeout=30)
@@ -327,8 +350,12 @@ def test_a_watcher_hears_an_end_that_the_agent_did_not_write(cast, run):
         ws = await connect(run, secret=secret)
         await database_sync_to_async(cancel_run)(run, Actor(cast.carol))
         end = await ws.receive_json_from(timeout=5)
-        assert end == {"type": "end", "state": "cancelled", "reason": "cancelled_by_user",
-                       "exit_code": None}
+        assert end == {
+            "type": "end",
+            "state": "cancelled",
+            "reason": "cancelled_by_user",
+            "exit_code": None,
+        }
         await ws.disconnect()
 
     async_to_sync(watch)()

@@ -22,23 +22,43 @@ from workspaces.store import open_store
 RUNS = "/t/team-a/w/shop/runs/"
 
 ISOLATION = {
-    "runtime": "runsc", "user": "1000:1000", "cap_drop": ["ALL"], "cap_add": [],
+    "runtime": "runsc",
+    "user": "1000:1000",
+    "cap_drop": ["ALL"],
+    "cap_add": [],
     "privileged": False,
     "security_opt": ["no-new-privileges", "seccomp=berth-sandbox/runsc@sha256:0123456789ab"],
-    "seccomp": {"profile": "berth-sandbox/runsc", "sha256": "0123456789ab" + "0" * 52,
-                "enforced": True, "enforced_by": "runsc --oci-seccomp (inside gVisor)"},
-    "read_only_root": True, "network": "none", "memory_bytes": 512 << 20,
-    "nano_cpus": 1_000_000_000, "pids_limit": 256, "ulimits": {"nofile": 1024},
-    "mounts": [{"target": "/workspace", "type": "volume"}], "init": True,
+    "seccomp": {
+        "profile": "berth-sandbox/runsc",
+        "sha256": "0123456789ab" + "0" * 52,
+        "enforced": True,
+        "enforced_by": "runsc --oci-seccomp (inside gVisor)",
+    },
+    "read_only_root": True,
+    "network": "none",
+    "memory_bytes": 512 << 20,
+    "nano_cpus": 1_000_000_000,
+    "pids_limit": 256,
+    "ulimits": {"nofile": 1024},
+    "mounts": [{"target": "/workspace", "type": "volume"}],
+    "init": True,
 }
-LIMITS = {"cpus": 1.0, "memory_mb": 512, "disk_mb": 1024, "timeout_s": 600, "pids": 256,
-          "nofile": 1024, "log_bytes": 10_000_000}
+LIMITS = {
+    "cpus": 1.0,
+    "memory_mb": 512,
+    "disk_mb": 1024,
+    "timeout_s": 600,
+    "pids": 256,
+    "nofile": 1024,
+    "log_bytes": 10_000_000,
+}
 
 
 @pytest.fixture
 def shop(cast) -> Workspace:
-    return workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                              "python-http")
+    return workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
 
 
 @pytest.fixture
@@ -60,24 +80,44 @@ def head(workspace: Workspace) -> str:
 
 
 def make_run(workspace: Workspace, user, **fields) -> Run:
-    fields = {"ref": "main", "commit": head(workspace), "command": "python3 -m unittest",
-              "image": settings.SANDBOX_IMAGE, "limits": LIMITS, "requested_by": user,
-              **fields}
+    fields = {
+        "ref": "main",
+        "commit": head(workspace),
+        "command": "python3 -m unittest",
+        "image": settings.SANDBOX_IMAGE,
+        "limits": LIMITS,
+        "requested_by": user,
+        **fields,
+    }
     return Run.objects.create(workspace=workspace, **fields)
 
 
 def finished_run(workspace: Workspace, user, **fields) -> Run:
     t0 = timezone.now() - timedelta(seconds=30)
-    steps = {"queued_at": t0, "started_at": t0 + timedelta(seconds=0.2),
-             "hydrated_at": t0 + timedelta(seconds=1.5),
-             "process_started_at": t0 + timedelta(seconds=1.7),
-             "finished_at": t0 + timedelta(seconds=14)}
-    return make_run(workspace, user, **{
-        "state": RunState.FAILED, "reason": "exit_nonzero", "exit_code": 3,
-        "message": "The command exited with code 3; the log says why.",
-        "isolation": ISOLATION, "warnings": ["workspace.toml asks for [sandbox].cpus = 8; "
-                                             "this server allows at most 2, so 2 applies."],
-        **steps, **fields})
+    steps = {
+        "queued_at": t0,
+        "started_at": t0 + timedelta(seconds=0.2),
+        "hydrated_at": t0 + timedelta(seconds=1.5),
+        "process_started_at": t0 + timedelta(seconds=1.7),
+        "finished_at": t0 + timedelta(seconds=14),
+    }
+    return make_run(
+        workspace,
+        user,
+        **{
+            "state": RunState.FAILED,
+            "reason": "exit_nonzero",
+            "exit_code": 3,
+            "message": "The command exited with code 3; the log says why.",
+            "isolation": ISOLATION,
+            "warnings": [
+                "workspace.toml asks for [sandbox].cpus = 8; "
+                "this server allows at most 2, so 2 applies."
+            ],
+            **steps,
+            **fields,
+        },
+    )
 
 
 def test_the_runs_tab_lists_recent_runs(carol, cast, shop):
@@ -110,24 +150,39 @@ def test_the_run_page_shows_what_ran_how_it_ended_and_what_applied(carol, cast, 
     assert "python3 -m unittest" in html
     assert f'href="/t/team-a/w/shop/commits/{run.commit}/"' in html
     assert '<span class="badge state-failed">failed</span>' in html
-    assert "exit code <strong class=\"mono\">3</strong>" in html
+    assert 'exit code <strong class="mono">3</strong>' in html
     assert "The command exited with code 3; the log says why." in html
     assert "this server allows at most 2, so 2 applies." in html
     # Timings: each step, with how long it took after the one before.
-    for step in ("Queued", "Picked up by a worker", "Source copied in", "Process started",
-                 "Finished"):
+    for step in (
+        "Queued",
+        "Picked up by a worker",
+        "Source copied in",
+        "Process started",
+        "Finished",
+    ):
         assert f"<th>{step}</th>" in html
     assert "+1.30 s" in html and "+12.3 s" in html
     # The phase bar: where the time went, as shares of the whole.
-    assert 'class="phase-bar" role="img" aria-label="waiting 0.2 s, preparing 1.3 s, ' \
+    assert (
+        'class="phase-bar" role="img" aria-label="waiting 0.2 s, preparing 1.3 s, '
         'command 12.3 s"' in html
+    )
     # Isolation, as the engine reported it.
-    for label, value in [("Runtime", "runsc"), ("User", "1000:1000"),
-                         ("Capabilities", "dropped ALL"),
-                         ("Seccomp", "berth-sandbox/runsc (sha256 0123456789ab), enforced by "
-                                     "runsc --oci-seccomp (inside gVisor)"),
-                         ("Read-only root", "yes"), ("Network", "none"),
-                         ("Process limit", "256"), ("Memory", "512 MB")]:
+    for label, value in [
+        ("Runtime", "runsc"),
+        ("User", "1000:1000"),
+        ("Capabilities", "dropped ALL"),
+        (
+            "Seccomp",
+            "berth-sandbox/runsc (sha256 0123456789ab), enforced by "
+            "runsc --oci-seccomp (inside gVisor)",
+        ),
+        ("Read-only root", "yes"),
+        ("Network", "none"),
+        ("Process limit", "256"),
+        ("Memory", "512 MB"),
+    ]:
         assert f'<th>{label}</th><td colspan="2" class="mono">{value}</td>' in html
     assert '<th>Timeout</th><td colspan="2" class="mono">600 s</td>' in html
     # Ended: no Cancel button; the viewer still replays the log from the start.
@@ -159,8 +214,14 @@ def test_a_long_log_opens_near_its_end(log_dir, carol, cast, shop, monkeypatch):
 
 
 def test_htmx_gets_only_the_run_status(carol, cast, shop):
-    run = finished_run(shop, cast.carol, state=RunState.SUCCEEDED, reason="exit_zero",
-                       exit_code=0, message="The command exited with code 0.")
+    run = finished_run(
+        shop,
+        cast.carol,
+        state=RunState.SUCCEEDED,
+        reason="exit_zero",
+        exit_code=0,
+        message="The command exited with code 0.",
+    )
     r = carol.get(f"{RUNS}{run.public_id}/", headers={"HX-Request": "true"})
     assert r.status_code == 200 and "HX-Request" in r["Vary"]
     html = r.content.decode()
@@ -171,14 +232,25 @@ def test_htmx_gets_only_the_run_status(carol, cast, shop):
 
 
 def test_the_form_queues_a_run_of_the_branch_head_and_opens_its_page(
-        carol, cast, shop, django_capture_on_commit_callbacks):
+    carol, cast, shop, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks() as callbacks:
-        r = carol.post(RUNS, {"command": "  python3 -m unittest -v ", "ref": "main",
-                              "runtime": "gvisor", "timeout_s": "30"})
+        r = carol.post(
+            RUNS,
+            {
+                "command": "  python3 -m unittest -v ",
+                "ref": "main",
+                "runtime": "gvisor",
+                "timeout_s": "30",
+            },
+        )
     run = Run.objects.get()
     assert r.status_code == 302 and r["Location"] == f"{RUNS}{run.public_id}/"
-    assert (run.command, run.commit, run.runtime) == ("python3 -m unittest -v", head(shop),
-                                                      "gvisor")
+    assert (run.command, run.commit, run.runtime) == (
+        "python3 -m unittest -v",
+        head(shop),
+        "gvisor",
+    )
     assert run.limits["timeout_s"] == 30 and run.requested_by == cast.carol
     assert run.state == RunState.QUEUED
     # Admission (which sends the prepare task) and the activity feed: after the commit.
@@ -188,12 +260,18 @@ def test_the_form_queues_a_run_of_the_branch_head_and_opens_its_page(
     assert "python3 -m unittest -v" in page and "gVisor" not in page
 
 
-@pytest.mark.parametrize("data, field_error", [
-    ({"command": "   "}, "This field is required."),
-    ({"command": "true", "ref": "no-such-branch"}, "no-such-branch"),
-    ({"command": "true", "timeout_s": "999999"}, "is above this server&#x27;s maximum of 3600."),
-    ({"command": "true", "runtime": "kata"}, "Select a valid choice."),
-])
+@pytest.mark.parametrize(
+    "data, field_error",
+    [
+        ({"command": "   "}, "This field is required."),
+        ({"command": "true", "ref": "no-such-branch"}, "no-such-branch"),
+        (
+            {"command": "true", "timeout_s": "999999"},
+            "is above this server&#x27;s maximum of 3600.",
+        ),
+        ({"command": "true", "runtime": "kata"}, "Select a valid choice."),
+    ],
+)
 def test_a_refused_run_keeps_the_form_and_says_why(carol, shop, data, field_error):
     r = carol.post(RUNS, data)
     assert r.status_code == 422
@@ -222,8 +300,11 @@ def test_any_member_may_cancel_a_queued_run(signed_in, cast, shop):
     r = bob.post(f"{RUNS}{run.public_id}/cancel/")
     assert r.status_code == 302 and r["Location"] == f"{RUNS}{run.public_id}/"
     run.refresh_from_db()
-    assert (run.state, run.reason, run.message) == ("cancelled", "cancelled_by_user",
-                                                    "Cancelled by bob.")
+    assert (run.state, run.reason, run.message) == (
+        "cancelled",
+        "cancelled_by_user",
+        "Cancelled by bob.",
+    )
     assert run.finished_at is not None
     assert Activity.objects.filter(verb="run.cancelled", user=cast.bob).exists()
     html = bob.get(r["Location"]).content.decode()
@@ -254,10 +335,8 @@ def test_charlie_gets_404_everywhere(signed_in, cast, shop):
 
 
 def test_a_run_is_only_found_under_its_own_workspace(carol, cast, shop):
-    other = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Other",
-                                               "other")
+    other = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Other", "other")
     run = make_run(shop, cast.carol)
     assert carol.get(f"/t/team-a/w/{other.slug}/runs/{run.public_id}/").status_code == 404
     assert carol.get(f"{RUNS}nosuchrun/").status_code == 404
-    assert carol.post(f"/t/team-a/w/{other.slug}/runs/{run.public_id}/cancel/"
-                      ).status_code == 404
+    assert carol.post(f"/t/team-a/w/{other.slug}/runs/{run.public_id}/cancel/").status_code == 404

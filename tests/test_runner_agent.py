@@ -23,15 +23,19 @@ pytestmark = pytest.mark.docker
 
 def test_it_removes_this_instances_orphans_but_not_another_instances(transactional_db):
     mine = engine().containers.create(
-        settings.SANDBOX_IMAGE, ["true"], name=resource_name("run", new_id()),
+        settings.SANDBOX_IMAGE,
+        ["true"],
+        name=resource_name("run", new_id()),
         labels={**instance_label(), "berth.kind": "run", "berth.owner": new_id()},
         network_mode="none",
     )
     other_instance = "other" + new_id(3)
     theirs = engine().containers.create(
-        settings.SANDBOX_IMAGE, ["true"], name=f"berth-{other_instance}-run-{new_id()}",
-        labels={"berth.instance": other_instance, "berth.kind": "run",
-                "berth.owner": new_id()}, network_mode="none",
+        settings.SANDBOX_IMAGE,
+        ["true"],
+        name=f"berth-{other_instance}-run-{new_id()}",
+        labels={"berth.instance": other_instance, "berth.kind": "run", "berth.owner": new_id()},
+        network_mode="none",
     )
     try:
         call_command("runner_agent", once=True)
@@ -45,14 +49,20 @@ def test_it_removes_this_instances_orphans_but_not_another_instances(transaction
 
 
 def test_one_runs_fault_never_keeps_another_runs_timeout_from_applying(transactional_db, cast):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop",
-                                                   "shop")
+    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop")
     long_ago = timezone.now() - timedelta(hours=1)
 
     def running(limits: dict, since=long_ago) -> Run:
-        return Run.objects.create(workspace=workspace, commit="a" * 40, command="sleep 1h",
-                                  image=settings.SANDBOX_IMAGE, runtime="runc", limits=limits,
-                                  state=RunState.RUNNING, hydrated_at=since)
+        return Run.objects.create(
+            workspace=workspace,
+            commit="a" * 40,
+            command="sleep 1h",
+            image=settings.SANDBOX_IMAGE,
+            runtime="runc",
+            limits=limits,
+            state=RunState.RUNNING,
+            hydrated_at=since,
+        )
 
     # Rows no door makes, that a bug might: a timeout that is not a number, limits
     # without disk_mb. The overdue run sits between two broken ones, whatever the order.
@@ -69,21 +79,31 @@ def test_one_runs_fault_never_keeps_another_runs_timeout_from_applying(transacti
         assert run.stop_reason == ""
 
 
-def test_a_run_whose_container_was_made_but_never_started_is_sent_again(transactional_db,
-                                                                        cast):
+def test_a_run_whose_container_was_made_but_never_started_is_sent_again(transactional_db, cast):
     """The worker died between making the sandbox and starting it: the container is
     there, `created`, and carries nothing. Once stale, the run's task is sent again (the
     new delivery replaces the unstarted container) instead of waiting for ever."""
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop",
-                                                   "shop")
+    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop")
     long_ago = timezone.now() - timedelta(hours=1)
-    run = Run.objects.create(workspace=workspace, commit="a" * 40, command="true",
-                             image=settings.SANDBOX_IMAGE, runtime="runc", limits={},
-                             state=RunState.PREPARING, admitted_at=long_ago,
-                             started_at=long_ago, prepare_sent_at=long_ago)
+    run = Run.objects.create(
+        workspace=workspace,
+        commit="a" * 40,
+        command="true",
+        image=settings.SANDBOX_IMAGE,
+        runtime="runc",
+        limits={},
+        state=RunState.PREPARING,
+        admitted_at=long_ago,
+        started_at=long_ago,
+        prepare_sent_at=long_ago,
+    )
     container = engine().containers.create(
-        settings.SANDBOX_IMAGE, ["true"], name=run.container_name, network_mode="none",
-        labels={**instance_label(), "berth.kind": "run", "berth.owner": run.public_id})
+        settings.SANDBOX_IMAGE,
+        ["true"],
+        name=run.container_name,
+        network_mode="none",
+        labels={**instance_label(), "berth.kind": "run", "berth.owner": run.public_id},
+    )
     try:
         call_command("runner_agent", once=True)
         run.refresh_from_db()

@@ -26,8 +26,12 @@ class Agent:
         self.client, self.headers = client, bearer(secret)
 
     def run(self, command: str, **body) -> dict:
-        r = self.client.post("/api/v1/workspaces/shop/runs", {"command": command, **body},
-                             content_type="application/json", **self.headers)
+        r = self.client.post(
+            "/api/v1/workspaces/shop/runs",
+            {"command": command, **body},
+            content_type="application/json",
+            **self.headers,
+        )
         assert r.status_code == 202, r.content
         return r.json()
 
@@ -60,8 +64,9 @@ class Agent:
 
 @pytest.fixture
 def shop(cast):
-    return workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                              "python-http")
+    return workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
 
 
 @pytest.fixture
@@ -71,8 +76,9 @@ def agent(client, cast, shop, run_stack):
 
 
 def set_toml(shop, cast, text: str) -> None:
-    workspace_actions.commit_changes(shop, Actor(cast.carol),
-                                     [Change("write", "workspace.toml", text.encode())], "toml")
+    workspace_actions.commit_changes(
+        shop, Actor(cast.carol), [Change("write", "workspace.toml", text.encode())], "toml"
+    )
 
 
 def no_container_left(run: dict, timeout: float = 20) -> bool:
@@ -81,8 +87,9 @@ def no_container_left(run: dict, timeout: float = 20) -> bool:
     name = f"run-{run['id']}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not engine().api.containers(all=True, filters={"name": name}) and \
-                not engine().volumes.list(filters={"name": name}):
+        if not engine().api.containers(
+            all=True, filters={"name": name}
+        ) and not engine().volumes.list(filters={"name": name}):
             return True
         time.sleep(0.1)
     return False
@@ -92,8 +99,9 @@ def test_echo_hi_succeeds_with_its_log_and_a_pinned_commit(agent, shop, cast):
     head = agent.get("/workspaces/shop").json()["head"]
     run = agent.run("echo hi; cat README.md | head -1")
     # The branch moves while the run is queued: the run keeps the commit it asked for.
-    workspace_actions.commit_changes(shop, Actor(cast.carol),
-                                     [Change("write", "README.md", b"# moved\n")], "move")
+    workspace_actions.commit_changes(
+        shop, Actor(cast.carol), [Change("write", "README.md", b"# moved\n")], "move"
+    )
     done = agent.wait(run)
     assert done["state"] == "succeeded" and done["exit_code"] == 0
     assert done["reason"] == "exit_zero" and done["commit"] == head
@@ -102,8 +110,10 @@ def test_echo_hi_succeeds_with_its_log_and_a_pinned_commit(agent, shop, cast):
     assert done["isolation"]["cap_drop"] == ["ALL"] and done["isolation"]["user"] == "1000:1000"
     assert done["isolation"]["read_only_root"] is True
     timings = done["timings"]
-    assert all(timings[k] for k in ("queued_at", "started_at", "hydrated_at",
-                                    "process_started_at", "finished_at"))
+    assert all(
+        timings[k]
+        for k in ("queued_at", "started_at", "hydrated_at", "process_started_at", "finished_at")
+    )
     assert no_container_left(done)
 
 
@@ -114,13 +124,17 @@ def test_a_nonzero_exit_fails_with_its_code(agent):
     log = agent.log(done)
     assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
     assert [e for e in log if e["stream"] != "system"] == [
-        {"seq": len(log), "stream": "stderr", "text": "oops"}]
+        {"seq": len(log), "stream": "stderr", "text": "oops"}
+    ]
 
 
 def test_a_command_not_found_says_so(agent):
     done = agent.wait(agent.run("no-such-tool --version"))
-    assert (done["state"], done["exit_code"], done["reason"]) == ("failed", 127,
-                                                                  "command_not_found")
+    assert (done["state"], done["exit_code"], done["reason"]) == (
+        "failed",
+        127,
+        "command_not_found",
+    )
     assert "not found" in done["message"]
 
 
@@ -137,30 +151,46 @@ def test_an_image_off_the_allowlist_is_refused(agent, shop, cast):
     assert (done["state"], done["reason"]) == ("error", "image_not_allowed")
 
 
-@pytest.mark.parametrize("field", [{"privileged": True}, {"binds": ["/:/host"]},
-                                   {"network_mode": "host"}, {"cap_add": ["SYS_ADMIN"]},
-                                   {"user": "root"}])
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"privileged": True},
+        {"binds": ["/:/host"]},
+        {"network_mode": "host"},
+        {"cap_add": ["SYS_ADMIN"]},
+        {"user": "root"},
+    ],
+)
 def test_engine_options_in_a_request_are_refused(agent, field):
-    r = agent.client.post("/api/v1/workspaces/shop/runs", {"command": "true", **field},
-                          content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/shop/runs",
+        {"command": "true", **field},
+        content_type="application/json",
+        **agent.headers,
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid"
     assert not Run.objects.exists()
 
 
 def test_a_timeout_past_the_maximum_is_refused(agent):
-    r = agent.client.post("/api/v1/workspaces/shop/runs",
-                          {"command": "true", "timeout_s": 10**6},
-                          content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/shop/runs",
+        {"command": "true", "timeout_s": 10**6},
+        content_type="application/json",
+        **agent.headers,
+    )
     assert r.status_code == 422 and r.json()["error"]["details"]["maximum"] == 3600
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_the_sandbox_is_isolated(agent, runtime):
-    script = ("python3 -c \"import os; print(sorted(os.listdir('/sys/class/net')))\"; id -u; "
-              "grep CapEff /proc/self/status; "
-              "python3 -c \"print([l.split()[3].split(',')[0] for l in open('/proc/mounts') "
-              "if l.split()[1] == '/'][0])\"; "
-              "head -1 /workspace/app.py")
+    script = (
+        "python3 -c \"import os; print(sorted(os.listdir('/sys/class/net')))\"; id -u; "
+        "grep CapEff /proc/self/status; "
+        "python3 -c \"print([l.split()[3].split(',')[0] for l in open('/proc/mounts') "
+        "if l.split()[1] == '/'][0])\"; "
+        "head -1 /workspace/app.py"
+    )
     done = agent.wait(agent.run(script, runtime=runtime))
     assert done["state"] == "succeeded", agent.output(done)
     out = agent.output(done)
@@ -230,7 +260,7 @@ def test_a_fork_bomb_stops_at_the_pids_limit_and_the_neighbour_still_runs(agent,
 
 def test_memory_past_the_limit_ends_oom_killed(agent, shop, cast):
     set_toml(shop, cast, "[sandbox]\nmemory_mb = 64\n")
-    done = agent.wait(agent.run("python3 -c \"b = bytearray(512 * 1024 * 1024)\""))
+    done = agent.wait(agent.run('python3 -c "b = bytearray(512 * 1024 * 1024)"'))
     assert (done["state"], done["reason"]) == ("oom_killed", "oom")
     assert "64 MB" in done["message"]
 
@@ -264,8 +294,9 @@ def test_a_background_process_does_not_outlive_the_run(agent):
 
 def test_writing_past_disk_mb_ends_disk_quota_exceeded(agent, shop, cast):
     set_toml(shop, cast, "[sandbox]\ndisk_mb = 20\n")
-    done = agent.wait(agent.run(
-        "for i in $(seq 1 40); do head -c 1048576 /dev/zero > f$i; done; sleep 60"))
+    done = agent.wait(
+        agent.run("for i in $(seq 1 40); do head -c 1048576 /dev/zero > f$i; done; sleep 60")
+    )
     assert (done["state"], done["reason"]) == ("failed", "disk_quota_exceeded")
     assert "20 MB" in done["message"]
 

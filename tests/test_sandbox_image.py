@@ -20,14 +20,18 @@ Components: main
 
 
 def test_it_reads_the_mirror_from_deb822_sources():
-    assert debian_mirror({"/etc/apt/sources.list.d/debian.sources": DEB822}) == \
-        "http://deb.debian.org/debian"
+    assert (
+        debian_mirror({"/etc/apt/sources.list.d/debian.sources": DEB822})
+        == "http://deb.debian.org/debian"
+    )
 
 
 def test_it_reads_one_line_sources_and_skips_security_and_deb_src():
-    text = ("deb-src http://src.example/debian bookworm main\n"
-            "deb http://security.debian.org/debian-security bookworm-security main\n"
-            "deb [arch=amd64] https://mirror.example/debian/ bookworm main contrib\n")
+    text = (
+        "deb-src http://src.example/debian bookworm main\n"
+        "deb http://security.debian.org/debian-security bookworm-security main\n"
+        "deb [arch=amd64] https://mirror.example/debian/ bookworm main contrib\n"
+    )
     assert debian_mirror({"/etc/apt/sources.list": text}) == "https://mirror.example/debian"
 
 

@@ -43,6 +43,7 @@ def error_of(response) -> dict:
 
 # -- the API -------------------------------------------------------------------------------
 
+
 def test_an_admin_sets_a_secret_and_no_door_shows_its_value(client, cast, alice_api):
     r = put(client, alice_api, "API_KEY", {"value": VALUE})
     assert r.status_code == 200, r.content
@@ -86,9 +87,11 @@ def test_a_member_may_list_names_but_not_manage_them(client, cast, alice_api):
     _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
     carol = bearer(secret)
     assert [s["name"] for s in client.get(API, **carol).json()] == ["API_KEY"]
-    for r in (put(client, carol, "API_KEY", {"value": "mine"}),
-              put(client, carol, "OTHER", {"value": "mine"}),
-              client.delete(f"{API}/API_KEY", **carol)):
+    for r in (
+        put(client, carol, "API_KEY", {"value": "mine"}),
+        put(client, carol, "OTHER", {"value": "mine"}),
+        client.delete(f"{API}/API_KEY", **carol),
+    ):
         assert r.status_code == 403 and error_of(r)["code"] == "admin_required"
     assert decrypt(Secret.objects.get(name="API_KEY").ciphertext) == VALUE
     assert not Secret.objects.filter(name="OTHER").exists()
@@ -105,21 +108,27 @@ def test_another_team_gets_404_for_everything(client, cast, alice_api):
     put(client, alice_api, "API_KEY", {"value": VALUE})
     _, secret = cast.token(cast.charlie)
     charlie = bearer(secret)
-    for r in (client.get(API, **charlie), put(client, charlie, "API_KEY", {"value": "x"}),
-              client.delete(f"{API}/API_KEY", **charlie)):
+    for r in (
+        client.get(API, **charlie),
+        put(client, charlie, "API_KEY", {"value": "x"}),
+        client.delete(f"{API}/API_KEY", **charlie),
+    ):
         assert r.status_code == 404 and error_of(r)["code"] == "not_found"
     assert decrypt(Secret.objects.get(name="API_KEY").ciphertext) == VALUE
 
 
-@pytest.mark.parametrize("name, body, code", [
-    ("API_KEY", {"value": VALUE, "mode": "plain"}, "invalid"),
-    ("API_KEY", {}, "invalid"),
-    ("api-key", {"value": VALUE}, "invalid"),
-    ("9LIVES", {"value": VALUE}, "invalid"),
-    ("API_KEY", {"value": ""}, "invalid"),
-    ("API_KEY", {"value": "line one\nline two"}, "invalid"),
-    ("API_KEY", {"value": "x" * (MAX_VALUE_BYTES + 1)}, "too_large"),
-])
+@pytest.mark.parametrize(
+    "name, body, code",
+    [
+        ("API_KEY", {"value": VALUE, "mode": "plain"}, "invalid"),
+        ("API_KEY", {}, "invalid"),
+        ("api-key", {"value": VALUE}, "invalid"),
+        ("9LIVES", {"value": VALUE}, "invalid"),
+        ("API_KEY", {"value": ""}, "invalid"),
+        ("API_KEY", {"value": "line one\nline two"}, "invalid"),
+        ("API_KEY", {"value": "x" * (MAX_VALUE_BYTES + 1)}, "too_large"),
+    ],
+)
 def test_bad_input_is_refused_with_422(client, cast, alice_api, name, body, code):
     r = put(client, alice_api, name, body)
     assert r.status_code == 422 and error_of(r)["code"] == code, r.content
@@ -127,6 +136,7 @@ def test_bad_input_is_refused_with_422(client, cast, alice_api, name, body, code
 
 
 # -- the page ------------------------------------------------------------------------------
+
 
 def test_alice_sets_and_deletes_a_secret_on_the_page(signed_in, cast, notes):
     alice = signed_in(cast.alice)
@@ -162,8 +172,7 @@ def test_the_page_needs_the_csrf_token(cast, notes):
     assert not Secret.objects.exists()
 
 
-def test_carol_sees_the_names_but_cannot_set_or_delete(signed_in, cast, notes, client,
-                                                       alice_api):
+def test_carol_sees_the_names_but_cannot_set_or_delete(signed_in, cast, notes, client, alice_api):
     put(client, alice_api, "API_KEY", {"value": VALUE})
     carol = signed_in(cast.carol)
     html = carol.get(PAGE).content.decode()
@@ -185,35 +194,63 @@ def test_charlie_gets_404_for_the_page(signed_in, cast, notes):
 
 # -- token lists ---------------------------------------------------------------------------
 
+
 def test_a_token_made_on_the_page_lists_the_secrets_it_may_grant(signed_in, cast):
     carol = signed_in(cast.carol)
-    r = carol.post("/t/team-a/tokens/", {"name": "deployer", "scopes": ["run"],
-                                         "secret_names": "API_KEY, DB_URL", "expires_days": 7})
+    r = carol.post(
+        "/t/team-a/tokens/",
+        {
+            "name": "deployer",
+            "scopes": ["run"],
+            "secret_names": "API_KEY, DB_URL",
+            "expires_days": 7,
+        },
+    )
     assert r.status_code == 200
     assert ApiToken.objects.get(name="deployer").secret_names == ["API_KEY", "DB_URL"]
     assert "API_KEY, DB_URL" in carol.get("/t/team-a/tokens/").content.decode()
 
-    r = carol.post("/t/team-a/tokens/", {"name": "typo", "scopes": ["run"],
-                                         "secret_names": "api-key", "expires_days": 7})
+    r = carol.post(
+        "/t/team-a/tokens/",
+        {"name": "typo", "scopes": ["run"], "secret_names": "api-key", "expires_days": 7},
+    )
     assert r.status_code == 422 and "is not a secret name" in r.content.decode()
     assert not ApiToken.objects.filter(name="typo").exists()
 
 
 def test_create_token_takes_secret_names(cast):
-    call_command("create_token", team="team-a", user="carol", scopes="run", name="ci",
-                 secrets="API_KEY,DB_URL", secret=["API_KEY"])
+    call_command(
+        "create_token",
+        team="team-a",
+        user="carol",
+        scopes="run",
+        name="ci",
+        secrets="API_KEY,DB_URL",
+        secret=["API_KEY"],
+    )
     assert ApiToken.objects.get(name="ci").secret_names == ["API_KEY", "DB_URL"]
     with pytest.raises(CommandError, match="is not a secret name"):
-        call_command("create_token", team="team-a", user="carol", scopes="run", name="bad",
-                     secrets="API_KEY,db url")
+        call_command(
+            "create_token",
+            team="team-a",
+            user="carol",
+            scopes="run",
+            name="bad",
+            secrets="API_KEY,db url",
+        )
     assert not ApiToken.objects.filter(name="bad").exists()
 
 
 # -- granting secrets to runs --------------------------------------------------------------
 
+
 def run_request(client, headers, **body):
-    return client.post("/api/v1/workspaces/notes/runs", {"command": "true", **body},
-                       content_type="application/json", **headers)
+    return client.post(
+        "/api/v1/workspaces/notes/runs",
+        {"command": "true", **body},
+        content_type="application/json",
+        **headers,
+    )
 
 
 def test_a_token_may_grant_only_the_names_on_its_list(client, cast, alice_api):
@@ -247,14 +284,18 @@ def test_a_signed_in_person_may_grant_any_secret(client, cast, alice_api, notes)
 
 
 @pytest.mark.docker
-def test_a_granted_secret_reaches_the_run_and_is_masked_everywhere(client, cast, alice_api,
-                                                                   run_stack):
+def test_a_granted_secret_reaches_the_run_and_is_masked_everywhere(
+    client, cast, alice_api, run_stack
+):
     put(client, alice_api, "API_KEY", {"value": VALUE})
     _, secret = cast.token(cast.carol, ["workspace:read", "run"], secret_names=["API_KEY"])
     agent = Agent(client, secret)
-    r = run_request(client, agent.headers, secrets=["API_KEY"],
-                    command='echo "key=$API_KEY"; printenv API_KEY | wc -c; '
-                            'echo "$API_KEY" > leaked.txt')
+    r = run_request(
+        client,
+        agent.headers,
+        secrets=["API_KEY"],
+        command='echo "key=$API_KEY"; printenv API_KEY | wc -c; echo "$API_KEY" > leaked.txt',
+    )
     assert r.status_code == 202, r.content
     done = agent.wait(r.json())
     assert done["state"] == "succeeded", agent.output(done)
@@ -271,15 +312,19 @@ def test_a_granted_secret_reaches_the_run_and_is_masked_everywhere(client, cast,
 
 @pytest.mark.docker
 def test_a_secret_changed_during_a_run_stays_masked_with_the_value_the_run_got(
-        client, cast, alice_api, run_stack):
+    client, cast, alice_api, run_stack
+):
     """The run masks with the values sealed when it was prepared, so rotating or
     deleting a secret mid-run never shows the old value in clear."""
     put(client, alice_api, "API_KEY", {"value": VALUE})
     _, secret = cast.token(cast.carol, ["workspace:read", "run"], secret_names=["API_KEY"])
     agent = Agent(client, secret)
-    run = run_request(client, agent.headers, secrets=["API_KEY"],
-                      command='echo started; sleep 4; echo "late=$API_KEY"; '
-                              'echo "$API_KEY" > leaked.txt').json()
+    run = run_request(
+        client,
+        agent.headers,
+        secrets=["API_KEY"],
+        command='echo started; sleep 4; echo "late=$API_KEY"; echo "$API_KEY" > leaked.txt',
+    ).json()
     assert wait_for_output(agent, run, "started")
     assert put(client, alice_api, "API_KEY", {"value": "rotated-value-2"}).status_code == 200
     assert client.delete(f"{API}/API_KEY", **alice_api).status_code == 204

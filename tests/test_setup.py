@@ -29,9 +29,12 @@ HARDENED = dict(
 def run_in_sandbox(command: str, runtime: str) -> tuple[int, str]:
     """Run `command` in the sandbox image under `runtime`; always remove the container."""
     container = engine().containers.create(
-        settings.SANDBOX_IMAGE, ["sh", "-c", command], runtime=runtime,
+        settings.SANDBOX_IMAGE,
+        ["sh", "-c", command],
+        runtime=runtime,
         name=resource_name("setup-test", runtime, docker_safe_suffix()),
-        labels=instance_label(), **HARDENED,
+        labels=instance_label(),
+        **HARDENED,
     )
     try:
         container.start()
@@ -43,6 +46,7 @@ def run_in_sandbox(command: str, runtime: str) -> tuple[int, str]:
 
 def docker_safe_suffix() -> str:
     from accounts.ids import new_id
+
     return new_id(6)
 
 
@@ -69,8 +73,9 @@ def test_runsc_really_is_gvisor():
 
 
 def test_runc_shares_the_host_kernel_but_no_capabilities():
-    status, out = run_in_sandbox("uname -r; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status",
-                                 "runc")
+    status, out = run_in_sandbox(
+        "uname -r; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status", "runc"
+    )
     assert status == 0
     assert out.splitlines()[0] == platform.release()
     assert "CapEff:\t0000000000000000" in out and "NoNewPrivs:\t1" in out
@@ -78,7 +83,7 @@ def test_runc_shares_the_host_kernel_but_no_capabilities():
 
 @pytest.mark.parametrize("runtime", ["runc", "runsc"])
 def test_the_sandbox_has_no_network_but_loopback(runtime):
-    script = ("python3 -c \"import socket; print(sorted(n for _, n in socket.if_nameindex()))\"")
+    script = 'python3 -c "import socket; print(sorted(n for _, n in socket.if_nameindex()))"'
     status, out = run_in_sandbox(script, runtime)
     assert status == 0
     assert out.strip() == "['lo']"
@@ -86,8 +91,9 @@ def test_the_sandbox_has_no_network_but_loopback(runtime):
 
 def test_the_sandbox_image_runs_as_uid_1000_who_owns_workspace_and_deps():
     status, out = run_in_sandbox(
-        "id -u; stat -c '%u %n' /workspace /deps; python3 --version; node --version; "
-        "git --version", "runc")
+        "id -u; stat -c '%u %n' /workspace /deps; python3 --version; node --version; git --version",
+        "runc",
+    )
     assert status == 0, out
     lines = out.splitlines()
     assert lines[0] == "1000"
@@ -107,6 +113,6 @@ def test_redis_answers():
 
 def test_a_real_celery_worker_answers(celery_worker):
     from config.celery import app
+
     replies = app.control.ping(timeout=2)
     assert replies, "no Celery worker answered"
-

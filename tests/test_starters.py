@@ -19,8 +19,13 @@ def test_each_starter_has_a_valid_workspace_toml_with_a_preview(name):
 def test_the_python_starter_tests_pass(tmp_path):
     for path, content in starters.files("python-http").items():
         (tmp_path / path).write_bytes(content)
-    result = subprocess.run([sys.executable, "-m", "unittest", "-v"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "unittest", "-v"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "Ran 2 tests" in result.stderr
 
@@ -29,7 +34,8 @@ def test_the_python_starter_tests_pass(tmp_path):
 def test_the_node_starter_tests_pass(tmp_path):
     for path, content in starters.files("node-http").items():
         (tmp_path / path).write_bytes(content)
-    result = subprocess.run(["node", "--test"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        ["node", "--test"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "pass 2" in result.stdout

@@ -17,18 +17,21 @@ FOREIGN = "1234567890abcdef1234567890abcdef12345678"  # no such object here
 
 @pytest.fixture
 def shop(cast):
-    return actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                    "python-http")
+    return actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http")
 
 
-def test_a_pushed_submodule_is_shown_as_one_in_every_diff(berth_server, cast, shop, tmp_path,
-                                                          client, signed_in):
+def test_a_pushed_submodule_is_shown_as_one_in_every_diff(
+    berth_server, cast, shop, tmp_path, client, signed_in
+):
     token, secret = cast.token(cast.carol)
     git("clone", url(berth_server, secret), "work", cwd=tmp_path)
     work = tmp_path / "work"
     base = git("rev-parse", "HEAD", cwd=work).stdout.strip()
-    subprocess.run(["git", "update-index", "--add", "--cacheinfo",
-                    f"160000,{FOREIGN},vendor/lib"], cwd=work, check=True)
+    subprocess.run(
+        ["git", "update-index", "--add", "--cacheinfo", f"160000,{FOREIGN},vendor/lib"],
+        cwd=work,
+        check=True,
+    )
     git("commit", "-m", "Vendor a library as a submodule", cwd=work)
     git("push", "origin", "main", cwd=work)
     head = git("rev-parse", "HEAD", cwd=work).stdout.strip()
@@ -40,8 +43,9 @@ def test_a_pushed_submodule_is_shown_as_one_in_every_diff(berth_server, cast, sh
     assert entry["submodule"] is True
     assert f"+Subproject commit {FOREIGN}" in entry["patch"]
 
-    compared = client.get(f"/api/v1/workspaces/shop/compare?base={base}&head={head}",
-                          **bearer(secret))
+    compared = client.get(
+        f"/api/v1/workspaces/shop/compare?base={base}&head={head}", **bearer(secret)
+    )
     assert compared.status_code == 200, compared.content
     assert compared.json()["diff"]["files"][0]["submodule"] is True
 

@@ -39,16 +39,21 @@ def preview(stack) -> dict:
     preview = r.json()
     r = stack.api("POST", f"/previews/{preview['id']}/public", {"public": True})
     assert r.status_code == 200, r.text
-    wait_for(lambda: stack.api("GET", f"/previews/{preview['id']}").json()["state"] == "ready",
-             timeout=120, interval=0.5, what="the preview to be ready")
+    wait_for(
+        lambda: stack.api("GET", f"/previews/{preview['id']}").json()["state"] == "ready",
+        timeout=120,
+        interval=0.5,
+        what="the preview to be ready",
+    )
     return preview
 
 
 def preview_answers(stack: Stack, preview: dict) -> bool:
     host = f"{preview['id']}.{settings.PREVIEW_DOMAIN}:{stack.preview_port}"
     try:
-        r = requests.get(f"http://127.0.0.1:{stack.preview_port}/", timeout=3,
-                         headers={"Host": host})
+        r = requests.get(
+            f"http://127.0.0.1:{stack.preview_port}/", timeout=3, headers={"Host": host}
+        )
     except requests.RequestException:
         return False
     return r.status_code == 200 and "Hello, world!" in r.text
@@ -60,8 +65,12 @@ def kill(stack: Stack, program: str) -> tuple[int, dict[str, int]]:
     others = {p: stack.pid(p) for p in PROGRAMS if p != program}
     old = stack.pid(program)
     os.kill(old, signal.SIGKILL)
-    new = wait_for(lambda: stack.pid(program) != old and stack.pid(program),
-                   timeout=RECOVERY_S, interval=0.1, what=f"{program} to be started again")
+    new = wait_for(
+        lambda: stack.pid(program) != old and stack.pid(program),
+        timeout=RECOVERY_S,
+        interval=0.1,
+        what=f"{program} to be started again",
+    )
     assert not stack.alive(old)
     return new, others
 
@@ -78,8 +87,12 @@ def test_a_killed_server_is_back_within_the_bound_and_alone(stack, preview, prog
     started = time.monotonic()
     new, others = kill(stack, program)
     stack.wait_serving(timeout=RECOVERY_S)
-    wait_for(lambda: preview_answers(stack, preview), timeout=RECOVERY_S, interval=0.2,
-             what="the preview through the gateway")
+    wait_for(
+        lambda: preview_answers(stack, preview),
+        timeout=RECOVERY_S,
+        interval=0.2,
+        what="the preview through the gateway",
+    )
     assert time.monotonic() - started < RECOVERY_S
     assert stack.alive(new)
     untouched(stack, others)
@@ -91,8 +104,11 @@ def test_a_killed_worker_is_back_and_takes_new_runs(stack):
     _, others = kill(stack, "worker")
     # Berth itself never stopped answering.
     assert stack.serving()
-    wait_for(lambda: stack.log().count("ready.") > ready_before, timeout=RECOVERY_S,
-             what="the new worker to be ready")
+    wait_for(
+        lambda: stack.log().count("ready.") > ready_before,
+        timeout=RECOVERY_S,
+        what="the new worker to be ready",
+    )
     assert time.monotonic() - started < RECOVERY_S
     done = stack.wait_run(stack.run("shop", "echo after the worker"), timeout=120)
     assert done["state"] == "succeeded" and stack.output(done) == ["after the worker"]
@@ -103,8 +119,12 @@ def test_a_worker_killed_while_it_prepares_a_run_never_leaves_it_stuck(stack):
     run = stack.run("shop", "echo prepared twice")
     # Killed while it makes the sandbox: the run says `preparing` then, for about a
     # second (the container may be made and not started yet).
-    wait_for(lambda: stack.state_now(run) == "preparing", timeout=60, interval=0.005,
-             what="the worker to take the run")
+    wait_for(
+        lambda: stack.state_now(run) == "preparing",
+        timeout=60,
+        interval=0.005,
+        what="the worker to take the run",
+    )
     kill(stack, "worker")
     # Sent again by the agent once stale (RUN_STALE_QUEUED_S): a made but unstarted
     # container is replaced, a started one is left to the agent.
@@ -115,22 +135,32 @@ def test_a_worker_killed_while_it_prepares_a_run_never_leaves_it_stuck(stack):
 def test_a_killed_beat_is_started_again_alone(stack):
     starts = stack.log().count("beat: Starting...")
     new, others = kill(stack, "beat")
-    wait_for(lambda: stack.log().count("beat: Starting...") > starts, timeout=RECOVERY_S,
-             what="beat to start again")
+    wait_for(
+        lambda: stack.log().count("beat: Starting...") > starts,
+        timeout=RECOVERY_S,
+        what="beat to start again",
+    )
     assert stack.serving() and stack.alive(new)
     untouched(stack, others)
 
 
 def test_a_run_in_flight_when_the_agent_is_killed_ends_well(stack):
     run = stack.run("shop", "for i in $(seq 1 40); do echo line $i; sleep 0.1; done")
-    wait_for(lambda: "line 3" in stack.output_so_far(run), timeout=90, interval=0.1,
-             what="the run's first lines")
+    wait_for(
+        lambda: "line 3" in stack.output_so_far(run),
+        timeout=90,
+        interval=0.1,
+        what="the run's first lines",
+    )
     starts = stack.log().count("runner agent started")
     started = time.monotonic()
     new, others = kill(stack, "agent")
     assert stack.serving()  # daphne never depended on it
-    wait_for(lambda: stack.log().count("runner agent started") > starts, timeout=RECOVERY_S,
-             what="the new agent")
+    wait_for(
+        lambda: stack.log().count("runner agent started") > starts,
+        timeout=RECOVERY_S,
+        what="the new agent",
+    )
     assert time.monotonic() - started < RECOVERY_S
     done = stack.wait_run(run, timeout=120)
     assert done["state"] == "succeeded", done

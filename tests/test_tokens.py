@@ -51,27 +51,33 @@ def test_it_refuses_a_request_without_a_token(client, cast):
     assert "Bearer" in error["message"]
 
 
-@pytest.mark.parametrize("header", [
-    "berth_abc",                      # no scheme
-    "Basic YWxpY2U6cGFzc3dvcmQ=",     # another scheme
-    "Bearer",                         # scheme without a token
-    "Bearer ",
-    "Bearer a b",                     # two values
-    "Bearer\tberth_x",
-    "Token berth_abc",
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "berth_abc",  # no scheme
+        "Basic YWxpY2U6cGFzc3dvcmQ=",  # another scheme
+        "Bearer",  # scheme without a token
+        "Bearer ",
+        "Bearer a b",  # two values
+        "Bearer\tberth_x",
+        "Token berth_abc",
+    ],
+)
 def test_it_refuses_malformed_authorization_headers(client, cast, header):
     r = client.get("/api/v1/me", HTTP_AUTHORIZATION=header)
     assert r.status_code == 401
     assert r.json()["error"]["code"] in ("malformed_authorization", "invalid_token")
 
 
-@pytest.mark.parametrize("value", [
-    "berth_" + "a" * 44,              # right shape, no such token
-    "berth_short",
-    "ghp_" + "a" * 36,                # someone else's token format
-    "berth_" + "é" * 44,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "berth_" + "a" * 44,  # right shape, no such token
+        "berth_short",
+        "ghp_" + "a" * 36,  # someone else's token format
+        "berth_" + "é" * 44,
+    ],
+)
 def test_it_refuses_unknown_tokens(client, cast, value):
     assert_error(client.get("/api/v1/me", **bearer(value)), 401, "invalid_token")
 
@@ -132,8 +138,14 @@ def test_it_refuses_unknown_scopes(cast):
 
 
 def test_create_token_prints_a_working_token_on_its_last_line(client, cast, capsys):
-    call_command("create_token", team="team-a", user="carol", scopes="run,workspace:read",
-                 workspace=["shop"], expires_days=7)
+    call_command(
+        "create_token",
+        team="team-a",
+        user="carol",
+        scopes="run,workspace:read",
+        workspace=["shop"],
+        expires_days=7,
+    )
     last_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert last_line.startswith("berth_")
     me = client.get("/api/v1/me", **bearer(last_line)).json()
@@ -145,5 +157,4 @@ def test_create_token_prints_a_working_token_on_its_last_line(client, cast, caps
 @pytest.mark.parametrize("days", [0, -1, 100_000])
 def test_it_refuses_expiries_outside_the_allowed_range(cast, days):
     with pytest.raises(CommandError, match="expires after"):
-        call_command("create_token", team="team-a", user="carol", scopes="run",
-                     expires_days=days)
+        call_command("create_token", team="team-a", user="carol", scopes="run", expires_days=days)

@@ -27,8 +27,7 @@ BLOB_MB = 4
 
 @pytest.fixture
 def shop(cast):
-    return actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop",
-                                    "python-http")
+    return actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -40,26 +39,36 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def git_out(work: Path, *args: str, stdin: str | bytes = "") -> str:
-    return subprocess.run(["git", *args], cwd=work, input=stdin.encode() if isinstance(
-        stdin, str) else stdin, capture_output=True, check=True).stdout.decode().strip()
+    return (
+        subprocess.run(
+            ["git", *args],
+            cwd=work,
+            input=stdin.encode() if isinstance(stdin, str) else stdin,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
 
 
 def fan_out_with_git(work: Path, levels: int = 7) -> str:
     """`levels` tree objects, each naming the one below ten times: 10**levels paths."""
     blob = git_out(work, "hash-object", "-w", "--stdin", stdin="boom\n")
-    tree = git_out(work, "mktree", stdin="".join(
-        f"100644 blob {blob}\tf{i}\n" for i in range(10)))
+    tree = git_out(work, "mktree", stdin="".join(f"100644 blob {blob}\tf{i}\n" for i in range(10)))
     for _ in range(levels - 1):
-        tree = git_out(work, "mktree", stdin="".join(
-            f"040000 tree {tree}\td{i}\n" for i in range(10)))
+        tree = git_out(
+            work, "mktree", stdin="".join(f"040000 tree {tree}\td{i}\n" for i in range(10))
+        )
     return tree
 
 
 def blob_bomb_with_git(work: Path, names: int) -> str:
     """One BLOB_MB MB blob of zeros (a few kB packed) named `names` times."""
     blob = git_out(work, "hash-object", "-w", "--stdin", stdin=b"\0" * (BLOB_MB << 20))
-    return git_out(work, "mktree", stdin="".join(
-        f"100644 blob {blob}\tcopy{i:04}.bin\n" for i in range(names)))
+    return git_out(
+        work, "mktree", stdin="".join(f"100644 blob {blob}\tcopy{i:04}.bin\n" for i in range(names))
+    )
 
 
 def push_tree(work: Path, tree: str):
@@ -101,9 +110,15 @@ def test_the_file_api_refuses_a_commit_past_the_tree_caps(client, cast, shop, se
     settings.WORKSPACE_MAX_TREE_ENTRIES = 5
     _, secret = cast.token(cast.carol)
     head = client.get("/api/v1/workspaces/shop", **bearer(secret)).json()["head"]
-    r = client.post("/api/v1/workspaces/shop/commits", {"message": "many", "changes": [
-        {"op": "write", "path": f"n/{i}.txt", "content": "x"} for i in range(6)]},
-        content_type="application/json", **bearer(secret))
+    r = client.post(
+        "/api/v1/workspaces/shop/commits",
+        {
+            "message": "many",
+            "changes": [{"op": "write", "path": f"n/{i}.txt", "content": "x"} for i in range(6)],
+        },
+        content_type="application/json",
+        **bearer(secret),
+    )
     assert r.status_code == 422, r.content
     error = r.json()["error"]
     assert error["code"] == "tree_too_large" and error["details"]["max_entries"] == 5
@@ -164,8 +179,9 @@ def fan_out(shop, levels=7):
 
 @pytest.mark.docker
 @pytest.mark.parametrize("bomb", ["blob", "fan-out"])
-def test_an_older_commit_past_the_caps_ends_its_run_source_too_large(client, cast, shop,
-                                                                     run_stack, bomb):
+def test_an_older_commit_past_the_caps_ends_its_run_source_too_large(
+    client, cast, shop, run_stack, bomb
+):
     tree = blob_bomb(shop, 600) if bomb == "blob" else fan_out(shop)
     sha = older_commit(shop, tree)
     _, secret = cast.token(cast.carol)
@@ -181,15 +197,19 @@ def test_an_older_commit_past_the_caps_ends_its_run_source_too_large(client, cas
 
 @pytest.mark.docker
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-def test_a_hard_link_bomb_written_by_a_run_cannot_be_committed(client, cast, shop,
-                                                               run_stack, berth_server,
-                                                               runtime):
+def test_a_hard_link_bomb_written_by_a_run_cannot_be_committed(
+    client, cast, shop, run_stack, berth_server, runtime
+):
     """300 hard links to one 9 MB file take no disk, yet as a tree they are 2.7 GB."""
     _, secret = cast.token(cast.carol)
     agent = Agent(client, secret)
-    done = agent.wait(agent.run(
-        "head -c 9000000 /dev/urandom > big && for i in $(seq 300); do ln big l$i; done",
-        commit_changes=True, runtime=runtime))
+    done = agent.wait(
+        agent.run(
+            "head -c 9000000 /dev/urandom > big && for i in $(seq 300); do ln big l$i; done",
+            commit_changes=True,
+            runtime=runtime,
+        )
+    )
     assert done["state"] == "succeeded", done
     assert "past what a workspace may hold" in done["changes"]["error"]
     assert done["changes_commit"] is None

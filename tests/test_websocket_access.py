@@ -38,9 +38,14 @@ def running(cast) -> Run:
     from runner.models import RunState
 
     workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
-    return Run.objects.create(workspace=workspace, ref="main", commit="0" * 40,
-                              command="make test", image=settings.SANDBOX_IMAGE,
-                              state=RunState.RUNNING)
+    return Run.objects.create(
+        workspace=workspace,
+        ref="main",
+        commit="0" * 40,
+        command="make test",
+        image=settings.SANDBOX_IMAGE,
+        state=RunState.RUNNING,
+    )
 
 
 @pytest.fixture
@@ -50,9 +55,15 @@ def slow_backstop(settings):
 
 
 async def feed(cookie: str, team: str = "team-a") -> WebsocketCommunicator:
-    ws = WebsocketCommunicator(application, f"/ws/t/{team}/activity", headers=[
-        (b"origin", b"http://localhost"), (b"host", b"localhost"),
-        (b"cookie", cookie.encode())])
+    ws = WebsocketCommunicator(
+        application,
+        f"/ws/t/{team}/activity",
+        headers=[
+            (b"origin", b"http://localhost"),
+            (b"host", b"localhost"),
+            (b"cookie", cookie.encode()),
+        ],
+    )
     connected, _ = await ws.connect(timeout=5)
     assert connected
     return ws
@@ -73,8 +84,7 @@ def post_as(user, path: str) -> int:
     return client.post(path).status_code
 
 
-def test_revoking_a_token_closes_the_log_socket_it_opened_at_once(cast, running,
-                                                                   slow_backstop):
+def test_revoking_a_token_closes_the_log_socket_it_opened_at_once(cast, running, slow_backstop):
     token, secret = cast.token(cast.carol)
     _, other = cast.token(cast.carol)
     write(running, ["before"])
@@ -85,7 +95,8 @@ def test_revoking_a_token_closes_the_log_socket_it_opened_at_once(cast, running,
         for socket in (ws, kept):
             assert (await socket.receive_json_from(timeout=5))["entries"][0]["text"] == "before"
         status = await asyncio.to_thread(
-            post_as, cast.carol, f"/t/team-a/tokens/{token.public_id}/revoke/")
+            post_as, cast.carol, f"/t/team-a/tokens/{token.public_id}/revoke/"
+        )
         assert status == 302
         assert await closed_within(ws, 5) == 4401
         # The same person's other token streams on.
@@ -102,28 +113,37 @@ def test_revoking_a_token_closes_the_log_socket_it_opened_at_once(cast, running,
 def test_revoking_a_token_closes_a_preview_log_socket_too(cast, running, slow_backstop):
     from previews.models import Preview
 
-    preview = Preview.objects.create(workspace=running.workspace, ref="main",
-                                     commit=running.commit, command="make serve", port=8000,
-                                     run=running, state="ready")
+    preview = Preview.objects.create(
+        workspace=running.workspace,
+        ref="main",
+        commit=running.commit,
+        command="make serve",
+        port=8000,
+        run=running,
+        state="ready",
+    )
     token, secret = cast.token(cast.carol, ["preview"])
     write(running, ["listening"])
 
     async def watch() -> None:
-        ws = WebsocketCommunicator(application, f"/ws/previews/{preview.public_id}/logs",
-                                   headers=[(b"origin", b"http://localhost"),
-                                            (b"host", b"localhost"),
-                                            (b"authorization", f"Bearer {secret}".encode())])
+        ws = WebsocketCommunicator(
+            application,
+            f"/ws/previews/{preview.public_id}/logs",
+            headers=[
+                (b"origin", b"http://localhost"),
+                (b"host", b"localhost"),
+                (b"authorization", f"Bearer {secret}".encode()),
+            ],
+        )
         assert (await ws.connect(timeout=5))[0]
         assert (await ws.receive_json_from(timeout=5))["entries"][0]["text"] == "listening"
-        await asyncio.to_thread(post_as, cast.carol,
-                                f"/t/team-a/tokens/{token.public_id}/revoke/")
+        await asyncio.to_thread(post_as, cast.carol, f"/t/team-a/tokens/{token.public_id}/revoke/")
         assert await closed_within(ws, 5) == 4401
 
     async_to_sync(watch)()
 
 
-def test_removing_a_member_closes_their_sockets_and_no_one_elses(cast, running,
-                                                                  slow_backstop):
+def test_removing_a_member_closes_their_sockets_and_no_one_elses(cast, running, slow_backstop):
     _, secret = cast.token(cast.carol)
     carol, bob = session_cookie(cast.carol), session_cookie(cast.bob)
 
@@ -132,8 +152,7 @@ def test_removing_a_member_closes_their_sockets_and_no_one_elses(cast, running,
         by_session = await connect(running, cookie=carol)
         carols_feed = await feed(carol)
         bobs_feed = await feed(bob)
-        status = await asyncio.to_thread(post_as, cast.alice,
-                                         "/t/team-a/members/carol/remove/")
+        status = await asyncio.to_thread(post_as, cast.alice, "/t/team-a/members/carol/remove/")
         assert status == 302
         # Her token was revoked with her membership; her session no longer sees the team.
         assert await closed_within(by_token, 5) == 4401
@@ -176,8 +195,9 @@ def test_the_periodic_check_catches_what_no_signal_told(cast, running, settings)
         ws = await connect(running, secret=secret)
         logs = await connect(running, cookie=cookie)
         activity = await feed(cookie)
-        await asyncio.to_thread(lambda: ApiToken.objects.filter(pk=token.pk).update(
-            revoked_at=timezone.now()))
+        await asyncio.to_thread(
+            lambda: ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+        )
         assert await closed_within(ws, 4) == 4401
         await asyncio.to_thread(carol.logout)  # the session is gone from the store
         assert await closed_within(logs, 4) == 4404
@@ -192,10 +212,15 @@ def test_through_daphne_a_revoked_token_ends_the_socket(cast, running, berth_ser
     url = f"ws://127.0.0.1:{berth_server.port}/ws/runs/{running.public_id}/logs?after=0"
 
     async def watch() -> tuple[int | None, float]:
-        async with ws_connect(url, proxy=None, origin=Origin(berth_server.url),
-                              additional_headers={"Authorization": f"Bearer {secret}"}) as ws:
-            await asyncio.to_thread(post_as, cast.carol,
-                                    f"/t/team-a/tokens/{token.public_id}/revoke/")
+        async with ws_connect(
+            url,
+            proxy=None,
+            origin=Origin(berth_server.url),
+            additional_headers={"Authorization": f"Bearer {secret}"},
+        ) as ws:
+            await asyncio.to_thread(
+                post_as, cast.carol, f"/t/team-a/tokens/{token.public_id}/revoke/"
+            )
             started = time.monotonic()
             with pytest.raises(ConnectionClosed):
                 while True:

@@ -23,12 +23,14 @@ class Api:
         return self.client.get(f"/api/v1{path}", **self.headers, **kw)
 
     def post(self, path: str, body):
-        return self.client.post(f"/api/v1{path}", body, content_type="application/json",
-                                **self.headers)
+        return self.client.post(
+            f"/api/v1{path}", body, content_type="application/json", **self.headers
+        )
 
     def put(self, path: str, body):
-        return self.client.put(f"/api/v1{path}", body, content_type="application/json",
-                               **self.headers)
+        return self.client.put(
+            f"/api/v1{path}", body, content_type="application/json", **self.headers
+        )
 
     def delete(self, path: str):
         return self.client.delete(f"/api/v1{path}", **self.headers)
@@ -53,14 +55,24 @@ def test_it_creates_a_workspace_from_a_template(agent, shop):
 
 
 def test_a_commit_of_several_changes_is_one_commit(agent, shop):
-    r = agent.post("/workspaces/shop/commits", {
-        "message": "Restructure", "base_commit": shop["head"], "changes": [
-            {"op": "write", "path": "src/lib/util.py", "content": "X = 1\n"},
-            {"op": "rename", "path": "README.md", "to": "docs/README.md"},
-            {"op": "delete", "path": "test_app.py"},
-            {"op": "write", "path": "logo.bin", "encoding": "base64",
-             "content": base64.b64encode(bytes(range(256))).decode()},
-        ]})
+    r = agent.post(
+        "/workspaces/shop/commits",
+        {
+            "message": "Restructure",
+            "base_commit": shop["head"],
+            "changes": [
+                {"op": "write", "path": "src/lib/util.py", "content": "X = 1\n"},
+                {"op": "rename", "path": "README.md", "to": "docs/README.md"},
+                {"op": "delete", "path": "test_app.py"},
+                {
+                    "op": "write",
+                    "path": "logo.bin",
+                    "encoding": "base64",
+                    "content": base64.b64encode(bytes(range(256))).decode(),
+                },
+            ],
+        },
+    )
     assert r.status_code == 201, r.content
     sha = r.json()["commit"]
     assert r.json()["parent"] == shop["head"]
@@ -71,31 +83,54 @@ def test_a_commit_of_several_changes_is_one_commit(agent, shop):
     assert raw.content == bytes(range(256))
     detail = agent.get(f"/workspaces/shop/commits/{sha}").json()
     statuses = {f["path"]: f["status"] for f in detail["diff"]["files"]}
-    assert statuses == {"src/lib/util.py": "added", "docs/README.md": "renamed",
-                        "test_app.py": "deleted", "logo.bin": "added"}
+    assert statuses == {
+        "src/lib/util.py": "added",
+        "docs/README.md": "renamed",
+        "test_app.py": "deleted",
+        "logo.bin": "added",
+    }
     assert agent.get("/workspaces/shop/files/README.md").status_code == 404
 
 
 def test_a_stale_base_commit_is_a_conflict_and_changes_nothing(agent, shop):
     first = agent.put("/workspaces/shop/files/a.txt", {"content": "one"}).json()["commit"]
-    r = agent.put("/workspaces/shop/files/a.txt", {"content": "two",
-                                                    "base_commit": shop["head"]})
+    r = agent.put("/workspaces/shop/files/a.txt", {"content": "two", "base_commit": shop["head"]})
     error = assert_error(r, 409, "conflict")
     assert error["details"]["head"] == first
     assert agent.get("/workspaces/shop/files/a.txt").json()["content"] == "one"
 
 
-@pytest.mark.parametrize("path", ["", "/etc/passwd", "a/../b", "../x", ".git/config",
-                                  "a/.GIT/x", "a\\b", "a\x00b", "a\nb", "a//b", "./a",
-                                  "x" * 1025, "/".join(["d"] * 33),
-                                  # Invisible to a reviewer: right-to-left override (the
-                                  # name reads "evilexe.txt"), a zero-width space, a C1
-                                  # control, a BOM, a line separator.
-                                  "evil\u202etxt.exe", "a\u200bb", "a\x85b", "\ufeffa",
-                                  "a\u2028b"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "",
+        "/etc/passwd",
+        "a/../b",
+        "../x",
+        ".git/config",
+        "a/.GIT/x",
+        "a\\b",
+        "a\x00b",
+        "a\nb",
+        "a//b",
+        "./a",
+        "x" * 1025,
+        "/".join(["d"] * 33),
+        # Invisible to a reviewer: right-to-left override (the
+        # name reads "evilexe.txt"), a zero-width space, a C1
+        # control, a BOM, a line separator.
+        "evil\u202etxt.exe",
+        "a\u200bb",
+        "a\x85b",
+        "\ufeffa",
+        "a\u2028b",
+    ],
+)
 def test_bad_paths_are_refused_and_nothing_is_written(agent, shop, path):
-    r = agent.post("/workspaces/shop/commits", {"message": "x", "changes": [
-        {"op": "write", "path": path, "content": "x"}]})
+    r = agent.post(
+        "/workspaces/shop/commits",
+        {"message": "x", "changes": [{"op": "write", "path": path, "content": "x"}]},
+    )
     assert_error(r, 422, "invalid_path")
     assert agent.get("/workspaces/shop").json()["head"] == shop["head"]
 
@@ -103,8 +138,9 @@ def test_bad_paths_are_refused_and_nothing_is_written(agent, shop, path):
 def test_a_token_without_write_scope_gets_missing_scope(client, cast, shop):
     _, secret = cast.token(cast.carol, ["workspace:read"])
     reader = Api(client, secret)
-    error = assert_error(reader.put("/workspaces/shop/files/x.txt", {"content": "x"}), 403,
-                         "missing_scope")
+    error = assert_error(
+        reader.put("/workspaces/shop/files/x.txt", {"content": "x"}), 403, "missing_scope"
+    )
     assert error["details"]["scope"] == "workspace:write"
     assert reader.get("/workspaces/shop/files/x.txt").status_code == 404
 
@@ -112,11 +148,14 @@ def test_a_token_without_write_scope_gets_missing_scope(client, cast, shop):
 def test_charlie_gets_404_for_everything_of_team_a(client, cast, shop):
     _, secret = cast.token(cast.charlie)
     charlie = Api(client, secret)
-    for r in [charlie.get("/workspaces/shop"), charlie.get("/workspaces/shop/tree"),
-              charlie.get("/workspaces/shop/files/app.py"),
-              charlie.get("/workspaces/shop/commits"),
-              charlie.put("/workspaces/shop/files/x", {"content": "x"}),
-              charlie.delete("/workspaces/shop")]:
+    for r in [
+        charlie.get("/workspaces/shop"),
+        charlie.get("/workspaces/shop/tree"),
+        charlie.get("/workspaces/shop/files/app.py"),
+        charlie.get("/workspaces/shop/commits"),
+        charlie.put("/workspaces/shop/files/x", {"content": "x"}),
+        charlie.delete("/workspaces/shop"),
+    ]:
         assert_error(r, 404, "not_found")
     assert charlie.get("/workspaces").json() == []
 
@@ -128,14 +167,17 @@ def test_a_token_limited_to_other_workspaces_gets_404(client, cast, shop):
     assert limited.get("/workspaces").json() == []
 
 
-@pytest.mark.parametrize("body", [
-    {"message": "x", "changes": [{"op": "write", "path": "a", "content": "x", "mode": "755"}]},
-    {"message": "x", "changes": [{"op": "chmod", "path": "a"}]},
-    {"message": 5, "changes": []},
-    {"message": "x", "changes": "a"},
-    {"message": "x", "changes": [{"op": "write", "path": ["a"], "content": "x"}]},
-    {"message": "x", "base_commit": "main", "changes": []},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"message": "x", "changes": [{"op": "write", "path": "a", "content": "x", "mode": "755"}]},
+        {"message": "x", "changes": [{"op": "chmod", "path": "a"}]},
+        {"message": 5, "changes": []},
+        {"message": "x", "changes": "a"},
+        {"message": "x", "changes": [{"op": "write", "path": ["a"], "content": "x"}]},
+        {"message": "x", "base_commit": "main", "changes": []},
+    ],
+)
 def test_malformed_commit_bodies_get_422(agent, shop, body):
     r = agent.post("/workspaces/shop/commits", body)
     assert_error(r, 422, "invalid")
@@ -144,14 +186,17 @@ def test_malformed_commit_bodies_get_422(agent, shop, body):
 
 def test_a_deeply_nested_body_gets_422_not_500(agent, shop):
     nested = "[" * 100_000 + "]" * 100_000
-    r = agent.client.post("/api/v1/workspaces/shop/commits", nested,
-                          content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/shop/commits", nested, content_type="application/json", **agent.headers
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] in ("invalid", "invalid_json")
 
 
 def test_a_rename_onto_an_existing_file_is_a_conflict(agent, shop):
-    r = agent.post("/workspaces/shop/commits", {"message": "x", "changes": [
-        {"op": "rename", "path": "app.py", "to": "README.md"}]})
+    r = agent.post(
+        "/workspaces/shop/commits",
+        {"message": "x", "changes": [{"op": "rename", "path": "app.py", "to": "README.md"}]},
+    )
     assert_error(r, 409, "conflict")
     assert "def greeting" in agent.get("/workspaces/shop/files/app.py").json()["content"]
 
@@ -166,8 +211,9 @@ def test_a_file_over_the_size_cap_is_refused_with_413(agent, shop):
     r = agent.put("/workspaces/shop/files/big.bin", {"content": eleven_mb, "encoding": "base64"})
     assert_error(r, 413, "file_too_large")
     twenty_mb = "x" * (20 * 1024 * 1024)
-    assert_error(agent.put("/workspaces/shop/files/big.txt", {"content": twenty_mb}), 413,
-                 "too_large")
+    assert_error(
+        agent.put("/workspaces/shop/files/big.txt", {"content": twenty_mb}), 413, "too_large"
+    )
     assert agent.get("/workspaces/shop").json()["head"] == shop["head"]
 
 
@@ -177,9 +223,12 @@ def test_names_are_normalised_to_nfc(agent, shop):
 
 
 def test_a_lone_surrogate_in_a_path_is_refused(agent, shop):
-    r = agent.client.post("/api/v1/workspaces/shop/commits",
-                          '{"message": "x", "changes": [{"op": "write", "path": "a\\udc80",'
-                          ' "content": "x"}]}', content_type="application/json", **agent.headers)
+    r = agent.client.post(
+        "/api/v1/workspaces/shop/commits",
+        '{"message": "x", "changes": [{"op": "write", "path": "a\\udc80", "content": "x"}]}',
+        content_type="application/json",
+        **agent.headers,
+    )
     assert r.status_code == 422
 
 
@@ -187,10 +236,12 @@ def test_a_symlink_is_read_as_metadata_never_followed(agent, cast, shop):
     from workspaces.gitstore import MODE_LINK
     from workspaces.models import Workspace
     from workspaces.store import open_store
+
     workspace = Workspace.objects.get(slug="shop")
     with open_store(workspace) as store:
         head = store.branch_head("main")
         from workspaces.changes import TreeEditor
+
         editor = TreeEditor(store, store.commit(head).tree)
         editor._put("passwd", (MODE_LINK, store.add_blob(b"/etc/passwd")))
         sha = store.make_commit(editor.write(), [head], store_author(), "link")
@@ -199,13 +250,15 @@ def test_a_symlink_is_read_as_metadata_never_followed(agent, cast, shop):
     assert f["type"] == "symlink" and f["target"] == "/etc/passwd" and f["content"] is None
     raw = agent.get("/workspaces/shop/files/passwd", HTTP_ACCEPT="application/octet-stream")
     assert b"root:" not in raw.content
-    entry = next(e for e in agent.get("/workspaces/shop/tree").json()["entries"]
-                 if e["name"] == "passwd")
+    entry = next(
+        e for e in agent.get("/workspaces/shop/tree").json()["entries"] if e["name"] == "passwd"
+    )
     assert entry["type"] == "symlink"
 
 
 def store_author():
     from workspaces.gitstore import Author
+
     return Author("Mallory", "m@example.com")
 
 
@@ -232,16 +285,19 @@ def test_history_paging_compare_and_branches(agent, shop):
 
 
 def test_workspace_toml_errors_come_back_as_warnings_on_save(agent, shop):
-    r = agent.put("/workspaces/shop/files/workspace.toml",
-                  {"content": "[sandbox]\nruntime = \"kvm\"\n"})
+    r = agent.put(
+        "/workspaces/shop/files/workspace.toml", {"content": '[sandbox]\nruntime = "kvm"\n'}
+    )
     assert r.status_code == 200
     warning = r.json()["warnings"][0]
     assert warning["code"] == "invalid_workspace_toml" and "line 2" in warning["message"]
 
 
 def test_a_cache_key_outside_the_workspace_is_named_on_save(agent, shop):
-    r = agent.put("/workspaces/shop/files/workspace.toml",
-                  {"content": '[setup]\ncommand = "true"\ncache_key = ["../secrets"]\n'})
+    r = agent.put(
+        "/workspaces/shop/files/workspace.toml",
+        {"content": '[setup]\ncommand = "true"\ncache_key = ["../secrets"]\n'},
+    )
     assert r.status_code == 200
     warning = r.json()["warnings"][0]
     assert warning["code"] == "invalid_workspace_toml" and "line 3" in warning["message"]

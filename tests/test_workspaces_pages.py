@@ -44,9 +44,17 @@ def base_commit_of(html: str) -> str:
 
 
 def save(client, path: str, content: str, base: str, branch: str = "main", message: str = ""):
-    return client.post(f"{PAGE}save/", {"path": path, "content": content, "branch": branch,
-                                        "base_commit": base, "message": message},
-                       content_type="application/json")
+    return client.post(
+        f"{PAGE}save/",
+        {
+            "path": path,
+            "content": content,
+            "branch": branch,
+            "base_commit": base,
+            "message": message,
+        },
+        content_type="application/json",
+    )
 
 
 @pytest.fixture
@@ -77,12 +85,15 @@ def test_the_dashboard_lists_workspaces_and_creates_one_from_a_template(alice, s
     assert alice.get("/").url == "/t/team-a/"
 
 
-@pytest.mark.parametrize("form, message", [
-    ({"name": "Shop again", "slug": "shop"}, "already has a workspace"),
-    ({"name": "Bad", "slug": "Bad Slug!"}, "is not valid"),
-    ({"name": "Reserved", "slug": "xn"}, "is reserved"),
-    ({"name": "", "slug": "x"}, "This field is required"),
-])
+@pytest.mark.parametrize(
+    "form, message",
+    [
+        ({"name": "Shop again", "slug": "shop"}, "already has a workspace"),
+        ({"name": "Bad", "slug": "Bad Slug!"}, "is not valid"),
+        ({"name": "Reserved", "slug": "xn"}, "is reserved"),
+        ({"name": "", "slug": "x"}, "This field is required"),
+    ],
+)
 def test_a_bad_new_workspace_re_renders_the_form_with_the_reason(alice, shop, form, message):
     r = alice.post("/t/team-a/", {"template": "", **form})
     assert r.status_code == 422
@@ -95,7 +106,7 @@ def test_the_workspace_page_shows_the_tree_and_the_open_file(alice, shop):
     page = r.content.decode()
     assert r.status_code == 200
     for name in ["app.py", "test_app.py", "workspace.toml", "README.md"]:
-        assert f"path={name}\"" in page
+        assert f'path={name}"' in page
     assert "def greeting(name: str)" in page  # the file's text, for the editor
     assert base_commit_of(page) == head()
     assert 'data-branch="main"' in page and "vendor/editor.js" in page
@@ -113,7 +124,7 @@ def test_folders_open_in_place_with_htmx_and_deep_links_show_the_way(alice, shop
     r = alice.get(f"{PAGE}tree/?ref=main&path=src")
     assert r.status_code == 302 and r["Location"] == f"{PAGE}?ref=main&path=src"
     page = alice.get(f"{PAGE}?path=src/lib/util.py").content.decode()
-    assert "path=src/lib/util.py\" aria-current" in page and "X = 1" in page
+    assert 'path=src/lib/util.py" aria-current' in page and "X = 1" in page
 
 
 def test_saving_makes_one_commit_by_the_person(carol, shop):
@@ -149,12 +160,15 @@ def test_a_save_returns_workspace_toml_warnings(alice, shop):
     assert "line 2" in page  # the page shows the problem while the file is open
 
 
-@pytest.mark.parametrize("body", [
-    {"path": "app.py", "content": "x", "branch": "main", "base_commit": "main"},
-    {"path": "../etc/passwd", "content": "x", "branch": "main", "base_commit": "0" * 40},
-    {"path": "app.py", "content": 5, "branch": "main", "base_commit": "0" * 40},
-    "[" * 100_000 + "]" * 100_000,
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"path": "app.py", "content": "x", "branch": "main", "base_commit": "main"},
+        {"path": "../etc/passwd", "content": "x", "branch": "main", "base_commit": "0" * 40},
+        {"path": "app.py", "content": 5, "branch": "main", "base_commit": "0" * 40},
+        "[" * 100_000 + "]" * 100_000,
+    ],
+)
 def test_a_malformed_save_is_422_and_changes_nothing(alice, shop, body):
     before = head()
     r = alice.post(f"{PAGE}save/", body, content_type="application/json")
@@ -164,57 +178,81 @@ def test_a_malformed_save_is_422_and_changes_nothing(alice, shop, body):
 
 def test_new_rename_and_delete_are_one_commit_each(carol, shop):
     first = head()
-    r = carol.post(f"{PAGE}files/new/", {"path": "docs/notes.md", "branch": "main",
-                                         "base_commit": first}, HTTP_HX_REQUEST="true")
+    r = carol.post(
+        f"{PAGE}files/new/",
+        {"path": "docs/notes.md", "branch": "main", "base_commit": first},
+        HTTP_HX_REQUEST="true",
+    )
     assert r.status_code == 200 and r["HX-Redirect"] == f"{PAGE}?ref=main&path=docs%2Fnotes.md"
     created = head()
     assert file_at("main", "docs/notes.md") == ""
-    r = carol.post(f"{PAGE}files/rename/", {"path": "docs/notes.md", "to": "NOTES.md",
-                                            "branch": "main", "base_commit": created})
+    r = carol.post(
+        f"{PAGE}files/rename/",
+        {"path": "docs/notes.md", "to": "NOTES.md", "branch": "main", "base_commit": created},
+    )
     assert r.status_code == 302 and r["Location"] == f"{PAGE}?ref=main&path=NOTES.md"
     renamed = head()
     assert exists("main", "NOTES.md") and not exists("main", "docs/notes.md")
-    r = carol.post(f"{PAGE}files/delete/", {"path": "NOTES.md", "branch": "main",
-                                            "base_commit": renamed}, follow=True)
+    r = carol.post(
+        f"{PAGE}files/delete/",
+        {"path": "NOTES.md", "branch": "main", "base_commit": renamed},
+        follow=True,
+    )
     assert "Delete NOTES.md: commit" in r.content.decode()
     assert not exists("main", "NOTES.md")
     with open_store(shop) as store:
         log = history.history(store, head(), "", 1, 10)["commits"]
-    assert [c["title"] for c in log[:3]] == ["Delete NOTES.md", "Rename docs/notes.md to NOTES.md",
-                                            "Create docs/notes.md"]
+    assert [c["title"] for c in log[:3]] == [
+        "Delete NOTES.md",
+        "Rename docs/notes.md to NOTES.md",
+        "Create docs/notes.md",
+    ]
     assert log[3]["sha"] == first
 
 
 def test_file_actions_explain_what_went_wrong_in_the_dialog(carol, shop):
     base = head()
-    r = carol.post(f"{PAGE}files/new/", {"path": "app.py", "branch": "main",
-                                         "base_commit": base}, HTTP_HX_REQUEST="true")
+    r = carol.post(
+        f"{PAGE}files/new/",
+        {"path": "app.py", "branch": "main", "base_commit": base},
+        HTTP_HX_REQUEST="true",
+    )
     assert r.status_code == 409 and "already exists" in r.content.decode()
     assert "<html" not in r.content.decode()
-    r = carol.post(f"{PAGE}files/rename/", {"path": "app.py", "to": "README.md",
-                                            "branch": "main", "base_commit": base},
-                   HTTP_HX_REQUEST="true")
+    r = carol.post(
+        f"{PAGE}files/rename/",
+        {"path": "app.py", "to": "README.md", "branch": "main", "base_commit": base},
+        HTTP_HX_REQUEST="true",
+    )
     assert r.status_code == 409 and "it exists" in r.content.decode()
-    r = carol.post(f"{PAGE}files/delete/", {"path": "app.py", "branch": "main",
-                                            "base_commit": "a" * 40}, HTTP_HX_REQUEST="true")
+    r = carol.post(
+        f"{PAGE}files/delete/",
+        {"path": "app.py", "branch": "main", "base_commit": "a" * 40},
+        HTTP_HX_REQUEST="true",
+    )
     assert r.status_code == 409 and "has moved" in r.content.decode()
-    r = carol.post(f"{PAGE}files/new/", {"path": "a/../b", "branch": "main",
-                                         "base_commit": base}, follow=True)
+    r = carol.post(
+        f"{PAGE}files/new/", {"path": "a/../b", "branch": "main", "base_commit": base}, follow=True
+    )
     assert "component" in r.content.decode()  # a plain form post shows it on the page
     assert head() == base
 
 
 def test_a_new_branch_starts_at_the_page_and_saves_go_to_it(alice, shop):
     base = head()
-    r = alice.post(f"{PAGE}branches/new/", {"name": "ahoy", "from_ref": base,
-                                            "path": "app.py"}, HTTP_HX_REQUEST="true")
+    r = alice.post(
+        f"{PAGE}branches/new/",
+        {"name": "ahoy", "from_ref": base, "path": "app.py"},
+        HTTP_HX_REQUEST="true",
+    )
     assert r["HX-Redirect"] == f"{PAGE}?ref=ahoy&path=app.py"
     page = alice.get(f"{PAGE}?ref=ahoy&path=app.py").content.decode()
     assert 'data-branch="ahoy"' in page and '<option value="ahoy" selected>' in page
     assert save(alice, "app.py", "# on a branch\n", base, branch="ahoy").status_code == 200
     assert file_at("ahoy", "app.py") == "# on a branch\n" and head() == base
-    r = alice.post(f"{PAGE}branches/new/", {"name": "bad..name", "from_ref": base},
-                   HTTP_HX_REQUEST="true")
+    r = alice.post(
+        f"{PAGE}branches/new/", {"name": "bad..name", "from_ref": base}, HTTP_HX_REQUEST="true"
+    )
     assert r.status_code == 422 and "not a valid branch name" in r.content.decode()
 
 
@@ -280,16 +318,21 @@ def test_charlie_gets_404_for_every_page_and_post_of_team_a(signed_in, cast, sho
     for path in ["", "?path=app.py", "tree/?path=", "history/", f"commits/{sha}/", "settings/"]:
         assert charlie.get(PAGE + path).status_code == 404, path
         assert charlie.get(PAGE + path, HTTP_HX_REQUEST="true").status_code == 404, path
-    posts = {"save/": None, "files/new/": {"path": "x", "branch": "main", "base_commit": sha},
-             "files/delete/": {"path": "app.py", "branch": "main", "base_commit": sha},
-             "files/rename/": {"path": "app.py", "to": "y", "branch": "main",
-                               "base_commit": sha},
-             "branches/new/": {"name": "b", "from_ref": "main"},
-             "settings/delete/": {"confirm": "shop"}}
+    posts = {
+        "save/": None,
+        "files/new/": {"path": "x", "branch": "main", "base_commit": sha},
+        "files/delete/": {"path": "app.py", "branch": "main", "base_commit": sha},
+        "files/rename/": {"path": "app.py", "to": "y", "branch": "main", "base_commit": sha},
+        "branches/new/": {"name": "b", "from_ref": "main"},
+        "settings/delete/": {"confirm": "shop"},
+    }
     for path, data in posts.items():
         if data is None:
-            r = charlie.post(PAGE + path, {"path": "app.py", "content": "x", "branch": "main",
-                                           "base_commit": sha}, content_type="application/json")
+            r = charlie.post(
+                PAGE + path,
+                {"path": "app.py", "content": "x", "branch": "main", "base_commit": sha},
+                content_type="application/json",
+            )
         else:
             r = charlie.post(PAGE + path, data)
         assert r.status_code == 404, path
@@ -315,15 +358,22 @@ def test_only_an_admin_deletes_and_only_with_the_slug_typed(alice, signed_in, ca
 
 def test_page_changes_need_the_csrf_token(cast, shop):
     from django.test import Client
+
     client = Client(enforce_csrf_checks=True)
     client.force_login(cast.alice)
     base = head()
-    r = client.post(f"{PAGE}save/", {"path": "app.py", "content": "x", "branch": "main",
-                                     "base_commit": base}, content_type="application/json")
+    r = client.post(
+        f"{PAGE}save/",
+        {"path": "app.py", "content": "x", "branch": "main", "base_commit": base},
+        content_type="application/json",
+    )
     assert r.status_code == 403
     token = re.search(r'"X-CSRFToken": "([^"]+)"', client.get(PAGE).content.decode())
     assert token
-    r = client.post(f"{PAGE}save/", {"path": "app.py", "content": "x", "branch": "main",
-                                     "base_commit": base}, content_type="application/json",
-                    HTTP_X_CSRFTOKEN=token.group(1))
+    r = client.post(
+        f"{PAGE}save/",
+        {"path": "app.py", "content": "x", "branch": "main", "base_commit": base},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN=token.group(1),
+    )
     assert r.status_code == 200 and head() != base

@@ -11,9 +11,10 @@ def access_workspace(actor: Actor, team: Team, slug: str, scope: str) -> Workspa
     workspaces (the actor must not learn it exists); 403 `missing_scope` otherwise.
     """
     workspace = next(iter(Workspace.objects.filter(team=team, slug=slug).order_by()[:1]), None)
-    if workspace is None or (actor.token is not None and
-                             (actor.token.team_id != team.pk or
-                              not actor.token.allows_workspace(slug))):
+    if workspace is None or (
+        actor.token is not None
+        and (actor.token.team_id != team.pk or not actor.token.allows_workspace(slug))
+    ):
         raise NotFound(f"No workspace {slug!r}.", {"workspace": slug})
     actor.require_scope(scope)
     workspace.team = team  # already loaded: spare every door a query

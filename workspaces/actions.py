@@ -37,8 +37,9 @@ class CommitResult:
     warnings: list[dict[str, Any]] = field(default_factory=list)
 
 
-def create_workspace(team: Team, actor: Actor, name: str, slug: str | None = None,
-                     template: str | None = None) -> Workspace:
+def create_workspace(
+    team: Team, actor: Actor, name: str, slug: str | None = None, template: str | None = None
+) -> Workspace:
     """A new workspace with one first commit: empty, or the files of a starter."""
     name = (name or "").strip()
     if not name or len(name) > 100:
@@ -46,10 +47,13 @@ def create_workspace(team: Team, actor: Actor, name: str, slug: str | None = Non
     slug = slug if slug is not None else slugify(name)[:30].strip("-")
     validate_slug(slug, "workspace slug", reserved=Workspace.RESERVED_SLUGS)
     if template and template not in starters.NAMES:
-        raise Invalid(f"Unknown template {template!r}; use one of {', '.join(starters.NAMES)}.",
-                      {"field": "template", "allowed": list(starters.NAMES)})
-    workspace = Workspace(team=team, slug=slug, name=name, template=template or "",
-                          created_by=actor.user)
+        raise Invalid(
+            f"Unknown template {template!r}; use one of {', '.join(starters.NAMES)}.",
+            {"field": "template", "allowed": list(starters.NAMES)},
+        )
+    workspace = Workspace(
+        team=team, slug=slug, name=name, template=template or "", created_by=actor.user
+    )
     try:
         with transaction.atomic():
             workspace.save()
@@ -60,17 +64,29 @@ def create_workspace(team: Team, actor: Actor, name: str, slug: str | None = Non
                     editor.apply(Change("write", path, content))
                 for path, target in starters.SYMLINKS.get(template or "", {}).items():
                     editor.apply(Change("symlink", path, target.encode()))
-                message = f"Create workspace from the {template} template" if template \
+                message = (
+                    f"Create workspace from the {template} template"
+                    if template
                     else "Create workspace"
+                )
                 sha = store.make_commit(editor.write(), [], author_of(actor), message)
                 store.advance(workspace.default_branch, None, sha)
             finally:
                 store.close()
-            record(team, actor, "workspace.created", f"workspace:{slug}", slug,
-                   template=template or "", commit=sha)
+            record(
+                team,
+                actor,
+                "workspace.created",
+                f"workspace:{slug}",
+                slug,
+                template=template or "",
+                commit=sha,
+            )
     except IntegrityError:
-        raise Conflict(f"Team {team.slug} already has a workspace {slug!r}; choose another "
-                       "slug.", {"field": "slug"}) from None
+        raise Conflict(
+            f"Team {team.slug} already has a workspace {slug!r}; choose another slug.",
+            {"field": "slug"},
+        ) from None
     except BaseException:
         shutil.rmtree(workspace.repo_path, ignore_errors=True)
         raise
@@ -82,23 +98,34 @@ def decode_content(content: str, encoding: str, path: str) -> bytes:
         try:
             data = base64.b64decode(content, validate=True)
         except (binascii.Error, ValueError):
-            raise Invalid(f"The content of {path!r} is not valid base64.",
-                          {"path": path}, code="invalid_base64") from None
+            raise Invalid(
+                f"The content of {path!r} is not valid base64.",
+                {"path": path},
+                code="invalid_base64",
+            ) from None
     elif encoding in ("utf-8", "text"):
         data = content.encode("utf-8")
     else:
-        raise Invalid(f"Unknown encoding {encoding!r}; use \"utf-8\" or \"base64\".",
-                      {"path": path})
+        raise Invalid(f'Unknown encoding {encoding!r}; use "utf-8" or "base64".', {"path": path})
     limit = settings.WORKSPACE_MAX_FILE_BYTES
     if len(data) > limit:
-        raise FileTooLarge(f"{path!r} is {len(data) // (1024 * 1024)} MB; files may be at "
-                           f"most {limit // (1024 * 1024)} MB. Keep large files out of the "
-                           "workspace.", {"path": path, "limit_bytes": limit})
+        raise FileTooLarge(
+            f"{path!r} is {len(data) // (1024 * 1024)} MB; files may be at "
+            f"most {limit // (1024 * 1024)} MB. Keep large files out of the "
+            "workspace.",
+            {"path": path, "limit_bytes": limit},
+        )
     return data
 
 
-def commit_changes(workspace: Workspace, actor: Actor, changes: list[Change], message: str,
-                   branch: str | None = None, base_commit: str | None = None) -> CommitResult:
+def commit_changes(
+    workspace: Workspace,
+    actor: Actor,
+    changes: list[Change],
+    message: str,
+    branch: str | None = None,
+    base_commit: str | None = None,
+) -> CommitResult:
     """Apply every change as one commit on `branch`, or change nothing.
 
     1. Paths are validated; contents were decoded and size-checked by the caller.
@@ -119,16 +146,19 @@ def commit_changes(workspace: Workspace, actor: Actor, changes: list[Change], me
         if head is None:
             raise NotFound(f"No branch {branch!r}.", {"branch": branch}, code="branch_not_found")
         if base_commit and base_commit != head:
-            raise Conflict(f"The branch {branch!r} has moved since {base_commit[:12]}; reload "
-                           "and apply your change to the new head.",
-                           {"head": head, "base_commit": base_commit})
+            raise Conflict(
+                f"The branch {branch!r} has moved since {base_commit[:12]}; reload "
+                "and apply your change to the new head.",
+                {"head": head, "base_commit": base_commit},
+            )
         editor = TreeEditor(store, store.commit(head).tree)
         for change in changes:
             editor.apply(change)
         tree = editor.write()
         if tree == store.commit(head).tree:
-            raise Invalid("These changes leave every file as it was; nothing to commit.",
-                          code="no_changes")
+            raise Invalid(
+                "These changes leave every file as it was; nothing to commit.", code="no_changes"
+            )
         sha = store.make_commit(tree, [head], author_of(actor), message)
         store.advance(branch, head, sha)
     files = sorted({c.path for c in changes} | {c.to for c in changes if c.to})
@@ -140,8 +170,16 @@ def commit_changes(workspace: Workspace, actor: Actor, changes: list[Change], me
                 workspace_config.parse((change.content or b"").decode("utf-8", "replace"))
             except workspace_config.ConfigError as e:
                 result.warnings.append(e.as_dict()["error"])
-    record(workspace.team, actor, "workspace.committed", f"commit:{sha[:12]}", workspace.slug,
-           branch=branch, message=message.strip()[:200], files=files[:20])
+    record(
+        workspace.team,
+        actor,
+        "workspace.committed",
+        f"commit:{sha[:12]}",
+        workspace.slug,
+        branch=branch,
+        message=message.strip()[:200],
+        files=files[:20],
+    )
     transaction.on_commit(lambda: announce_branch_moved(workspace, branch, sha, actor))
     return result
 
@@ -157,8 +195,7 @@ def create_branch(workspace: Workspace, actor: Actor, name: str, from_ref: str |
 
 def delete_branch(workspace: Workspace, actor: Actor, name: str) -> None:
     if name == workspace.default_branch:
-        raise Conflict(f"{name!r} is the default branch and cannot be deleted.",
-                       {"branch": name})
+        raise Conflict(f"{name!r} is the default branch and cannot be deleted.", {"branch": name})
     with open_store(workspace) as store, store.write_lock():
         store.delete_branch(name)
     record(workspace.team, actor, "branch.deleted", f"branch:{name}", workspace.slug)
@@ -168,8 +205,13 @@ def delete_workspace(workspace: Workspace, actor: Actor) -> None:
     """Remove the workspace and its repository (later: its sandboxes, volumes, images)."""
     path = workspace.repo_path
     with transaction.atomic():
-        record(workspace.team, actor, "workspace.deleted", f"workspace:{workspace.slug}",
-               workspace.slug)
+        record(
+            workspace.team,
+            actor,
+            "workspace.deleted",
+            f"workspace:{workspace.slug}",
+            workspace.slug,
+        )
         workspace.delete()
         transaction.on_commit(lambda: shutil.rmtree(path, ignore_errors=True))
 
@@ -179,8 +221,14 @@ def set_force_push_policy(workspace: Workspace, actor: Actor, allow: bool) -> Wo
     with transaction.atomic():
         workspace.allow_force_push = allow
         workspace.save(update_fields=["allow_force_push"])
-        record(workspace.team, actor, "workspace.policy_changed",
-               f"workspace:{workspace.slug}", workspace.slug, allow_force_push=allow)
+        record(
+            workspace.team,
+            actor,
+            "workspace.policy_changed",
+            f"workspace:{workspace.slug}",
+            workspace.slug,
+            allow_force_push=allow,
+        )
     return workspace
 
 
@@ -190,6 +238,12 @@ def set_workspace_gvisor_policy(workspace: Workspace, actor: Actor, required: bo
     with transaction.atomic():
         workspace.require_gvisor = required
         workspace.save(update_fields=["require_gvisor"])
-        record(workspace.team, actor, "workspace.policy_changed",
-               f"workspace:{workspace.slug}", workspace.slug, require_gvisor=required)
+        record(
+            workspace.team,
+            actor,
+            "workspace.policy_changed",
+            f"workspace:{workspace.slug}",
+            workspace.slug,
+            require_gvisor=required,
+        )
     return workspace

@@ -71,24 +71,38 @@ def workspace_out(request: HttpRequest, w: Workspace) -> dict[str, Any]:
     with open_store(w) as store:
         head = store.branch_head(w.default_branch)
     base = request.build_absolute_uri("/")[:-1]
-    return {"id": w.public_id, "slug": w.slug, "name": w.name, "team": w.team.slug,
-            "default_branch": w.default_branch, "template": w.template or None, "head": head,
-            "created_at": w.created_at, "git_url": f"{base}/git/{w.team.slug}/{w.slug}.git",
-            "web_url": f"{base}/t/{w.team.slug}/w/{w.slug}/"}
+    return {
+        "id": w.public_id,
+        "slug": w.slug,
+        "name": w.name,
+        "team": w.team.slug,
+        "default_branch": w.default_branch,
+        "template": w.template or None,
+        "head": head,
+        "created_at": w.created_at,
+        "git_url": f"{base}/git/{w.team.slug}/{w.slug}.git",
+        "web_url": f"{base}/t/{w.team.slug}/w/{w.slug}/",
+    }
 
 
 def to_change(c: ChangeIn) -> Change:
     if c.op == "write":
         if c.content is None:
             from config.errors import Invalid
+
             raise Invalid(f"A write of {c.path!r} needs content.", {"path": c.path})
         return Change("write", c.path, actions.decode_content(c.content, c.encoding, c.path))
     return Change(c.op, c.path, to=c.to)
 
 
 def commit_out(result: actions.CommitResult) -> dict[str, Any]:
-    return {"commit": result.sha, "branch": result.branch, "parent": result.parent,
-            "files": result.files, "warnings": result.warnings}
+    return {
+        "commit": result.sha,
+        "branch": result.branch,
+        "parent": result.parent,
+        "files": result.files,
+        "warnings": result.warnings,
+    }
 
 
 @router.get("/workspaces", summary="List the team's workspaces")
@@ -102,8 +116,11 @@ def list_workspaces(request: HttpRequest) -> list[dict[str, Any]]:
     return [workspace_out(request, w) for w in qs]
 
 
-@router.post("/workspaces", response={201: dict[str, Any]},
-             summary="Create a workspace, empty or from a template")
+@router.post(
+    "/workspaces",
+    response={201: dict[str, Any]},
+    summary="Create a workspace, empty or from a template",
+)
 def create_workspace(request: HttpRequest, body: WorkspaceIn) -> Status:
     actor = actor_of(request)
     assert actor.token is not None
@@ -128,19 +145,27 @@ def delete_workspace(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @router.get("/workspaces/{slug}/tree", summary="A folder at a ref")
-def tree(request: HttpRequest, slug: str, ref: str | None = None,
-         path: str | None = None) -> dict[str, Any]:
+def tree(
+    request: HttpRequest, slug: str, ref: str | None = None, path: str | None = None
+) -> dict[str, Any]:
     w = workspace_for(request, slug, "workspace:read")
     folder = clean_dir(path)
     with open_store(w) as store:
         commit = store.resolve(ref or w.default_branch)
-        return {"ref": ref or w.default_branch, "commit": commit, "path": folder,
-                "entries": store.list_dir(commit, folder)}
+        return {
+            "ref": ref or w.default_branch,
+            "commit": commit,
+            "path": folder,
+            "entries": store.list_dir(commit, folder),
+        }
 
 
-@router.get("/workspaces/{slug}/files/{path:path}", summary="Read a file at a ref",
-            description="JSON with content and encoding, or the raw bytes with "
-                        "`Accept: application/octet-stream`.")
+@router.get(
+    "/workspaces/{slug}/files/{path:path}",
+    summary="Read a file at a ref",
+    description="JSON with content and encoding, or the raw bytes with "
+    "`Accept: application/octet-stream`.",
+)
 def read_file(request: HttpRequest, slug: str, path: str, ref: str | None = None) -> Any:
     w = workspace_for(request, slug, "workspace:read")
     path = clean_path(path)
@@ -160,34 +185,61 @@ def read_file(request: HttpRequest, slug: str, path: str, ref: str | None = None
 def write_file(request: HttpRequest, slug: str, path: str, body: FileIn) -> dict[str, Any]:
     w = workspace_for(request, slug, "workspace:write")
     content = actions.decode_content(body.content, body.encoding, path)
-    result = actions.commit_changes(w, actor_of(request), [Change("write", path, content)],
-                                    body.message or f"Update {path}", body.branch,
-                                    body.base_commit)
+    result = actions.commit_changes(
+        w,
+        actor_of(request),
+        [Change("write", path, content)],
+        body.message or f"Update {path}",
+        body.branch,
+        body.base_commit,
+    )
     return commit_out(result)
 
 
 @router.delete("/workspaces/{slug}/files/{path:path}", summary="Delete one file (one commit)")
-def delete_file(request: HttpRequest, slug: str, path: str, message: str | None = None,
-                branch: str | None = None, base_commit: str | None = None) -> dict[str, Any]:
+def delete_file(
+    request: HttpRequest,
+    slug: str,
+    path: str,
+    message: str | None = None,
+    branch: str | None = None,
+    base_commit: str | None = None,
+) -> dict[str, Any]:
     w = workspace_for(request, slug, "workspace:write")
-    result = actions.commit_changes(w, actor_of(request), [Change("delete", path)],
-                                    message or f"Delete {path}", branch, base_commit)
+    result = actions.commit_changes(
+        w,
+        actor_of(request),
+        [Change("delete", path)],
+        message or f"Delete {path}",
+        branch,
+        base_commit,
+    )
     return commit_out(result)
 
 
-@router.post("/workspaces/{slug}/commits", response={201: dict[str, Any]},
-             summary="Change files as one commit")
+@router.post(
+    "/workspaces/{slug}/commits",
+    response={201: dict[str, Any]},
+    summary="Change files as one commit",
+)
 def create_commit(request: HttpRequest, slug: str, body: CommitIn) -> Status:
     w = workspace_for(request, slug, "workspace:write")
     changes = [to_change(c) for c in body.changes]
-    result = actions.commit_changes(w, actor_of(request), changes, body.message, body.branch,
-                                    body.base_commit)
+    result = actions.commit_changes(
+        w, actor_of(request), changes, body.message, body.branch, body.base_commit
+    )
     return Status(201, commit_out(result))
 
 
 @router.get("/workspaces/{slug}/commits", summary="History of a branch or a path")
-def list_commits(request: HttpRequest, slug: str, branch: str | None = None,
-                 path: str | None = None, page: int = 1, per_page: int = 30) -> dict:
+def list_commits(
+    request: HttpRequest,
+    slug: str,
+    branch: str | None = None,
+    path: str | None = None,
+    page: int = 1,
+    per_page: int = 30,
+) -> dict:
     w = workspace_for(request, slug, "workspace:read")
     with open_store(w) as store:
         commit = store.resolve(branch or w.default_branch)
@@ -212,12 +264,17 @@ def compare(request: HttpRequest, slug: str, base: str, head: str) -> dict[str, 
 def list_branches(request: HttpRequest, slug: str) -> list[dict[str, Any]]:
     w = workspace_for(request, slug, "workspace:read")
     with open_store(w) as store:
-        return [{"name": name, "commit": sha, "default": name == w.default_branch}
-                for name, sha in sorted(store.branches().items())]
+        return [
+            {"name": name, "commit": sha, "default": name == w.default_branch}
+            for name, sha in sorted(store.branches().items())
+        ]
 
 
-@router.post("/workspaces/{slug}/branches", response={201: dict[str, Any]},
-             summary="Create a branch from a ref")
+@router.post(
+    "/workspaces/{slug}/branches",
+    response={201: dict[str, Any]},
+    summary="Create a branch from a ref",
+)
 def create_branch(request: HttpRequest, slug: str, body: BranchIn) -> Status:
     w = workspace_for(request, slug, "workspace:write")
     sha = actions.create_branch(w, actor_of(request), body.name, body.from_ref)

@@ -69,8 +69,9 @@ def tree_tar_stream(store: GitStore, commit_sha: str, under: str = "") -> Iterat
     with tarfile.open(fileobj=spout, mode="w", format=tarfile.PAX_FORMAT) as tar:
         if under:
             tar.addfile(_info(under, tarfile.DIRTYPE, 0o755, commit.commit_time))
-        yield from _add_tree(tar, spout, store, commit.tree, f"{under}/" if under else "",
-                             commit.commit_time)
+        yield from _add_tree(
+            tar, spout, store, commit.tree, f"{under}/" if under else "", commit.commit_time
+        )
     yield spout.take()
 
 
@@ -87,8 +88,9 @@ def _info(name: str, kind: bytes, mode: int, mtime: int) -> tarfile.TarInfo:
     return info
 
 
-def _add_tree(tar: tarfile.TarFile, spout: _Spout, store: GitStore, tree_sha: bytes,
-              prefix: str, mtime: int) -> Iterator[bytes]:
+def _add_tree(
+    tar: tarfile.TarFile, spout: _Spout, store: GitStore, tree_sha: bytes, prefix: str, mtime: int
+) -> Iterator[bytes]:
     tree = store.repo[tree_sha]
     assert isinstance(tree, Tree)
     for entry in tree.iteritems():
@@ -102,8 +104,9 @@ def _add_tree(tar: tarfile.TarFile, spout: _Spout, store: GitStore, tree_sha: by
             yield spout.take()
 
 
-def _add_leaf(tar: tarfile.TarFile, store: GitStore, name: str, mode: int, sha: bytes,
-              mtime: int) -> None:
+def _add_leaf(
+    tar: tarfile.TarFile, store: GitStore, name: str, mode: int, sha: bytes, mtime: int
+) -> None:
     """A file or a link (a submodule is skipped)."""
     if mode == MODE_SUBMODULE:
         return
@@ -118,8 +121,9 @@ def _add_leaf(tar: tarfile.TarFile, store: GitStore, name: str, mode: int, sha: 
     tar.addfile(info, io.BytesIO(data))
 
 
-def entries_tar_stream(store: GitStore, entries: list[tuple[str, int, bytes]],
-                       mtime: int) -> Iterator[bytes]:
+def entries_tar_stream(
+    store: GitStore, entries: list[tuple[str, int, bytes]], mtime: int
+) -> Iterator[bytes]:
     """Only the given entries of a tree — (path, mode, sha), a folder with all it holds —
     under their parent folders, every time stamp `mtime`: for a step that must see
     nothing but what it was keyed by. The entries come from a measured commit."""

@@ -29,8 +29,9 @@ class TreeEditor:
         if change.op == "write":
             assert change.content is not None
             existing = self._get(change.path)
-            mode = MODE_EXEC if isinstance(existing, tuple) and existing[0] == MODE_EXEC \
-                else MODE_FILE
+            mode = (
+                MODE_EXEC if isinstance(existing, tuple) and existing[0] == MODE_EXEC else MODE_FILE
+            )
             self._put(change.path, (mode, self.store.add_blob(change.content)))
         elif change.op == "symlink":
             assert change.content is not None  # the link's target, stored as Git does
@@ -40,11 +41,16 @@ class TreeEditor:
         elif change.op == "rename":
             assert change.to is not None
             if change.to == change.path or change.to.startswith(change.path + "/"):
-                raise Invalid(f"Cannot rename {change.path!r} into itself.",
-                              {"path": change.path, "to": change.to}, code="invalid_rename")
+                raise Invalid(
+                    f"Cannot rename {change.path!r} into itself.",
+                    {"path": change.path, "to": change.to},
+                    code="invalid_rename",
+                )
             if self._get(change.to) is not None:
-                raise Conflict(f"Cannot rename onto {change.to!r}: it exists. Delete it first.",
-                               {"path": change.path, "to": change.to})
+                raise Conflict(
+                    f"Cannot rename onto {change.to!r}: it exists. Delete it first.",
+                    {"path": change.path, "to": change.to},
+                )
             self._put(change.to, self._remove(change.path))
 
     def write(self) -> bytes:
@@ -64,8 +70,11 @@ class TreeEditor:
             elif not isinstance(value, Node):
                 if value[0] != MODE_TREE:
                     where = b"/".join(parts[: i + 1]).decode()
-                    raise Invalid(f"{where!r} is a file, so {path!r} cannot be inside it.",
-                                  {"path": path}, code="parent_is_file")
+                    raise Invalid(
+                        f"{where!r} is a file, so {path!r} cannot be inside it.",
+                        {"path": path},
+                        code="parent_is_file",
+                    )
                 value = node.entries[part] = self.store.load_node(value[1])
             nodes.append(value)
         return nodes, parts[-1]

@@ -57,8 +57,10 @@ class WorkspaceConfig:
     egress: tuple[str, ...] = ()
 
 
-_EGRESS = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*"
-                     r"(:\d{1,5})?$")
+_EGRESS = re.compile(
+    r"^(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*"
+    r"(:\d{1,5})?$"
+)
 
 # section -> key -> (type, check, message)
 _NUMBER = (int, float)
@@ -73,8 +75,11 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any, str]]] = {
     },
     "setup": {
         "command": (str, None, "a shell command"),
-        "cache_key": (list, lambda v: all(isinstance(x, str) and x for x in v),
-                      "a list of file paths"),
+        "cache_key": (
+            list,
+            lambda v: all(isinstance(x, str) and x for x in v),
+            "a list of file paths",
+        ),
     },
     "preview": {
         "command": (str, None, "a shell command"),
@@ -82,12 +87,14 @@ _SCHEMA: dict[str, dict[str, tuple[Any, Any, str]]] = {
         "health_path": (str, lambda v: v.startswith("/"), "a path starting with /"),
     },
     "artifacts": {
-        "paths": (list, lambda v: all(isinstance(x, str) and x for x in v),
-                  "a list of paths"),
+        "paths": (list, lambda v: all(isinstance(x, str) and x for x in v), "a list of paths"),
     },
     "network": {
-        "egress": (list, lambda v: all(isinstance(x, str) and _EGRESS.match(x) for x in v),
-                   'a list of "host", "host:port" or "*.domain"'),
+        "egress": (
+            list,
+            lambda v: all(isinstance(x, str) and _EGRESS.match(x) for x in v),
+            'a list of "host", "host:port" or "*.domain"',
+        ),
     },
 }
 _SCHEMA["deploy"] = {**_SCHEMA["preview"], "build": (str, None, "a shell command")}
@@ -122,15 +129,22 @@ def parse(text: str) -> WorkspaceConfig:
         raise ConfigError(f"{FILENAME}: {e}", {"line": line}) from None
     for section, value in data.items():
         if section not in _SCHEMA:
-            raise _fail(text, f"unknown section [{section}]; known: "
-                        f"{', '.join('[' + s + ']' for s in _SCHEMA)}.", section)
+            raise _fail(
+                text,
+                f"unknown section [{section}]; known: {', '.join('[' + s + ']' for s in _SCHEMA)}.",
+                section,
+            )
         if not isinstance(value, dict):
             raise _fail(text, f"{section} must be a [{section}] table.", section)
         for key, item in value.items():
             spec = _SCHEMA[section].get(key)
             if spec is None:
-                raise _fail(text, f"unknown key {key!r} in [{section}]; known: "
-                            f"{', '.join(_SCHEMA[section])}.", section, key)
+                raise _fail(
+                    text,
+                    f"unknown key {key!r} in [{section}]; known: {', '.join(_SCHEMA[section])}.",
+                    section,
+                    key,
+                )
             kind, check, wanted = spec
             bad_type = not isinstance(item, kind) or isinstance(item, bool)
             if bad_type or (check is not None and not check(item)):
@@ -153,8 +167,7 @@ def parse(text: str) -> WorkspaceConfig:
             raise _fail(text, f"[setup] cache_key: {e.message}", "setup", "cache_key") from None
     return WorkspaceConfig(
         sandbox=Sandbox(**table("sandbox")),
-        setup=Setup(command=setup.get("command", ""),
-                    cache_key=tuple(cache_key)),
+        setup=Setup(command=setup.get("command", ""), cache_key=tuple(cache_key)),
         preview=Service(**table("preview")),
         deploy=Deploy(**table("deploy")),
         artifacts=tuple(table("artifacts").get("paths", ())),

@@ -16,8 +16,12 @@ from workspaces.gitstore import MODE_SUBMODULE, MODE_TREE, GitStore
 
 # The (section, key) pairs that make up the contract, in the order the notice lists them.
 KEYS: tuple[tuple[str, str], ...] = (
-    ("sandbox", "image"), ("sandbox", "runtime"), ("sandbox", "cpus"),
-    ("sandbox", "memory_mb"), ("sandbox", "disk_mb"), ("sandbox", "timeout_s"),
+    ("sandbox", "image"),
+    ("sandbox", "runtime"),
+    ("sandbox", "cpus"),
+    ("sandbox", "memory_mb"),
+    ("sandbox", "disk_mb"),
+    ("sandbox", "timeout_s"),
     ("network", "egress"),
 )
 
@@ -55,8 +59,11 @@ def _read(text: str | None) -> _Side:
     raw = tomllib.loads(text or "")  # parse() accepted it, so this cannot fail
     values: dict[tuple[str, str], Any] = {}
     for section, key in KEYS:
-        value = config.egress if (section, key) == ("network", "egress") \
+        value = (
+            config.egress
+            if (section, key) == ("network", "egress")
             else getattr(config.sandbox, key)
+        )
         values[section, key] = list(value) if isinstance(value, tuple) else value
     explicit = frozenset((s, k) for s, k in KEYS if k in raw.get(s, {}))
     return _Side(values, explicit)
@@ -81,25 +88,50 @@ def changes(before: str | None, after: str | None) -> list[ContractChange]:
         return []
     old, new = _read(before), _read(after)
     if new.values is None:
-        kind, verb = ("still_invalid", "is still") if old.values is None \
-            else ("became_invalid", "became")
-        return [ContractChange(kind, f"{workspace_config.FILENAME} {verb} invalid, so runs "
-                                     f"of this commit are refused: {new.error}")]
+        kind, verb = (
+            ("still_invalid", "is still") if old.values is None else ("became_invalid", "became")
+        )
+        return [
+            ContractChange(
+                kind,
+                f"{workspace_config.FILENAME} {verb} invalid, so runs "
+                f"of this commit are refused: {new.error}",
+            )
+        ]
     out: list[ContractChange] = []
     if old.values is None:
-        out.append(ContractChange("became_valid", f"{workspace_config.FILENAME} was invalid "
-                                                  "and is valid again."))
+        out.append(
+            ContractChange(
+                "became_valid", f"{workspace_config.FILENAME} was invalid and is valid again."
+            )
+        )
     for section, key in KEYS:
         value = new.values[section, key]
         shown_new = _show(value, (section, key) in new.explicit)
         if old.values is None:
-            out.append(ContractChange("changed", f"[{section}] {key}: (invalid) → {shown_new}",
-                                      section, key, None, value))
+            out.append(
+                ContractChange(
+                    "changed",
+                    f"[{section}] {key}: (invalid) → {shown_new}",
+                    section,
+                    key,
+                    None,
+                    value,
+                )
+            )
         elif old.values[section, key] != value:
             was = old.values[section, key]
             shown_old = _show(was, (section, key) in old.explicit)
-            out.append(ContractChange("changed", f"[{section}] {key}: {shown_old} → "
-                                                 f"{shown_new}", section, key, was, value))
+            out.append(
+                ContractChange(
+                    "changed",
+                    f"[{section}] {key}: {shown_old} → {shown_new}",
+                    section,
+                    key,
+                    was,
+                    value,
+                )
+            )
     return out
 
 

@@ -45,24 +45,36 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
         if not isinstance(body, dict) or not all(isinstance(body.get(f), str) for f in fields):
             raise Invalid("Send path, content, branch and base_commit as strings.")
         if not SHA.match(body["base_commit"]):
-            raise Invalid("base_commit must be the 40-character SHA the page was loaded at.",
-                          {"field": "base_commit"})
+            raise Invalid(
+                "base_commit must be the 40-character SHA the page was loaded at.",
+                {"field": "base_commit"},
+            )
         path = clean_path(body["path"])
         message = str(body.get("message") or "").strip() or f"Update {path}"
         content = actions.decode_content(body["content"], "utf-8", path)
-        result = actions.commit_changes(workspace, Actor(membership.user),
-                                        [Change("write", path, content)], message,
-                                        body["branch"], body["base_commit"])
+        result = actions.commit_changes(
+            workspace,
+            Actor(membership.user),
+            [Change("write", path, content)],
+            message,
+            body["branch"],
+            body["base_commit"],
+        )
     except BerthError as e:
         return JsonResponse(e.as_dict(), status=e.status)
-    return JsonResponse({"commit": result.sha, "branch": result.branch,
-                         "parent": result.parent, "warnings": result.warnings,
-                         "commit_url": f"{urls_of(workspace)['commits']}{result.sha}/"})
+    return JsonResponse(
+        {
+            "commit": result.sha,
+            "branch": result.branch,
+            "parent": result.parent,
+            "warnings": result.warnings,
+            "commit_url": f"{urls_of(workspace)['commits']}{result.sha}/",
+        }
+    )
 
 
 def done(request: HttpRequest, url: str) -> HttpResponse:
-    response: HttpResponse = HttpResponseClientRedirect(url) if is_htmx(request) \
-        else redirect(url)
+    response: HttpResponse = HttpResponseClientRedirect(url) if is_htmx(request) else redirect(url)
     patch_vary_headers(response, ["HX-Request"])
     return response
 
@@ -72,8 +84,12 @@ def failed(request: HttpRequest, e: BerthError, back: str) -> HttpResponse:
     post gets it at the top of the page it came from."""
     response: HttpResponse
     if is_htmx(request):
-        response = render(request, "workspaces/workspace.html#action-error",
-                          {"message": e.message}, status=e.status)
+        response = render(
+            request,
+            "workspaces/workspace.html#action-error",
+            {"message": e.message},
+            status=e.status,
+        )
     else:
         messages.error(request, e.message)
         response = redirect(back)
@@ -86,8 +102,12 @@ def first_error(form: FileActionForm | NewBranchForm) -> str:
     return f"{field}: {errors[0]}" if field != "__all__" else str(errors[0])
 
 
-def change_one_file(request: HttpRequest, membership: Membership, workspace: Workspace,
-                    plan: Callable[[dict[str, Any]], tuple[Change, str, str]]) -> HttpResponse:
+def change_one_file(
+    request: HttpRequest,
+    membership: Membership,
+    workspace: Workspace,
+    plan: Callable[[dict[str, Any]], tuple[Change, str, str]],
+) -> HttpResponse:
     """Shared by new, rename and delete: `plan` turns the form into (change, default
     message, path to open afterwards)."""
     form = FileActionForm(request.POST)
@@ -97,9 +117,14 @@ def change_one_file(request: HttpRequest, membership: Membership, workspace: Wor
             raise Invalid(first_error(form))
         data = form.cleaned_data
         change, message, then = plan(data)
-        result = actions.commit_changes(workspace, Actor(membership.user), [change],
-                                        data["message"].strip() or message, data["branch"],
-                                        data["base_commit"])
+        result = actions.commit_changes(
+            workspace,
+            Actor(membership.user),
+            [change],
+            data["message"].strip() or message,
+            data["branch"],
+            data["base_commit"],
+        )
     except BerthError as e:
         return failed(request, e, back)
     messages.success(request, f"{message}: commit {result.sha[:7]}.")
@@ -108,8 +133,7 @@ def change_one_file(request: HttpRequest, membership: Membership, workspace: Wor
 
 @require_POST
 @workspace_page
-def new_file(request: HttpRequest, membership: Membership, workspace: Workspace
-             ) -> HttpResponse:
+def new_file(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
         path = clean_path(data["path"])
         # A write would silently replace an existing file. Checking at base_commit is
@@ -121,8 +145,9 @@ def new_file(request: HttpRequest, membership: Membership, workspace: Workspace
                 except NotFound:
                     pass
                 else:
-                    raise Conflict(f"{path!r} already exists; open it from the tree.",
-                                   {"path": path})
+                    raise Conflict(
+                        f"{path!r} already exists; open it from the tree.", {"path": path}
+                    )
         return Change("write", path, b""), f"Create {path}", path
 
     return change_one_file(request, membership, workspace, plan)
@@ -130,8 +155,7 @@ def new_file(request: HttpRequest, membership: Membership, workspace: Workspace
 
 @require_POST
 @workspace_page
-def rename_file(request: HttpRequest, membership: Membership, workspace: Workspace
-                ) -> HttpResponse:
+def rename_file(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
         path, to = clean_path(data["path"]), clean_path(data["to"] or "", what="new path")
         return Change("rename", path, to=to), f"Rename {path} to {to}", to
@@ -141,8 +165,7 @@ def rename_file(request: HttpRequest, membership: Membership, workspace: Workspa
 
 @require_POST
 @workspace_page
-def delete_file(request: HttpRequest, membership: Membership, workspace: Workspace
-                ) -> HttpResponse:
+def delete_file(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
         path = clean_path(data["path"])
         return Change("delete", path), f"Delete {path}", path.rpartition("/")[0]
@@ -152,17 +175,16 @@ def delete_file(request: HttpRequest, membership: Membership, workspace: Workspa
 
 @require_POST
 @workspace_page
-def new_branch(request: HttpRequest, membership: Membership, workspace: Workspace
-               ) -> HttpResponse:
+def new_branch(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     form = NewBranchForm(request.POST)
     path = request.POST.get("path")
     try:
         if not form.is_valid():
             raise Invalid(first_error(form))
         name = form.cleaned_data["name"].strip()
-        actions.create_branch(workspace, Actor(membership.user), name,
-                              form.cleaned_data["from_ref"])
+        actions.create_branch(
+            workspace, Actor(membership.user), name, form.cleaned_data["from_ref"]
+        )
     except BerthError as e:
-        return failed(request, e, page_url(workspace, ref=request.POST.get("from_ref"),
-                                           path=path))
+        return failed(request, e, page_url(workspace, ref=request.POST.get("from_ref"), path=path))
     return done(request, page_url(workspace, ref=name, path=path))

@@ -8,18 +8,25 @@ SHA = r"^[0-9a-f]{40}$"
 class NewWorkspaceForm(forms.Form):
     name = forms.CharField(max_length=100)
     slug = forms.CharField(
-        max_length=30, required=False,
+        max_length=30,
+        required=False,
         help_text="In URLs and the clone address; empty makes one from the name.",
     )
     template = forms.ChoiceField(
-        required=False, widget=forms.RadioSelect, initial="",
+        required=False,
+        widget=forms.RadioSelect,
+        initial="",
         choices=[("", "Empty — one first commit, no files")]
         + [(name, f"{name} — {starters.DESCRIPTIONS[name]}") for name in starters.NAMES],
     )
 
     # The action names fields its own way ("workspace slug"); map back to form fields.
-    ERROR_FIELDS = {"name": "name", "slug": "slug", "workspace slug": "slug",
-                    "template": "template"}
+    ERROR_FIELDS = {
+        "name": "name",
+        "slug": "slug",
+        "workspace slug": "slug",
+        "template": "template",
+    }
 
 
 class FileActionForm(forms.Form):

@@ -115,8 +115,9 @@ class _Backend(Backend):
         return self.store.repo
 
 
-def _serve(workspace: Workspace, environ: dict[str, Any], push: bool) -> tuple[str, list, bytes,
-                                                                                 dict, dict]:
+def _serve(
+    workspace: Workspace, environ: dict[str, Any], push: bool
+) -> tuple[str, list, bytes, dict, dict]:
     """Run dulwich's WSGI app for one request (on a GIT_POOL thread)."""
     store = GitStore(workspace.repo_path)
     check = PushCheck(store.repo, workspace.default_branch, workspace.allow_force_push)
@@ -135,9 +136,11 @@ def _serve(workspace: Workspace, environ: dict[str, Any], push: bool) -> tuple[s
         def _receive_max_input_size(self) -> int | None:
             return int(settings.GIT_MAX_PUSH_BYTES)
 
-    app = HTTPGitApplication(_Backend(store), dumb=False,
-                             handlers={b"git-receive-pack": Receive,
-                                       b"git-upload-pack": UploadPackHandler})
+    app = HTTPGitApplication(
+        _Backend(store),
+        dumb=False,
+        handlers={b"git-receive-pack": Receive, b"git-upload-pack": UploadPackHandler},
+    )
     answer: dict[str, Any] = {}
     chunks: list[bytes] = []
 
@@ -174,8 +177,11 @@ async def git_http(request: HttpRequest, team: str, slug: str, rest: str) -> Htt
     if not header:
         return _challenge("Authentication required: use an API token as the password.")
     if not _smart(request, rest):
-        return _text(404, "Berth serves Git's smart HTTP protocol only; use git 1.6.6 or "
-                          "later to clone, fetch and push.")
+        return _text(
+            404,
+            "Berth serves Git's smart HTTP protocol only; use git 1.6.6 or "
+            "later to clone, fetch and push.",
+        )
     try:
         actor, workspace = await sync_to_async(_authorize)(header, team, slug, scope)
         body = _body(request) if request.method == "POST" else b""
@@ -187,18 +193,26 @@ async def git_http(request: HttpRequest, team: str, slug: str, rest: str) -> Htt
         return _text(e.status, e.message)
 
     environ = {
-        "REQUEST_METHOD": request.method, "PATH_INFO": "/" + rest,
+        "REQUEST_METHOD": request.method,
+        "PATH_INFO": "/" + rest,
         "QUERY_STRING": request.META.get("QUERY_STRING", ""),
         "CONTENT_TYPE": request.META.get("CONTENT_TYPE", ""),
-        "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body),
-        "wsgi.errors": sys.stderr, "wsgi.url_scheme": request.scheme,
-        "wsgi.version": (1, 0), "wsgi.multithread": True, "wsgi.multiprocess": True,
-        "wsgi.run_once": False, "SERVER_NAME": "berth", "SERVER_PORT": "80",
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.url_scheme": request.scheme,
+        "wsgi.version": (1, 0),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        "SERVER_NAME": "berth",
+        "SERVER_PORT": "80",
         "SERVER_PROTOCOL": "HTTP/1.1",
     }
     loop = asyncio.get_running_loop()
     status, headers, content, before, after = await loop.run_in_executor(
-        GIT_POOL, _serve, workspace, environ, push)
+        GIT_POOL, _serve, workspace, environ, push
+    )
     if push and before != after:
         await sync_to_async(_record_push)(workspace, actor, before, after)
     response = HttpResponse(content, status=int(status.split(" ", 1)[0]))
@@ -208,12 +222,25 @@ async def git_http(request: HttpRequest, team: str, slug: str, rest: str) -> Htt
 
 
 def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) -> None:
-    refs = [{"ref": ref.decode(), "old": (before.get(ref) or b"").decode() or None,
-             "new": (after.get(ref) or b"").decode() or None}
-            for ref in sorted(set(before) | set(after)) if before.get(ref) != after.get(ref)]
-    record(workspace.team, actor, "git.pushed", f"workspace:{workspace.slug}", workspace.slug,
-           refs=refs)
+    refs = [
+        {
+            "ref": ref.decode(),
+            "old": (before.get(ref) or b"").decode() or None,
+            "new": (after.get(ref) or b"").decode() or None,
+        }
+        for ref in sorted(set(before) | set(after))
+        if before.get(ref) != after.get(ref)
+    ]
+    record(
+        workspace.team,
+        actor,
+        "git.pushed",
+        f"workspace:{workspace.slug}",
+        workspace.slug,
+        refs=refs,
+    )
     for ref in refs:
         if ref["new"] and ref["ref"].startswith("refs/heads/"):
-            announce_branch_moved(workspace, ref["ref"].removeprefix("refs/heads/"),
-                                  ref["new"], actor)
+            announce_branch_moved(
+                workspace, ref["ref"].removeprefix("refs/heads/"), ref["new"], actor
+            )

@@ -61,15 +61,18 @@ def is_text(data: bytes) -> bool:
     return True
 
 
-_BAD_REF = re.compile(r"(^[-/.])|(\.\.)|([\x00-\x20~^:?*\[\\\x7f])|(@\{)|(//)|([/.]$)|(\.lock$)"
-                      r"|(/\.)|(\.lock/)")
+_BAD_REF = re.compile(
+    r"(^[-/.])|(\.\.)|([\x00-\x20~^:?*\[\\\x7f])|(@\{)|(//)|([/.]$)|(\.lock$)"
+    r"|(/\.)|(\.lock/)"
+)
 
 
 def check_branch_name(name: str) -> str:
     """git check-ref-format's rules for a branch name, condensed."""
     if not name or len(name) > 200 or name == "@" or name == "HEAD" or _BAD_REF.search(name):
-        raise Invalid(f"{name!r} is not a valid branch name.", {"field": "branch"},
-                      code="invalid_branch")
+        raise Invalid(
+            f"{name!r} is not a valid branch name.", {"field": "branch"}, code="invalid_branch"
+        )
     return name
 
 
@@ -158,8 +161,11 @@ class GitStore:
             if len(usable) == 1:
                 return usable.pop()
             if len(usable) > 1:
-                raise Invalid(f"{ref!r} is ambiguous; give more characters.", {"ref": ref},
-                              code="ambiguous_ref")
+                raise Invalid(
+                    f"{ref!r} is ambiguous; give more characters.",
+                    {"ref": ref},
+                    code="ambiguous_ref",
+                )
         raise NotFound(f"No branch, tag or commit {ref!r}.", {"ref": ref}, code="ref_not_found")
 
     def usable(self, sha: str, tips: frozenset[str] | None = None) -> bool:
@@ -246,17 +252,23 @@ class GitStore:
     def list_dir(self, commit_sha: str, path: str) -> list[dict]:
         mode, sha = self.lookup(commit_sha, path)
         if mode != MODE_TREE:
-            raise Invalid(f"{path!r} is a file, not a folder.", {"path": path},
-                          code="not_a_directory")
+            raise Invalid(
+                f"{path!r} is a file, not a folder.", {"path": path}, code="not_a_directory"
+            )
         tree = self.repo[sha]
         assert isinstance(tree, Tree)
         out = []
         for entry in tree.iteritems():
             name = entry.path.decode("utf-8", "replace")
             kind = entry_type(entry.mode)
-            item: dict = {"name": name, "path": f"{path}/{name}" if path else name,
-                          "type": kind, "mode": f"{entry.mode:06o}", "sha": entry.sha.decode(),
-                          "size": None}
+            item: dict = {
+                "name": name,
+                "path": f"{path}/{name}" if path else name,
+                "type": kind,
+                "mode": f"{entry.mode:06o}",
+                "sha": entry.sha.decode(),
+                "size": None,
+            }
             if kind in ("file", "symlink"):
                 item["size"] = self.repo.object_store.get_raw(entry.sha)[1].__len__()
             out.append(item)
@@ -314,9 +326,15 @@ class GitStore:
     def advance(self, branch: str, old: str | None, new: str) -> None:
         """Move a branch from `old` to `new`, only if nobody moved it meanwhile."""
         ref = b"refs/heads/" + branch.encode()
-        ok = (self.repo.refs.set_if_equals(ref, old.encode(), new.encode()) if old
-              else self.repo.refs.add_if_new(ref, new.encode()))
+        ok = (
+            self.repo.refs.set_if_equals(ref, old.encode(), new.encode())
+            if old
+            else self.repo.refs.add_if_new(ref, new.encode())
+        )
         if not ok:
             head = self.branch_head(branch)
-            raise Conflict(f"The branch {branch!r} moved while this commit was being made; "
-                           "fetch the new head and try again.", {"head": head})
+            raise Conflict(
+                f"The branch {branch!r} moved while this commit was being made; "
+                "fetch the new head and try again.",
+                {"head": head},
+            )

@@ -35,23 +35,41 @@ def read_file(store: GitStore, commit: str, path: str) -> dict[str, Any]:
     """One entry at a commit. Symlinks come back as their target, as metadata only:
     the host never follows them."""
     mode, sha = store.lookup(commit, path)
-    info: dict[str, Any] = {"path": path, "commit": commit, "sha": sha.decode(),
-                            "mode": f"{mode:06o}"}
+    info: dict[str, Any] = {
+        "path": path,
+        "commit": commit,
+        "sha": sha.decode(),
+        "mode": f"{mode:06o}",
+    }
     if mode == MODE_TREE:
-        raise Invalid(f"{path!r} is a folder; list it with the tree endpoint.",
-                      {"path": path}, code="is_a_directory")
+        raise Invalid(
+            f"{path!r} is a folder; list it with the tree endpoint.",
+            {"path": path},
+            code="is_a_directory",
+        )
     if mode == MODE_SUBMODULE:
         return {**info, "type": "submodule", "size": None, "content": None, "encoding": None}
     data = store.blob(sha)
     if mode == MODE_LINK:
-        return {**info, "type": "symlink", "size": len(data), "content": None, "encoding": None,
-                "target": data.decode("utf-8", "replace")}
+        return {
+            **info,
+            "type": "symlink",
+            "size": len(data),
+            "content": None,
+            "encoding": None,
+            "target": data.decode("utf-8", "replace"),
+        }
     if len(data) > settings.WORKSPACE_MAX_FILE_BYTES:
         raise FileTooLarge(f"{path!r} is larger than the read limit.", {"path": path})
     text = is_text(data)
-    return {**info, "type": "file", "size": len(data), "raw": data,
-            "encoding": "utf-8" if text else "base64",
-            "content": data.decode("utf-8") if text else base64.b64encode(data).decode()}
+    return {
+        **info,
+        "type": "file",
+        "size": len(data),
+        "raw": data,
+        "encoding": "utf-8" if text else "base64",
+        "content": data.decode("utf-8") if text else base64.b64encode(data).decode(),
+    }
 
 
 def history(store: GitStore, commit: str, path: str, page: int, per_page: int) -> dict:
@@ -77,19 +95,33 @@ def history(store: GitStore, commit: str, path: str, page: int, per_page: int) -
 def diff_trees(store: GitStore, old_tree: bytes | None, new_tree: bytes) -> dict[str, Any]:
     """Per-file unified diffs with stats between two trees (renames detected)."""
     files, additions, deletions, patched = [], 0, 0, 0
-    changes = tree_changes(store.repo.object_store, old_tree, new_tree,
-                           rename_detector=RenameDetector(store.repo.object_store))
+    changes = tree_changes(
+        store.repo.object_store,
+        old_tree,
+        new_tree,
+        rename_detector=RenameDetector(store.repo.object_store),
+    )
     for change in changes:
         old_entry = change.old if change.old and change.old.path else None
         new_entry = change.new if change.new and change.new.path else None
         old_path = old_entry.path.decode("utf-8", "replace") if old_entry else None
         new_path = new_entry.path.decode("utf-8", "replace") if new_entry else None
-        item: dict[str, Any] = {"status": {"add": "added", "delete": "deleted",
-                                           "modify": "modified", "rename": "renamed",
-                                           "copy": "copied"}.get(change.type, change.type),
-                                "path": new_path or old_path, "old_path": old_path,
-                                "additions": 0, "deletions": 0, "binary": False,
-                                "too_large": False, "patch": ""}
+        item: dict[str, Any] = {
+            "status": {
+                "add": "added",
+                "delete": "deleted",
+                "modify": "modified",
+                "rename": "renamed",
+                "copy": "copied",
+            }.get(change.type, change.type),
+            "path": new_path or old_path,
+            "old_path": old_path,
+            "additions": 0,
+            "deletions": 0,
+            "binary": False,
+            "too_large": False,
+            "patch": "",
+        }
         if MODE_SUBMODULE in (getattr(old_entry, "mode", None), getattr(new_entry, "mode", None)):
             _submodule_item(item, old_entry, new_entry)
             additions += item["additions"]
@@ -108,19 +140,25 @@ def diff_trees(store: GitStore, old_tree: bytes | None, new_tree: bytes) -> dict
         elif (old_text := _diff_text(old)) is None or (new_text := _diff_text(new)) is None:
             item["binary"] = True
         else:
-            lines = list(difflib.unified_diff(
-                old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                f"a/{old_path}" if old_path else "/dev/null",
-                f"b/{new_path}" if new_path else "/dev/null", n=3))
-            item["patch"] = "".join(line if line.endswith("\n") else line + "\n"
-                                    for line in lines)
+            lines = list(
+                difflib.unified_diff(
+                    old_text.splitlines(keepends=True),
+                    new_text.splitlines(keepends=True),
+                    f"a/{old_path}" if old_path else "/dev/null",
+                    f"b/{new_path}" if new_path else "/dev/null",
+                    n=3,
+                )
+            )
+            item["patch"] = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
             item["additions"] = sum(1 for ln in lines[2:] if ln.startswith("+"))
             item["deletions"] = sum(1 for ln in lines[2:] if ln.startswith("-"))
         additions += item["additions"]
         deletions += item["deletions"]
         files.append(item)
-    return {"files": files,
-            "stats": {"files": len(files), "additions": additions, "deletions": deletions}}
+    return {
+        "files": files,
+        "stats": {"files": len(files), "additions": additions, "deletions": deletions},
+    }
 
 
 def _diff_text(data: bytes) -> str | None:
@@ -144,11 +182,15 @@ def _submodule_item(item: dict[str, Any], old_entry: Any, new_entry: Any) -> Non
         if entry.mode == MODE_SUBMODULE:
             lines.append(f"{sign}Subproject commit {entry.sha.decode()}\n")
         else:
-            lines.append(f"{sign}(a {'symlink' if entry.mode == MODE_LINK else 'file'}, "
-                         f"blob {entry.sha.decode()[:12]})\n")
-    header = [f"--- a/{item['old_path']}\n" if item["old_path"] else "--- /dev/null\n",
-              f"+++ b/{item['path']}\n" if new_entry else "+++ /dev/null\n",
-              f"@@ -{1 if old_entry else 0} +{1 if new_entry else 0} @@\n"]
+            lines.append(
+                f"{sign}(a {'symlink' if entry.mode == MODE_LINK else 'file'}, "
+                f"blob {entry.sha.decode()[:12]})\n"
+            )
+    header = [
+        f"--- a/{item['old_path']}\n" if item["old_path"] else "--- /dev/null\n",
+        f"+++ b/{item['path']}\n" if new_entry else "+++ /dev/null\n",
+        f"@@ -{1 if old_entry else 0} +{1 if new_entry else 0} @@\n",
+    ]
     item["patch"] = "".join(header + lines)
     item["additions"] = sum(1 for ln in lines if ln.startswith("+"))
     item["deletions"] = sum(1 for ln in lines if ln.startswith("-"))
@@ -157,17 +199,25 @@ def _submodule_item(item: dict[str, Any], old_entry: Any, new_entry: Any) -> Non
 def commit_detail(store: GitStore, sha: str) -> dict[str, Any]:
     commit = store.commit(sha)
     parent_tree = store.commit(commit.parents[0].decode()).tree if commit.parents else None
-    return {**commit_summary(store, sha), "diff": diff_trees(store, parent_tree, commit.tree),
-            "contract_changes": [c.as_dict() for c in contract.commit_changes(store, sha)]}
+    return {
+        **commit_summary(store, sha),
+        "diff": diff_trees(store, parent_tree, commit.tree),
+        "contract_changes": [c.as_dict() for c in contract.commit_changes(store, sha)],
+    }
 
 
 def compare(store: GitStore, base: str, head: str) -> dict[str, Any]:
     """What `head` has that `base` does not: its commits, and the diff of the trees."""
-    walker = store.repo.get_walker(include=[head.encode()], exclude=[base.encode()],
-                                   max_entries=250)
+    walker = store.repo.get_walker(
+        include=[head.encode()], exclude=[base.encode()], max_entries=250
+    )
     commits = [commit_summary(store, e.commit.id.decode()) for e in walker]
-    return {"base": base, "head": head, "commits": commits,
-            "diff": diff_trees(store, store.commit(base).tree, store.commit(head).tree)}
+    return {
+        "base": base,
+        "head": head,
+        "commits": commits,
+        "diff": diff_trees(store, store.commit(base).tree, store.commit(head).tree),
+    }
 
 
 def require_commit(store: GitStore, sha: str) -> str:

@@ -27,8 +27,9 @@ class WhoAmI(BaseModel):
     token: str
     team: TeamOut
     scopes: list[str]
-    workspaces: list[str] = Field(description="workspaces this token is limited to; "
-                                              "empty: every workspace of the team")
+    workspaces: list[str] = Field(
+        description="workspaces this token is limited to; empty: every workspace of the team"
+    )
 
 
 class WorkspaceOut(BaseModel):
@@ -103,9 +104,14 @@ def workspace_for(actor: Actor, slug: str, scope: str) -> Workspace:
 def _out(w: Workspace) -> WorkspaceOut:
     with open_store(w) as store:
         head = store.branch_head(w.default_branch)
-    return WorkspaceOut(slug=w.slug, name=w.name, default_branch=w.default_branch, head=head,
-                        template=w.template or None,
-                        web_url=f"/t/{w.team.slug}/w/{w.slug}/")
+    return WorkspaceOut(
+        slug=w.slug,
+        name=w.name,
+        default_branch=w.default_branch,
+        head=head,
+        template=w.template or None,
+        web_url=f"/t/{w.team.slug}/w/{w.slug}/",
+    )
 
 
 @tool()
@@ -115,9 +121,13 @@ async def whoami(ctx: Ctx) -> WhoAmI:
     actor = await actor_of(ctx)
     token = actor.token
     assert token is not None
-    return WhoAmI(user=actor.user.username, token=token.name,
-                  team=TeamOut(slug=token.team.slug, name=token.team.name),
-                  scopes=list(token.scopes), workspaces=list(token.workspaces))
+    return WhoAmI(
+        user=actor.user.username,
+        token=token.name,
+        team=TeamOut(slug=token.team.slug, name=token.team.name),
+        scopes=list(token.scopes),
+        workspaces=list(token.workspaces),
+    )
 
 
 @tool()
@@ -137,8 +147,9 @@ async def list_workspaces(ctx: Ctx) -> WorkspaceList:
 
 
 @tool()
-async def create_workspace(ctx: Ctx, name: str, template: str | None = None,
-                           slug: str | None = None) -> WorkspaceOut:
+async def create_workspace(
+    ctx: Ctx, name: str, template: str | None = None, slug: str | None = None
+) -> WorkspaceOut:
     """Create a workspace (a Git repository), empty or from a template: "python-http",
     "node-http" or "static-site" (each with a workspace.toml and passing tests). About a
     second. Next: list_files, or run_command to run its tests."""
@@ -153,8 +164,7 @@ async def create_workspace(ctx: Ctx, name: str, template: str | None = None,
 
 
 @tool()
-async def list_files(ctx: Ctx, workspace: str, path: str = "", ref: str | None = None
-                     ) -> Listing:
+async def list_files(ctx: Ctx, workspace: str, path: str = "", ref: str | None = None) -> Listing:
     """The entries of one folder at a branch, tag or commit (default: the default
     branch's head). Instant. Next: read_file."""
     actor = await actor_of(ctx)
@@ -164,8 +174,10 @@ async def list_files(ctx: Ctx, workspace: str, path: str = "", ref: str | None =
         folder = clean_dir(path)
         with open_store(w) as store:
             commit = store.resolve(ref or w.default_branch)
-            entries = [Entry(name=e["name"], path=e["path"], type=e["type"], size=e["size"])
-                       for e in store.list_dir(commit, folder)]
+            entries = [
+                Entry(name=e["name"], path=e["path"], type=e["type"], size=e["size"])
+                for e in store.list_dir(commit, folder)
+            ]
         return Listing(commit=commit, path=folder, entries=entries)
 
     return await database_sync_to_async(listing)()
@@ -190,9 +202,14 @@ async def read_file(ctx: Ctx, workspace: str, path: str, ref: str | None = None)
 
 
 @tool()
-async def write_files(ctx: Ctx, workspace: str, changes: list[ChangeIn], message: str,
-                      base_commit: str | None = None, branch: str | None = None
-                      ) -> CommitOut:
+async def write_files(
+    ctx: Ctx,
+    workspace: str,
+    changes: list[ChangeIn],
+    message: str,
+    base_commit: str | None = None,
+    branch: str | None = None,
+) -> CommitOut:
     """Write, delete and rename files as ONE commit on a branch (default: the default
     branch). Give base_commit (from read_file or a previous write) so a change made
     meanwhile by someone else is a `conflict` instead of being overwritten. Under a
@@ -203,10 +220,16 @@ async def write_files(ctx: Ctx, workspace: str, changes: list[ChangeIn], message
         w = workspace_for(actor, workspace, "workspace:write")
         if not changes:
             raise Invalid("Give at least one change.", {"field": "changes"})
-        result = actions.commit_changes(w, actor, [_change(c) for c in changes], message,
-                                        branch, base_commit)
-        return CommitOut(commit=result.sha, branch=result.branch, parent=result.parent,
-                         files=list(result.files), warnings=list(result.warnings))
+        result = actions.commit_changes(
+            w, actor, [_change(c) for c in changes], message, branch, base_commit
+        )
+        return CommitOut(
+            commit=result.sha,
+            branch=result.branch,
+            parent=result.parent,
+            files=list(result.files),
+            warnings=list(result.warnings),
+        )
 
     return await database_sync_to_async(commit)()
 
@@ -220,8 +243,9 @@ def _change(c: ChangeIn) -> Change:
 
 
 @tool(name="history")
-async def history_of(ctx: Ctx, workspace: str, path: str = "", limit: int = 20,
-                     ref: str | None = None) -> HistoryOut:
+async def history_of(
+    ctx: Ctx, workspace: str, path: str = "", limit: int = 20, ref: str | None = None
+) -> HistoryOut:
     """Commits of a branch (default: the default branch), newest first; with `path`,
     only those touching it. Instant."""
     actor = await actor_of(ctx)
@@ -230,8 +254,7 @@ async def history_of(ctx: Ctx, workspace: str, path: str = "", limit: int = 20,
         w = workspace_for(actor, workspace, "workspace:read")
         with open_store(w) as store:
             commit = store.resolve(ref or w.default_branch)
-            found = history.history(store, commit, clean_dir(path), 1,
-                                    max(1, min(limit, 100)))
+            found = history.history(store, commit, clean_dir(path), 1, max(1, min(limit, 100)))
         return HistoryOut(commits=found["commits"])
 
     return await database_sync_to_async(read)()
@@ -247,7 +270,12 @@ async def diff(ctx: Ctx, workspace: str, base: str, head: str) -> DiffOut:
         w = workspace_for(actor, workspace, "workspace:read")
         with open_store(w) as store:
             out = history.compare(store, store.resolve(base), store.resolve(head))
-        return DiffOut(base=out["base"], head=out["head"], commits=out["commits"],
-                       files=out["diff"]["files"], stats=out["diff"]["stats"])
+        return DiffOut(
+            base=out["base"],
+            head=out["head"],
+            commits=out["commits"],
+            files=out["diff"]["files"],
+            stats=out["diff"]["stats"],
+        )
 
     return await database_sync_to_async(compare)()

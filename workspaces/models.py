@@ -24,8 +24,9 @@ class Workspace(models.Model):
     require_gvisor = models.BooleanField(default=False)
     # Set by a team admin: releases are public unless this limits them to the team.
     releases_team_only = models.BooleanField(default=False)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -41,18 +41,25 @@ def clean_path(raw: str | bytes, *, what: str = "path") -> str:
     if not path:
         raise InvalidPath(f"The {what} is empty.", {"field": what})
     if path.startswith("/"):
-        raise InvalidPath(f"The {what} {path!r} is absolute; give it relative to the "
-                          "workspace root.", {"field": what})
+        raise InvalidPath(
+            f"The {what} {path!r} is absolute; give it relative to the workspace root.",
+            {"field": what},
+        )
     if "\\" in path:
-        raise InvalidPath(f"The {what} {path!r} contains a backslash; separate folders "
-                          "with /.", {"field": what})
+        raise InvalidPath(
+            f"The {what} {path!r} contains a backslash; separate folders with /.", {"field": what}
+        )
     if len(path.encode()) > MAX_PATH_BYTES:
-        raise InvalidPath(f"The {what} is longer than {MAX_PATH_BYTES} bytes.",
-                          {"field": what, "maximum": MAX_PATH_BYTES})
+        raise InvalidPath(
+            f"The {what} is longer than {MAX_PATH_BYTES} bytes.",
+            {"field": what, "maximum": MAX_PATH_BYTES},
+        )
     parts = path.split("/")
     if len(parts) > MAX_DEPTH:
-        raise InvalidPath(f"The {what} is more than {MAX_DEPTH} folders deep.",
-                          {"field": what, "maximum": MAX_DEPTH})
+        raise InvalidPath(
+            f"The {what} is more than {MAX_DEPTH} folders deep.",
+            {"field": what, "maximum": MAX_DEPTH},
+        )
     for part in parts:
         check_entry_name(part, what=what, path=path)
     return path
@@ -62,21 +69,23 @@ def check_entry_name(name: str, *, what: str = "path", path: str = "") -> None:
     """One component of a path (a tree entry's name)."""
     shown = path or name
     if name in ("", ".", ".."):
-        raise InvalidPath(f"The {what} {shown!r} has an empty, `.` or `..` component.",
-                          {"field": what})
+        raise InvalidPath(
+            f"The {what} {shown!r} has an empty, `.` or `..` component.", {"field": what}
+        )
     if name.casefold() == ".git":
-        raise InvalidPath(f"The {what} {shown!r} has a `.git` component; Berth never "
-                          "stores one.", {"field": what})
+        raise InvalidPath(
+            f"The {what} {shown!r} has a `.git` component; Berth never stores one.", {"field": what}
+        )
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InvalidPath(f"The {what} {shown!r} contains a control character.",
-                          {"field": what})
+        raise InvalidPath(f"The {what} {shown!r} contains a control character.", {"field": what})
     hidden = next((c for c in name if unicodedata.category(c) in _INVISIBLE), None)
     if hidden is not None:
         raise InvalidPath(
             f"The {what} {shown!r} contains the invisible character U+{ord(hidden):04X} "
             f"({unicodedata.name(hidden, 'unnamed')}); rename it without invisible or "
             "text-direction characters.",
-            {"field": what, "character": f"U+{ord(hidden):04X}"})
+            {"field": what, "character": f"U+{ord(hidden):04X}"},
+        )
     if "/" in name or "\\" in name:
         raise InvalidPath(f"The name {name!r} contains a path separator.", {"field": what})
 

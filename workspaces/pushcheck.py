@@ -45,10 +45,16 @@ class PushCheck:
         commit = self.repo[new]
         if ref.startswith(b"refs/heads/") and not isinstance(commit, Commit):
             raise PushRefused("a branch must point at a commit")
-        if (ref == self.default_ref and old != ZERO_SHA and not self.allow_force_push
-                and not can_fast_forward(self.repo, old, new)):
-            raise PushRefused("force-pushes to the default branch are refused; pull, merge "
-                              "and push again (an admin can allow them in settings)")
+        if (
+            ref == self.default_ref
+            and old != ZERO_SHA
+            and not self.allow_force_push
+            and not can_fast_forward(self.repo, old, new)
+        ):
+            raise PushRefused(
+                "force-pushes to the default branch are refused; pull, merge "
+                "and push again (an admin can allow them in settings)"
+            )
         known = [sha for sha in self.repo.get_refs().values() if sha in self.repo]
         for entry in self.repo.get_walker(include=[new], exclude=known):
             # Measured with multiplicity (memoised per tree id): the same names, depth,

@@ -12,8 +12,10 @@ def announce_branch_moved(workspace: object, branch: str, sha: str, actor: objec
     commit or the push that already happened."""
     import logging
 
-    for receiver, result in branch_moved.send_robust(type(workspace), workspace=workspace,
-                                                     branch=branch, sha=sha, actor=actor):
+    for receiver, result in branch_moved.send_robust(
+        type(workspace), workspace=workspace, branch=branch, sha=sha, actor=actor
+    ):
         if isinstance(result, Exception):
-            logging.getLogger(__name__).error("%s failed after %s moved: %r", receiver,
-                                              branch, result)
+            logging.getLogger(__name__).error(
+                "%s failed after %s moved: %r", receiver, branch, result
+            )

@@ -22,8 +22,9 @@ def open_store(workspace: Workspace) -> Iterator[GitStore]:
 
 def pin_commit(workspace: Workspace, sha: str) -> None:
     """Keep `sha` usable for as long as the record that names it (see PinnedCommit)."""
-    PinnedCommit.objects.bulk_create([PinnedCommit(workspace=workspace, sha=sha)],
-                                     ignore_conflicts=True)
+    PinnedCommit.objects.bulk_create(
+        [PinnedCommit(workspace=workspace, sha=sha)], ignore_conflicts=True
+    )
 
 
 def author_of(actor: Actor) -> Author:

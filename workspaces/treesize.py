@@ -81,14 +81,18 @@ def check_tree(object_store: Any, tree_sha: bytes, names: bool = True) -> Size:
     that creates a commit (push, file API, MCP, a run's changes) and hydration calls."""
     size = measure(object_store, tree_sha, names)
     if size.depth > MAX_DEPTH or size.path_bytes > MAX_PATH_BYTES:
-        raise InvalidPath(f"A path in this tree is longer than {MAX_PATH_BYTES} bytes or "
-                          f"deeper than {MAX_DEPTH} folders.",
-                          {"maximum_depth": MAX_DEPTH, "maximum_bytes": MAX_PATH_BYTES})
+        raise InvalidPath(
+            f"A path in this tree is longer than {MAX_PATH_BYTES} bytes or "
+            f"deeper than {MAX_DEPTH} folders.",
+            {"maximum_depth": MAX_DEPTH, "maximum_bytes": MAX_PATH_BYTES},
+        )
     limit = settings.WORKSPACE_MAX_FILE_BYTES
     if size.largest > limit:
         path = _path_of_large(object_store, tree_sha, limit)
-        raise FileTooLarge(f"{path} is larger than {limit // 2**20} MB; keep large files out "
-                           "of the workspace.", {"path": path, "limit_bytes": limit})
+        raise FileTooLarge(
+            f"{path} is larger than {limit // 2**20} MB; keep large files out of the workspace.",
+            {"path": path, "limit_bytes": limit},
+        )
     return size
 
 
@@ -111,20 +115,27 @@ def _too_large(entries: int, nbytes: int) -> TreeTooLarge:
         f"This tree expands to more than {max_entries:,} paths or {max_bytes // 2**20:,} "
         "MB of files (a name repeated counts each time it appears); keep generated and "
         "vendored files out of the workspace.",
-        {"entries_at_least": entries, "bytes_at_least": nbytes,
-         "max_entries": max_entries, "max_bytes": max_bytes})
+        {
+            "entries_at_least": entries,
+            "bytes_at_least": nbytes,
+            "max_entries": max_entries,
+            "max_bytes": max_bytes,
+        },
+    )
 
 
-def _measure(store: Any, sha: bytes, depth: int, max_entries: int, max_bytes: int,
-             names: bool) -> Size:
+def _measure(
+    store: Any, sha: bytes, depth: int, max_entries: int, max_bytes: int, names: bool
+) -> Size:
     with _LOCK:
         known = _MEMO.get(sha)
         if known is not None and (known[1] or not names):
             _MEMO.move_to_end(sha)
             return known[0]
     if depth > MAX_DEPTH:  # deeper than any accepted path: the memo never sees it
-        raise InvalidPath(f"This tree is nested deeper than {MAX_DEPTH} folders.",
-                          {"maximum_depth": MAX_DEPTH})
+        raise InvalidPath(
+            f"This tree is nested deeper than {MAX_DEPTH} folders.", {"maximum_depth": MAX_DEPTH}
+        )
     tree = store[sha]
     if not isinstance(tree, Tree):
         raise InvalidPath("A tree entry that should be a folder is not a tree.")

@@ -45,11 +45,13 @@ def workspace_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
     @team_page()
     @wraps(view)
-    def wrapper(request: HttpRequest, membership: Membership, slug: str, *args: Any,
-                **kwargs: Any) -> HttpResponse:
+    def wrapper(
+        request: HttpRequest, membership: Membership, slug: str, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
         try:
-            workspace = access_workspace(Actor(membership.user), membership.team, slug,
-                                         "workspace:read")
+            workspace = access_workspace(
+                Actor(membership.user), membership.team, slug, "workspace:read"
+            )
         except NotFound as e:
             raise Http404(e.message) from e
         return view(request, membership, workspace, *args, **kwargs)
@@ -59,8 +61,17 @@ def workspace_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
 def urls_of(workspace: Workspace) -> dict[str, str]:
     args = [workspace.team.slug, workspace.slug]
-    names = ["tree", "save", "new-file", "rename-file", "delete-file", "new-branch",
-             "history", "settings", "delete"]
+    names = [
+        "tree",
+        "save",
+        "new-file",
+        "rename-file",
+        "delete-file",
+        "new-branch",
+        "history",
+        "settings",
+        "delete",
+    ]
     urls = {name.replace("-", "_"): reverse(f"workspace-{name}", args=args) for name in names}
     urls["page"] = reverse("workspace", args=args)
     urls["commits"] = urls["page"] + "commits/"
@@ -84,8 +95,9 @@ def is_htmx(request: HttpRequest) -> bool:
 
 
 def error_page(request: HttpRequest, membership: Membership, e: BerthError) -> HttpResponse:
-    return render(request, "error.html", {"membership": membership, "message": e.message},
-                  status=e.status)
+    return render(
+        request, "error.html", {"membership": membership, "message": e.message}, status=e.status
+    )
 
 
 def clone_url(request: HttpRequest, workspace: Workspace) -> str:
@@ -94,15 +106,20 @@ def clone_url(request: HttpRequest, workspace: Workspace) -> str:
 
 # -- the dashboard ---------------------------------------------------------------------
 
+
 @team_page()
 def dashboard(request: HttpRequest, membership: Membership) -> HttpResponse:
     form = NewWorkspaceForm(request.POST) if request.method == "POST" else NewWorkspaceForm()
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            workspace = actions.create_workspace(membership.team, Actor(membership.user),
-                                                 data["name"], data["slug"] or None,
-                                                 data["template"] or None)
+            workspace = actions.create_workspace(
+                membership.team,
+                Actor(membership.user),
+                data["name"],
+                data["slug"] or None,
+                data["template"] or None,
+            )
         except BerthError as e:
             form.add_error(form.ERROR_FIELDS.get(e.details.get("field", "")), e.message)
         else:
@@ -112,21 +129,33 @@ def dashboard(request: HttpRequest, membership: Membership) -> HttpResponse:
     # workspaces never imports the apps that own them).
     going = ("queued", "preparing", "running")
     workspaces = membership.team.workspaces.select_related("team").annotate(
-        running=Count("runs", filter=Q(runs__state__in=going, runs__purpose="run"),
-                      distinct=True),
-        previewing=Count("previews", filter=Q(previews__state__in=("starting", "ready"),
-                                              previews__kind="preview"), distinct=True))
+        running=Count("runs", filter=Q(runs__state__in=going, runs__purpose="run"), distinct=True),
+        previewing=Count(
+            "previews",
+            filter=Q(previews__state__in=("starting", "ready"), previews__kind="preview"),
+            distinct=True,
+        ),
+    )
     for workspace in workspaces:
         with open_store(workspace) as store:
             head = store.branch_head(workspace.default_branch)
-            rows.append({"workspace": workspace, "last": summary(store, head) if head else None,
-                         "url": page_url(workspace)})
-    return render(request, "workspaces/dashboard.html",
-                  {"membership": membership, "rows": rows, "form": form},
-                  status=422 if form.errors else 200)
+            rows.append(
+                {
+                    "workspace": workspace,
+                    "last": summary(store, head) if head else None,
+                    "url": page_url(workspace),
+                }
+            )
+    return render(
+        request,
+        "workspaces/dashboard.html",
+        {"membership": membership, "rows": rows, "form": form},
+        status=422 if form.errors else 200,
+    )
 
 
 # -- the workspace page ----------------------------------------------------------------
+
 
 def tree_along(store: GitStore, commit: str, path: str) -> list[dict[str, Any]]:
     """The root folder's entries, with every folder on the way to `path` opened, so a
@@ -171,8 +200,7 @@ def crumbs(path: str) -> list[tuple[str, str]]:
 
 
 @workspace_page
-def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
-              ) -> HttpResponse:
+def workspace(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     ref = request.GET.get("ref") or workspace.default_branch
     try:
         path = clean_dir(request.GET.get("path"))
@@ -193,11 +221,22 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
     except BerthError as e:
         return error_page(request, membership, e)
     ctx = {
-        "membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-        "tab": "code", "ref": ref, "commit": commit, "head": head,
-        "branch": ref if ref in branches else None, "branches": sorted(branches),
-        "path": path, "crumbs": crumbs(path), "folder": folder, "file": file,
-        "missing": missing, "entries": entries, "clone_url": clone_url(request, workspace),
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "code",
+        "ref": ref,
+        "commit": commit,
+        "head": head,
+        "branch": ref if ref in branches else None,
+        "branches": sorted(branches),
+        "path": path,
+        "crumbs": crumbs(path),
+        "folder": folder,
+        "file": file,
+        "missing": missing,
+        "entries": entries,
+        "clone_url": clone_url(request, workspace),
         "activity": recent_activity(workspace),
         "retention_days": settings.RUN_RETENTION_DAYS,
     }
@@ -207,8 +246,11 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
 def recent_activity(workspace: Workspace, count: int = 8) -> dict[str, Any]:
     """The workspace's last few Activity rows, newest first, and the cursor the page's
     live feed continues from."""
-    rows = list(workspace.team.activity.filter(workspace=workspace.slug).select_related(
-        "user", "token")[:count])
+    rows = list(
+        workspace.team.activity.filter(workspace=workspace.slug).select_related("user", "token")[
+            :count
+        ]
+    )
     latest = workspace.team.activity.order_by("-id").values_list("id", flat=True).first()
     return {"rows": [feed.entry(r) for r in rows], "after": latest or 0}
 
@@ -227,21 +269,29 @@ def tree(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
             with open_store(workspace) as store:
                 entries = store.list_dir(store.resolve(ref), folder)
         except BerthError as e:
-            response = render(request, "workspaces/workspace.html#action-error",
-                              {"message": e.message}, status=e.status)
+            response = render(
+                request,
+                "workspaces/workspace.html#action-error",
+                {"message": e.message},
+                status=e.status,
+            )
         else:
-            response = render(request, "workspaces/workspace.html#tree",
-                              {"entries": entries, "ref": ref, "path": "",
-                               "urls": urls_of(workspace)})
+            response = render(
+                request,
+                "workspaces/workspace.html#tree",
+                {"entries": entries, "ref": ref, "path": "", "urls": urls_of(workspace)},
+            )
     patch_vary_headers(response, ["HX-Request"])
     return response
 
 
 # -- history and commits ---------------------------------------------------------------
 
+
 @workspace_page
-def history_page(request: HttpRequest, membership: Membership, workspace: Workspace
-                 ) -> HttpResponse:
+def history_page(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
     ref = request.GET.get("ref") or workspace.default_branch
     try:
         path = clean_dir(request.GET.get("path"))
@@ -256,11 +306,19 @@ def history_page(request: HttpRequest, membership: Membership, workspace: Worksp
                 c["when"] = datetime.fromtimestamp(c["authored_at"], tz=UTC)
     except BerthError as e:
         return error_page(request, membership, e)
-    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-           "tab": "history", "ref": ref, "branch": ref if ref in branches else None,
-           "branches": sorted(branches), "path": path, "crumbs": crumbs(path),
-           "page": found,
-           "clone_url": clone_url(request, workspace)}
+    ctx = {
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "history",
+        "ref": ref,
+        "branch": ref if ref in branches else None,
+        "branches": sorted(branches),
+        "path": path,
+        "crumbs": crumbs(path),
+        "page": found,
+        "clone_url": clone_url(request, workspace),
+    }
     return render(request, "workspaces/history.html", ctx)
 
 
@@ -289,8 +347,9 @@ def diff_lines(patch: str) -> list[tuple[str, int | None, int | None, str]]:
 
 
 @workspace_page
-def commit_page(request: HttpRequest, membership: Membership, workspace: Workspace,
-                sha: str) -> HttpResponse:
+def commit_page(
+    request: HttpRequest, membership: Membership, workspace: Workspace, sha: str
+) -> HttpResponse:
     try:
         with open_store(workspace) as store:
             detail = history.commit_detail(store, history.require_commit(store, sha))
@@ -300,89 +359,135 @@ def commit_page(request: HttpRequest, membership: Membership, workspace: Workspa
     detail["body"] = detail["message"].partition("\n")[2].strip()
     for f in detail["diff"]["files"]:
         f["rows"] = diff_lines(f["patch"])
-    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-           "tab": "history", "c": detail, "clone_url": clone_url(request, workspace)}
+    ctx = {
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "history",
+        "c": detail,
+        "clone_url": clone_url(request, workspace),
+    }
     return render(request, "workspaces/commit.html", ctx)
 
 
 @workspace_page
-def compare_page(request: HttpRequest, membership: Membership, workspace: Workspace
-                 ) -> HttpResponse:
+def compare_page(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
     """What `head` has that `base` does not (e.g. what landed while you edited): the
     commits, and the diffs — of one file when `path` is given."""
     path = request.GET.get("path", "")
     try:
         with open_store(workspace) as store:
-            detail = history.compare(store, history.require_commit(store, request.GET.get(
-                "base", "")), history.require_commit(store, request.GET.get("head", "")))
+            detail = history.compare(
+                store,
+                history.require_commit(store, request.GET.get("base", "")),
+                history.require_commit(store, request.GET.get("head", "")),
+            )
     except BerthError as e:
         return error_page(request, membership, e)
-    files = [f for f in detail["diff"]["files"] if not path or path in (f["path"],
-                                                                      f["old_path"])]
+    files = [f for f in detail["diff"]["files"] if not path or path in (f["path"], f["old_path"])]
     for f in files:
         f["rows"] = diff_lines(f["patch"])
     for c in detail["commits"]:
         c["when"] = datetime.fromtimestamp(c["authored_at"], tz=UTC)
-    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-           "tab": "history", "clone_url": clone_url(request, workspace), "cmp": detail,
-           "files": files, "path": path}
+    ctx = {
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "history",
+        "clone_url": clone_url(request, workspace),
+        "cmp": detail,
+        "files": files,
+        "path": path,
+    }
     return render(request, "workspaces/compare.html", ctx)
 
 
 # -- settings --------------------------------------------------------------------------
 
-def settings_response(request: HttpRequest, membership: Membership, workspace: Workspace,
-                      form: DeleteWorkspaceForm, status: int = 200) -> HttpResponse:
-    ctx = {"membership": membership, "workspace": workspace, "urls": urls_of(workspace),
-           "tab": "settings", "form": form, "clone_url": clone_url(request, workspace)}
+
+def settings_response(
+    request: HttpRequest,
+    membership: Membership,
+    workspace: Workspace,
+    form: DeleteWorkspaceForm,
+    status: int = 200,
+) -> HttpResponse:
+    ctx = {
+        "membership": membership,
+        "workspace": workspace,
+        "urls": urls_of(workspace),
+        "tab": "settings",
+        "form": form,
+        "clone_url": clone_url(request, workspace),
+    }
     return render(request, "workspaces/settings.html", ctx, status=status)
 
 
 @workspace_page
-def settings_page(request: HttpRequest, membership: Membership, workspace: Workspace
-                  ) -> HttpResponse:
+def settings_page(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
     return settings_response(request, membership, workspace, DeleteWorkspaceForm())
 
 
 @require_POST
 @workspace_page
-def force_push_policy(request: HttpRequest, membership: Membership, workspace: Workspace
-                      ) -> HttpResponse:
+def force_push_policy(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
     if not membership.is_admin:
-        return render(request, "error.html", {
-            "message": "Only an admin of the team may change the push policy."}, status=403)
+        return render(
+            request,
+            "error.html",
+            {"message": "Only an admin of the team may change the push policy."},
+            status=403,
+        )
     allow = request.POST.get("allow_force_push") == "on"
     actions.set_force_push_policy(workspace, Actor(membership.user), allow)
-    messages.success(request, "Force-pushes to the default branch are now "
-                              f"{'allowed' if allow else 'refused'}.")
+    messages.success(
+        request, f"Force-pushes to the default branch are now {'allowed' if allow else 'refused'}."
+    )
     return redirect("workspace-settings", team=membership.team.slug, slug=workspace.slug)
 
 
 @require_POST
 @workspace_page
-def gvisor_policy(request: HttpRequest, membership: Membership, workspace: Workspace
-                  ) -> HttpResponse:
+def gvisor_policy(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
     if not membership.is_admin:
-        return render(request, "error.html", {
-            "message": "Only an admin of the team may change the runtime policy."}, status=403)
+        return render(
+            request,
+            "error.html",
+            {"message": "Only an admin of the team may change the runtime policy."},
+            status=403,
+        )
     required = request.POST.get("require_gvisor") == "on"
     actions.set_workspace_gvisor_policy(workspace, Actor(membership.user), required)
     if required:
         messages.success(request, "Every run of this workspace now uses gVisor.")
     elif workspace.team.require_gvisor:
-        messages.success(request, "This workspace no longer requires gVisor itself, but team "
-                                  f"{workspace.team.slug} still does, so its runs still use "
-                                  "gVisor.")
+        messages.success(
+            request,
+            "This workspace no longer requires gVisor itself, but team "
+            f"{workspace.team.slug} still does, so its runs still use "
+            "gVisor.",
+        )
     else:
-        messages.success(request, "Runs of this workspace use the runtime workspace.toml or "
-                                  "the request asks for.")
+        messages.success(
+            request,
+            "Runs of this workspace use the runtime workspace.toml or the request asks for.",
+        )
     return redirect("workspace-settings", team=membership.team.slug, slug=workspace.slug)
 
 
 @require_POST
 @workspace_page
-def delete_workspace(request: HttpRequest, membership: Membership, workspace: Workspace
-                     ) -> HttpResponse:
+def delete_workspace(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
     """Admins only, and only with the slug typed: deleting removes the repository."""
     form = DeleteWorkspaceForm(request.POST)
     if not membership.is_admin:

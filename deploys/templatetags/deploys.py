@@ -13,13 +13,16 @@ register = template.Library()
 
 @register.simple_tag
 def pending_deploys(workspace: Workspace) -> SafeString | str:
-    waiting = DeployRequest.objects.filter(workspace=workspace,
-                                           state=DeployState.REQUESTED).count()
+    waiting = DeployRequest.objects.filter(workspace=workspace, state=DeployState.REQUESTED).count()
     if not waiting:
         return ""
-    return format_html('<span class="badge pending-deploys" title="{} deploy request{} '
-                       'waiting for a reviewer">{}</span>', waiting,
-                       "" if waiting == 1 else "s", waiting)
+    return format_html(
+        '<span class="badge pending-deploys" title="{} deploy request{} '
+        'waiting for a reviewer">{}</span>',
+        waiting,
+        "" if waiting == 1 else "s",
+        waiting,
+    )
 
 
 @register.simple_tag
@@ -30,11 +33,19 @@ def deploy_status(workspace: Workspace) -> SafeString:
 
     page = f"/t/{workspace.team.slug}/w/{workspace.slug}/deploys/"
     route = Route.objects.select_related("release").filter(workspace=workspace).first()
-    waiting = DeployRequest.objects.filter(workspace=workspace,
-                                           state=DeployState.REQUESTED).count()
-    live = format_html('Release <a href="{}" target="_blank" rel="noopener">{}</a> live',
-                       release_url(workspace), route.release.number) if route else \
-        "Nothing released"
-    queue = format_html(' · <a href="{}">{} waiting for review</a>', page, waiting) \
-        if waiting else format_html(' · <a href="{}">Request a deploy</a>', page)
+    waiting = DeployRequest.objects.filter(workspace=workspace, state=DeployState.REQUESTED).count()
+    live = (
+        format_html(
+            'Release <a href="{}" target="_blank" rel="noopener">{}</a> live',
+            release_url(workspace),
+            route.release.number,
+        )
+        if route
+        else "Nothing released"
+    )
+    queue = (
+        format_html(' · <a href="{}">{} waiting for review</a>', page, waiting)
+        if waiting
+        else format_html(' · <a href="{}">Request a deploy</a>', page)
+    )
     return format_html("{}{}", live, queue)

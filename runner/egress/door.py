@@ -52,8 +52,7 @@ class RefusalRate:
         self.shed += 1
         if self.timer is None:
             # The summary is written when the second ends, whatever comes after.
-            self.timer = asyncio.get_running_loop().call_later(self.second + 1 - now,
-                                                               self.flush)
+            self.timer = asyncio.get_running_loop().call_later(self.second + 1 - now, self.flush)
         return False
 
     def flush(self) -> None:
@@ -93,8 +92,9 @@ class Door:
                 if e.errno not in OUT_OF_RESOURCES:
                     log.warning("egress proxy: accepting failed: %s", e)
                     return
-                log.warning("egress proxy: out of resources accepting (%s): pausing %s s", e,
-                            ACCEPT_RETRY_S)
+                log.warning(
+                    "egress proxy: out of resources accepting (%s): pausing %s s", e, ACCEPT_RETRY_S
+                )
                 self.loop.remove_reader(self.sock.fileno())
                 self.loop.call_later(ACCEPT_RETRY_S, self._resume)
                 return

@@ -41,8 +41,10 @@ class Rule:
         m = _ENTRY.match(entry.strip().lower().rstrip("."))
         port = int(m.group("port")) if m and m.group("port") else None
         if m is None or (port is not None and not 1 <= port <= 65535):
-            raise BadEntry(f'"{entry}" is not an egress entry: use "host", "host:port" or '
-                           '"*.domain" (ports 1 to 65535).')
+            raise BadEntry(
+                f'"{entry}" is not an egress entry: use "host", "host:port" or '
+                '"*.domain" (ports 1 to 65535).'
+            )
         return cls(m.group("host"), bool(m.group("wild")), (port,) if port else DEFAULT_PORTS)
 
     def matches_host(self, host: str) -> bool:
@@ -56,8 +58,9 @@ class Rule:
         if not set(self.ports) <= set(other.ports):
             return False
         if self.wildcard:
-            return other.wildcard and (self.host == other.host or
-                                       self.host.endswith("." + other.host))
+            return other.wildcard and (
+                self.host == other.host or self.host.endswith("." + other.host)
+            )
         return other.matches_host(self.host)
 
 
@@ -85,8 +88,9 @@ def allows(entries: list[str], host: str, port: int) -> bool:
 
 
 @cache
-def _allowed_networks(listed: tuple[str, ...]) -> tuple[ipaddress.IPv4Network
-                                                        | ipaddress.IPv6Network, ...]:
+def _allowed_networks(
+    listed: tuple[str, ...],
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     return tuple(ipaddress.ip_network(item, strict=False) for item in listed)
 
 
@@ -94,8 +98,7 @@ def address_allowed(address: Address) -> bool:
     """Public unicast addresses, and whatever the operator allowed by name."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
         address = address.ipv4_mapped
-    if any(address in net for net in _allowed_networks(
-            tuple(settings.EGRESS_ALLOWED_ADDRESSES))):
+    if any(address in net for net in _allowed_networks(tuple(settings.EGRESS_ALLOWED_ADDRESSES))):
         return True
     return address.is_global and not address.is_multicast
 
@@ -111,18 +114,27 @@ def static_address(host: str) -> Address | None:
 
 def how_to_allow(host: str, port: int) -> str:
     entry = host if port in DEFAULT_PORTS else f"{host}:{port}"
-    return (f'add "{entry}" to [network] egress in workspace.toml (a team admin must '
-            "first allow it in the team's egress ceiling)")
+    return (
+        f'add "{entry}" to [network] egress in workspace.toml (a team admin must '
+        "first allow it in the team's egress ceiling)"
+    )
 
 
 def for_run(requested: list[str], ceiling: list[str]) -> tuple[dict[str, object], list[str]]:
     """The network part of a run's contract, and a warning per ignored entry."""
     applied, ignored = narrow(requested, ceiling)
-    network: dict[str, object] = {"mode": "proxy" if applied else "none", "egress": applied,
-                                  "requested": list(requested), "ignored": ignored}
+    network: dict[str, object] = {
+        "mode": "proxy" if applied else "none",
+        "egress": applied,
+        "requested": list(requested),
+        "ignored": ignored,
+    }
     if applied:
         network["proxy"] = f"http://127.0.0.1:{PROXY_PORT}"
-    warnings = [f'[network] egress entry "{entry}" is outside the team\'s egress ceiling, so '
-                "it is ignored; a team admin can add it to the ceiling on the team's members "
-                "page." for entry in ignored]
+    warnings = [
+        f'[network] egress entry "{entry}" is outside the team\'s egress ceiling, so '
+        "it is ignored; a team admin can add it to the ceiling on the team's members "
+        "page."
+        for entry in ignored
+    ]
     return network, warnings

@@ -45,9 +45,18 @@ REFUSE_READ_S = 0.2
 REFUSING = 8
 # Hop-by-hop headers, per connection: never passed on (RFC 9110 7.6.1). Framing headers
 # (Content-Length, Transfer-Encoding) are passed on: h11 frames each side from them.
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"te",
-                        b"proxy-authorization", b"proxy-authenticate", b"trailer",
-                        b"upgrade"})
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"trailer",
+        b"upgrade",
+    }
+)
 
 
 @dataclass
@@ -98,8 +107,13 @@ class Capped(Exception):
 
 
 class Proxy:
-    def __init__(self, entries: list[str], budget: Budget,
-                 record: Callable[[Attempt], None], shared: tuple[Gauge, ...] = ()) -> None:
+    def __init__(
+        self,
+        entries: list[str],
+        budget: Budget,
+        record: Callable[[Attempt], None],
+        shared: tuple[Gauge, ...] = (),
+    ) -> None:
         self.entries = entries
         self.budget = budget
         self.record = record
@@ -107,9 +121,14 @@ class Proxy:
         self.door: Door | None = None
         self.sessions: set[asyncio.Task[None]] = set()
         # This sandbox's own gauge first, then those it shares (its team's, the agent's).
-        self.gauges = (Gauge(settings.EGRESS_MAX_CONNECTIONS_PER_SANDBOX,
-                             "sandbox_connection_cap", "this sandbox's limit "
-                             "(EGRESS_MAX_CONNECTIONS_PER_SANDBOX)"), *shared)
+        self.gauges = (
+            Gauge(
+                settings.EGRESS_MAX_CONNECTIONS_PER_SANDBOX,
+                "sandbox_connection_cap",
+                "this sandbox's limit (EGRESS_MAX_CONNECTIONS_PER_SANDBOX)",
+            ),
+            *shared,
+        )
         self.refusing = 0
         self.refusals = RefusalRate(settings.EGRESS_MAX_REFUSALS_PER_S, self._shed)
 
@@ -156,8 +175,17 @@ class Proxy:
 
     def _shed(self, count: int, since: float, until: float) -> None:
         """One record for the connections closed unanswered in a second."""
-        self.record(Attempt("", "", policy.PROXY_PORT, reason="refusal_flood", count=count,
-                            started=since, ended=until))
+        self.record(
+            Attempt(
+                "",
+                "",
+                policy.PROXY_PORT,
+                reason="refusal_flood",
+                count=count,
+                started=since,
+                ended=until,
+            )
+        )
 
     async def _served(self, conn: socket.socket) -> None:
         try:
@@ -167,11 +195,13 @@ class Proxy:
                 gauge.open -= 1
 
     async def _refused(self, conn: socket.socket, full: Gauge) -> None:
-        await self._spoken(conn, lambda reader, writer: self._refuse_at_door(reader, writer,
-                                                                             full))
+        await self._spoken(conn, lambda reader, writer: self._refuse_at_door(reader, writer, full))
 
-    async def _spoken(self, conn: socket.socket, talk: Callable[
-            [asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]) -> None:
+    async def _spoken(
+        self,
+        conn: socket.socket,
+        talk: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    ) -> None:
         """`talk` over an accepted connection, which ends closed whatever happens."""
         try:
             reader, writer = await asyncio.open_connection(sock=conn, limit=CHUNK)
@@ -187,8 +217,9 @@ class Proxy:
         finally:
             writer.close()
 
-    async def _refuse_at_door(self, reader: asyncio.StreamReader,
-                              writer: asyncio.StreamWriter, full: Gauge) -> None:
+    async def _refuse_at_door(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, full: Gauge
+    ) -> None:
         """429 for a connection past a cap, recorded like any refusal: named by its
         request when one came within REFUSE_READ_S, else as a bare connection."""
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
@@ -206,9 +237,14 @@ class Proxy:
         attempt = attempt or Attempt("", "", policy.PROXY_PORT)
         attempt.reason, attempt.ended = full.reason, time.time()
         self.record(attempt)
-        writer.write(_response(429, f"{full.open} connections to the proxy are open, "
-                               f"{full.what}; close idle ones (or reuse them) and retry.",
-                               full.reason))
+        writer.write(
+            _response(
+                429,
+                f"{full.open} connections to the proxy are open, "
+                f"{full.what}; close idle ones (or reuse them) and retry.",
+                full.reason,
+            )
+        )
         with contextlib.suppress(ConnectionError, TimeoutError):
             await asyncio.wait_for(writer.drain(), REFUSE_READ_S)
 
@@ -220,8 +256,12 @@ class Proxy:
                 return  # closed (the wrapper's readiness probe, or a client done)
             attempt, path = _target(event)
             if attempt is None:
-                await self._answer(conn, writer, 400, "Berth's egress proxy takes CONNECT "
-                                   "host:port or an absolute http:// URL.")
+                await self._answer(
+                    conn,
+                    writer,
+                    400,
+                    "Berth's egress proxy takes CONNECT host:port or an absolute http:// URL.",
+                )
                 return
             try:
                 if event.method == b"CONNECT":
@@ -230,8 +270,7 @@ class Proxy:
                 await self._forward(conn, event, path, reader, writer, attempt)
             except Refused as refused:
                 attempt.reason = refused.reason
-                await self._answer(conn, writer, refused.status, refused.message,
-                                   refused.reason)
+                await self._answer(conn, writer, refused.status, refused.message, refused.reason)
                 return
             finally:
                 attempt.ended = time.time()
@@ -247,8 +286,14 @@ class Proxy:
                 return event
             conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), self.idle))
 
-    async def _answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int,
-                      message: str, reason: str = "bad_request") -> None:
+    async def _answer(
+        self,
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        message: str,
+        reason: str = "bad_request",
+    ) -> None:
         if conn.our_state is not h11.SEND_RESPONSE:
             return  # a response was under way: the connection just ends
         writer.write(_response(status, message, reason))  # and the connection ends
@@ -257,20 +302,31 @@ class Proxy:
 
     # -- deciding and connecting -------------------------------------------------------
 
-    async def _open(self, attempt: Attempt) -> tuple[asyncio.StreamReader,
-                                                      asyncio.StreamWriter]:
+    async def _open(self, attempt: Attempt) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Check the name, the caps and the address, then connect to that address."""
         host, port = attempt.host, attempt.port
         if not policy.allows(self.entries, host, port):
-            raise Refused("not_allowed", 403, f"{host}:{port} is not on this sandbox's egress "
-                          f"allowlist; to allow it, {policy.how_to_allow(host, port)}.")
+            raise Refused(
+                "not_allowed",
+                403,
+                f"{host}:{port} is not on this sandbox's egress "
+                f"allowlist; to allow it, {policy.how_to_allow(host, port)}.",
+            )
         if self.budget.used_bytes >= self.budget.max_bytes:
-            raise Refused("byte_cap", 403, f"this run has used its egress allowance of "
-                          f"{self.budget.max_bytes // 2**20} MB (EGRESS_MAX_MB).")
+            raise Refused(
+                "byte_cap",
+                403,
+                f"this run has used its egress allowance of "
+                f"{self.budget.max_bytes // 2**20} MB (EGRESS_MAX_MB).",
+            )
         if self.budget.active >= self.budget.max_connections:
-            raise Refused("connection_cap", 429, f"this run already has "
-                          f"{self.budget.active} connections open, its limit "
-                          "(EGRESS_MAX_CONNECTIONS); close some first.")
+            raise Refused(
+                "connection_cap",
+                429,
+                f"this run already has "
+                f"{self.budget.active} connections open, its limit "
+                "(EGRESS_MAX_CONNECTIONS); close some first.",
+            )
         fixed = policy.static_address(host)
         candidates = [fixed] if fixed else await _resolve(host, port)
         allowed = [a for a in candidates if policy.address_allowed(a)]
@@ -278,17 +334,26 @@ class Proxy:
             raise Refused("resolve_failed", 502, f"{host} does not resolve.")
         if not allowed:
             attempt.address = str(candidates[0])
-            raise Refused("address_not_allowed", 403, f"{host} resolves to {candidates[0]}, "
-                          "which sandboxes may not reach (loopback, private, link-local, "
-                          "multicast or reserved space); an operator can allow that address "
-                          "with EGRESS_ALLOWED_ADDRESSES.")
+            raise Refused(
+                "address_not_allowed",
+                403,
+                f"{host} resolves to {candidates[0]}, "
+                "which sandboxes may not reach (loopback, private, link-local, "
+                "multicast or reserved space); an operator can allow that address "
+                "with EGRESS_ALLOWED_ADDRESSES.",
+            )
         attempt.address = str(allowed[0])
         try:
-            opened = await asyncio.wait_for(asyncio.open_connection(
-                attempt.address, port, limit=CHUNK), settings.EGRESS_CONNECT_TIMEOUT_S)
+            opened = await asyncio.wait_for(
+                asyncio.open_connection(attempt.address, port, limit=CHUNK),
+                settings.EGRESS_CONNECT_TIMEOUT_S,
+            )
         except (OSError, TimeoutError) as e:
-            raise Refused("connect_failed", 502, f"could not connect to {host}:{port} "
-                          f"({attempt.address}): {e or 'timed out'}.") from None
+            raise Refused(
+                "connect_failed",
+                502,
+                f"could not connect to {host}:{port} ({attempt.address}): {e or 'timed out'}.",
+            ) from None
         attempt.allowed = True
         return opened
 
@@ -303,15 +368,23 @@ class Proxy:
 
     # -- the two ways out ----------------------------------------------------------------
 
-    async def _tunnel(self, conn: h11.Connection, event: h11.Request,
-                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      attempt: Attempt) -> None:
+    async def _tunnel(
+        self,
+        conn: h11.Connection,
+        event: h11.Request,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        attempt: Attempt,
+    ) -> None:
         await self._next(conn, reader)  # the CONNECT's (empty) end of message
         up_reader, up_writer = await self._open(attempt)
         self.budget.active += 1
         try:
-            writer.write(conn.send(h11.Response(status_code=200, headers=[],
-                                                reason=b"Connection Established")))
+            writer.write(
+                conn.send(
+                    h11.Response(status_code=200, headers=[], reason=b"Connection Established")
+                )
+            )
             early, _ = conn.trailing_data
             if early:
                 self._count(attempt, len(early), up=True)
@@ -327,8 +400,9 @@ class Proxy:
             self.budget.active -= 1
             up_writer.close()
 
-    async def _splice(self, attempt: Attempt, *directions: tuple[
-            asyncio.StreamReader, asyncio.StreamWriter, bool]) -> None:
+    async def _splice(
+        self, attempt: Attempt, *directions: tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]
+    ) -> None:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
             while data := await asyncio.wait_for(src.read(CHUNK), self.idle):
                 self._count(attempt, len(data), up)
@@ -349,9 +423,15 @@ class Proxy:
             if (error := task.exception()) is not None:
                 raise error
 
-    async def _forward(self, conn: h11.Connection, event: h11.Request, path: bytes,
-                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       attempt: Attempt) -> None:
+    async def _forward(
+        self,
+        conn: h11.Connection,
+        event: h11.Request,
+        path: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        attempt: Attempt,
+    ) -> None:
         up_reader, up_writer = await self._open(attempt)
         self.budget.active += 1
         upstream = h11.Connection(h11.CLIENT)
@@ -362,10 +442,16 @@ class Proxy:
 
         try:
             # Names keep the client's spelling (raw_items): some servers care.
-            headers = [(k, v) for k, v in event.headers.raw_items()
-                       if k.lower() not in HOP_BY_HOP]
-            up(upstream.send(h11.Request(method=event.method, target=path,
-                                         headers=[*headers, (b"connection", b"close")])))
+            headers = [(k, v) for k, v in event.headers.raw_items() if k.lower() not in HOP_BY_HOP]
+            up(
+                upstream.send(
+                    h11.Request(
+                        method=event.method,
+                        target=path,
+                        headers=[*headers, (b"connection", b"close")],
+                    )
+                )
+            )
             while not isinstance(body := await self._next(conn, reader), h11.EndOfMessage):
                 if isinstance(body, h11.Data):
                     up(upstream.send(body))
@@ -377,23 +463,29 @@ class Proxy:
                     continue  # 100 Continue and the like concern this hop only
                 break
             if not isinstance(answer, h11.Response) or answer.status_code == 101:
-                raise Refused("bad_upstream", 502, f"{attempt.host}:{attempt.port} did not "
-                              "answer with an HTTP response.")
-            head = [(k, v) for k, v in answer.headers.raw_items()
-                    if k.lower() not in HOP_BY_HOP]
+                raise Refused(
+                    "bad_upstream",
+                    502,
+                    f"{attempt.host}:{attempt.port} did not answer with an HTTP response.",
+                )
+            head = [(k, v) for k, v in answer.headers.raw_items() if k.lower() not in HOP_BY_HOP]
             length = _content_length(answer, event.method)
             if length is not None:
                 # A body of known length goes through as raw bytes, not h11 events (a
                 # large download would otherwise be parsed and copied twice more), and
                 # the client's connection closes after it, as this said.
                 head.append((b"connection", b"close"))
-            writer.write(conn.send(h11.Response(status_code=answer.status_code,
-                                                reason=answer.reason, headers=head)))
+            writer.write(
+                conn.send(
+                    h11.Response(status_code=answer.status_code, reason=answer.reason, headers=head)
+                )
+            )
             if length is not None:
                 await self._raw_body(upstream, up_reader, writer, attempt, length)
                 return
-            while isinstance(part := await self._next_counted(upstream, up_reader, attempt),
-                             h11.Data):
+            while isinstance(
+                part := await self._next_counted(upstream, up_reader, attempt), h11.Data
+            ):
                 writer.write(conn.send(part))
                 await asyncio.wait_for(writer.drain(), self.idle)
             writer.write(conn.send(h11.EndOfMessage()))
@@ -405,15 +497,22 @@ class Proxy:
             writer.close()
         except h11.ProtocolError:
             if conn.our_state is h11.SEND_RESPONSE:
-                raise Refused("bad_upstream", 502, f"{attempt.host}:{attempt.port} broke "
-                              "the HTTP exchange.") from None
+                raise Refused(
+                    "bad_upstream", 502, f"{attempt.host}:{attempt.port} broke the HTTP exchange."
+                ) from None
             writer.close()
         finally:
             self.budget.active -= 1
             up_writer.close()
 
-    async def _raw_body(self, upstream: h11.Connection, up_reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, attempt: Attempt, length: int) -> None:
+    async def _raw_body(
+        self,
+        upstream: h11.Connection,
+        up_reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        attempt: Attempt,
+        length: int,
+    ) -> None:
         """`length` bytes of body from upstream to the client: first what h11 already
         holds (counted when it was read), then straight from the socket."""
         sent = 0
@@ -433,8 +532,9 @@ class Proxy:
                 idle.reschedule(loop.time() + self.idle)
         writer.close()
 
-    async def _next_counted(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                            attempt: Attempt) -> object:
+    async def _next_counted(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, attempt: Attempt
+    ) -> object:
         while True:
             event = conn.next_event()
             if event is not h11.NEED_DATA:
@@ -448,10 +548,12 @@ def _response(status: int, message: str, reason: str) -> bytes:
     """The proxy's own answer: the status, the typed reason in `x-berth-egress`, and a
     line saying what to do."""
     body = f"Berth egress proxy: {message}\n".encode()
-    return (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-            "content-type: text/plain; charset=utf-8\r\n"
-            f"content-length: {len(body)}\r\nx-berth-egress: {reason}\r\n"
-            "connection: close\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        "content-type: text/plain; charset=utf-8\r\n"
+        f"content-length: {len(body)}\r\nx-berth-egress: {reason}\r\n"
+        "connection: close\r\n\r\n"
+    ).encode() + body
 
 
 def _content_length(answer: h11.Response, method: bytes) -> int | None:
@@ -485,8 +587,7 @@ async def _resolve(host: str, port: int) -> list[policy.Address]:
     import ipaddress
 
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port,
-                                                              type=socket.SOCK_STREAM)
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError:
         return []
     return [ipaddress.ip_address(info[4][0]) for info in infos]

@@ -56,10 +56,14 @@ def descriptor_caps() -> tuple[int, int]:
     agent = max(0, (limit - RESERVE_FDS) // 2)
     team = min(settings.EGRESS_MAX_CONNECTIONS_PER_TEAM, agent // 2)
     if team < settings.EGRESS_MAX_CONNECTIONS_PER_TEAM:
-        log.warning("descriptor limit %d: each team may hold %d connections to its egress "
-                    "proxies, not EGRESS_MAX_CONNECTIONS_PER_TEAM=%d; raise the agent's "
-                    "limit (LimitNOFILE) to allow more", limit, team,
-                    settings.EGRESS_MAX_CONNECTIONS_PER_TEAM)
+        log.warning(
+            "descriptor limit %d: each team may hold %d connections to its egress "
+            "proxies, not EGRESS_MAX_CONNECTIONS_PER_TEAM=%d; raise the agent's "
+            "limit (LimitNOFILE) to allow more",
+            limit,
+            team,
+            settings.EGRESS_MAX_CONNECTIONS_PER_TEAM,
+        )
     return agent, team
 
 
@@ -75,28 +79,46 @@ class Egress:
         self.queues: dict[str, asyncio.Queue[tuple[str, Attempt] | None]] = {}
         self.writers: set[asyncio.Task[None]] = set()
         agent_cap, self.team_cap = descriptor_caps()
-        self.agent = Gauge(agent_cap, "agent_connection_cap", "the most this host's runner "
-                           "agent holds for all sandboxes")
+        self.agent = Gauge(
+            agent_cap,
+            "agent_connection_cap",
+            "the most this host's runner agent holds for all sandboxes",
+        )
         self.teams: dict[int, Gauge] = {}  # by team pk; a gauge lives as long as the agent
 
     async def offer(self, run_id: str, container: str, phase: str) -> None:
         if container in self.proxies:
             return
-        run = await self.db(lambda: Run.objects.select_related("workspace").filter(
-            public_id=run_id).first())()
+        run = await self.db(
+            lambda: Run.objects.select_related("workspace").filter(public_id=run_id).first()
+        )()
         if run is None or not run.is_active or run.network.get("mode") != "proxy":
             return
         pid = await asyncio.to_thread(sandbox.sandbox_pid, container)
         if pid is None:
             return  # exited already: nothing to serve
-        budget = self.budgets.setdefault(run_id, Budget(
-            settings.EGRESS_MAX_BYTES, settings.EGRESS_MAX_CONNECTIONS,
-            used_bytes=run.egress_bytes_up + run.egress_bytes_down))
-        team = self.teams.setdefault(run.workspace.team_id, Gauge(
-            self.team_cap, "team_connection_cap", "your team's limit across its sandboxes "
-            "(EGRESS_MAX_CONNECTIONS_PER_TEAM)"))
-        proxy = Proxy(list(run.network.get("egress", [])), budget,
-                      lambda attempt: self._record(run, phase, attempt), (team, self.agent))
+        budget = self.budgets.setdefault(
+            run_id,
+            Budget(
+                settings.EGRESS_MAX_BYTES,
+                settings.EGRESS_MAX_CONNECTIONS,
+                used_bytes=run.egress_bytes_up + run.egress_bytes_down,
+            ),
+        )
+        team = self.teams.setdefault(
+            run.workspace.team_id,
+            Gauge(
+                self.team_cap,
+                "team_connection_cap",
+                "your team's limit across its sandboxes (EGRESS_MAX_CONNECTIONS_PER_TEAM)",
+            ),
+        )
+        proxy = Proxy(
+            list(run.network.get("egress", [])),
+            budget,
+            lambda attempt: self._record(run, phase, attempt),
+            (team, self.agent),
+        )
         self.proxies[container] = (run_id, proxy)
         try:
             await proxy.listen(Namespace.of_pid(pid))
@@ -104,8 +126,11 @@ class Egress:
             self.proxies.pop(container, None)
             log.warning("run %s: egress proxy not offered in %s: %s", run_id, container, e)
             return
-        await self.db(lambda: Run.objects.filter(pk=run.pk, egress_offered_at=None).update(
-            egress_offered_at=timezone.now()))()
+        await self.db(
+            lambda: Run.objects.filter(pk=run.pk, egress_offered_at=None).update(
+                egress_offered_at=timezone.now()
+            )
+        )()
 
     async def withdraw(self, run_id: str, container: str) -> None:
         if (entry := self.proxies.pop(container, None)) is not None:
@@ -146,12 +171,24 @@ class Egress:
                     ended = True
                     break
                 batch.append(more)
-            rows = [EgressEvent(
-                run_id=run_pk, phase=p, method=a.method[:16], host=a.host[:255], port=a.port,
-                address=a.address, allowed=a.allowed, reason=a.reason, bytes_up=a.bytes_up,
-                bytes_down=a.bytes_down, started_at=_when(a.started) or timezone.now(),
-                ended_at=_when(a.ended), count=a.count)
-                for p, a in batch]
+            rows = [
+                EgressEvent(
+                    run_id=run_pk,
+                    phase=p,
+                    method=a.method[:16],
+                    host=a.host[:255],
+                    port=a.port,
+                    address=a.address,
+                    allowed=a.allowed,
+                    reason=a.reason,
+                    bytes_up=a.bytes_up,
+                    bytes_down=a.bytes_down,
+                    started_at=_when(a.started) or timezone.now(),
+                    ended_at=_when(a.ended),
+                    count=a.count,
+                )
+                for p, a in batch
+            ]
             try:
                 await self.db(lambda r=rows: EgressEvent.record(run_pk, r))()
             except Exception:

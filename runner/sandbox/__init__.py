@@ -23,8 +23,25 @@ from runner.sandbox.docker import (
 )
 from runner.sandbox.usage import Usage, count, volume_bytes, volume_path, writable_layer_path
 
-__all__ = ["SandboxError", "Usage", "commit_release_image", "count", "cpu_seconds",
-           "engine_runtimes", "finalize_facts", "get_workspace_archive", "image_allowed",
-           "prepare_and_start", "remove_image", "remove_run", "remove_sandbox", "sandbox_pid",
-           "signal_sandbox", "start_main", "volume_bytes", "volume_path",
-           "workspace_host_path", "writable_layer_path"]
+__all__ = [
+    "SandboxError",
+    "Usage",
+    "commit_release_image",
+    "count",
+    "cpu_seconds",
+    "engine_runtimes",
+    "finalize_facts",
+    "get_workspace_archive",
+    "image_allowed",
+    "prepare_and_start",
+    "remove_image",
+    "remove_run",
+    "remove_sandbox",
+    "sandbox_pid",
+    "signal_sandbox",
+    "start_main",
+    "volume_bytes",
+    "volume_path",
+    "workspace_host_path",
+    "writable_layer_path",
+]

@@ -56,9 +56,13 @@ def engine_runtimes(fresh: bool = False) -> dict[str, list[str]]:
     every 30 s (an engine info call costs ~8 ms per run otherwise)."""
     global _runtimes
     if fresh or time.monotonic() - _runtimes[0] > RUNTIMES_FRESH_S:
-        _runtimes = (time.monotonic(), {
-            name: list((spec or {}).get("runtimeArgs") or [])
-            for name, spec in (engine().info().get("Runtimes") or {}).items()})
+        _runtimes = (
+            time.monotonic(),
+            {
+                name: list((spec or {}).get("runtimeArgs") or [])
+                for name, spec in (engine().info().get("Runtimes") or {}).items()
+            },
+        )
     return _runtimes[1]
 
 
@@ -68,8 +72,7 @@ def _registered(runtime: str) -> list[str]:
     cache. Fails closed: never a fallback to runc, never a runsc that ignores seccomp."""
     for fresh in (False, True):
         runtimes = engine_runtimes(fresh=fresh)
-        if runtime in runtimes and hardening.runtime_enforces_seccomp(runtime,
-                                                                      runtimes[runtime]):
+        if runtime in runtimes and hardening.runtime_enforces_seccomp(runtime, runtimes[runtime]):
             return runtimes[runtime]
     if runtime not in runtimes:
         raise SandboxError("runtime_unavailable")
@@ -77,16 +80,23 @@ def _registered(runtime: str) -> list[str]:
 
 
 def _labels(run: Run, kind: str = "run", phase: str = "") -> dict[str, str]:
-    labels = {"berth.instance": settings.BERTH_INSTANCE, "berth.kind": kind,
-              "berth.owner": run.public_id}
+    labels = {
+        "berth.instance": settings.BERTH_INSTANCE,
+        "berth.kind": kind,
+        "berth.owner": run.public_id,
+    }
     if phase:
         labels["berth.phase"] = phase
     return labels
 
 
-def _host_config(run: Run, runtime: str, deps: Mount | None = None,
-                 cpu_shares: int | None = None,
-                 workspace: Mount | None = None) -> dict[str, Any]:
+def _host_config(
+    run: Run,
+    runtime: str,
+    deps: Mount | None = None,
+    cpu_shares: int | None = None,
+    workspace: Mount | None = None,
+) -> dict[str, Any]:
     """Every hardening setting of a sandbox. A release build alone has a writable root
     layer (what it leaves in /app becomes the release image), and it and a release have
     no /workspace: their source is in /app of the image. /workspace is the run's volume
@@ -112,24 +122,36 @@ def _host_config(run: Run, runtime: str, deps: Mount | None = None,
         # The CPU weight under contention (runner.quotas.cpu_weight); None: the default.
         **({"cpu_shares": cpu_shares} if cpu_shares else {}),
         pids_limit=int(limits["pids"]),
-        ulimits=[Ulimit(name="nofile", soft=int(limits["nofile"]), hard=int(limits["nofile"])),
-                 # No single file may be bigger than the whole disk allowance.
-                 Ulimit(name="fsize", soft=int(limits["disk_mb"]) * 1024 * 1024,
-                        hard=int(limits["disk_mb"]) * 1024 * 1024),
-                 Ulimit(name="core", soft=0, hard=0)],
-        tmpfs={"/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 (the sandbox's own)
-               "/home/sandbox": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755"},
-        mounts=([] if in_app else
-                [workspace or Mount("/workspace", run.container_name, type="volume")])
+        ulimits=[
+            Ulimit(name="nofile", soft=int(limits["nofile"]), hard=int(limits["nofile"])),
+            # No single file may be bigger than the whole disk allowance.
+            Ulimit(
+                name="fsize",
+                soft=int(limits["disk_mb"]) * 1024 * 1024,
+                hard=int(limits["disk_mb"]) * 1024 * 1024,
+            ),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        tmpfs={
+            "/tmp": "rw,noexec,nosuid,nodev,size=64m",  # noqa: S108 (the sandbox's own)
+            "/home/sandbox": "rw,nosuid,nodev,size=64m,uid=1000,gid=1000,mode=0755",
+        },
+        mounts=(
+            [] if in_app else [workspace or Mount("/workspace", run.container_name, type="volume")]
+        )
         + ([deps] if deps else []),
         runtime=runtime,
         hostname="sandbox",
         # The agent copies output into the log store. The engine's copy must outlast
         # an agent restart and a lagging follower until the store's cap is reached
         # (a rotation before that would lose lines), yet not fill the disk on a flood.
-        log_config=LogConfig(type="json-file", config={
-            "max-size": f"{max(16, 4 * settings.RUN_LOG_MAX_BYTES // (1024 * 1024))}m",
-            "max-file": "1"}),
+        log_config=LogConfig(
+            type="json-file",
+            config={
+                "max-size": f"{max(16, 4 * settings.RUN_LOG_MAX_BYTES // (1024 * 1024))}m",
+                "max-file": "1",
+            },
+        ),
     )
 
 
@@ -138,8 +160,11 @@ def image_allowed(image: str, run: Run | None = None) -> bool:
     workspace (another team's built source is never a base for anything)."""
     if image in settings.ALLOWED_IMAGES:
         return True
-    return run is not None and run.purpose == "release" and image.startswith(
-        f"berth-{settings.BERTH_INSTANCE}-release-{run.workspace.public_id}:")
+    return (
+        run is not None
+        and run.purpose == "release"
+        and image.startswith(f"berth-{settings.BERTH_INSTANCE}-release-{run.workspace.public_id}:")
+    )
 
 
 def _check_image(run: Run) -> str:
@@ -176,8 +201,11 @@ def _proxy_env(run: Run) -> dict[str, str]:
         return {}
     url = f"http://127.0.0.1:{PROXY_PORT}"
     env = {"BERTH_EGRESS_WAIT_S": str(settings.EGRESS_WAIT_S)}
-    for name, value in (("http_proxy", url), ("https_proxy", url),
-                        ("no_proxy", "localhost,127.0.0.1")):
+    for name, value in (
+        ("http_proxy", url),
+        ("https_proxy", url),
+        ("no_proxy", "localhost,127.0.0.1"),
+    ):
         env[name] = env[name.upper()] = value
     return env
 
@@ -189,9 +217,12 @@ def _existing(name: str) -> Any:
         return None
 
 
-def prepare_and_start(run: Run, env: dict[str, str],
-                      still_wanted: Callable[[], bool] = lambda: True,
-                      first_delivery: bool = False) -> bool:
+def prepare_and_start(
+    run: Run,
+    env: dict[str, str],
+    still_wanted: Callable[[], bool] = lambda: True,
+    first_delivery: bool = False,
+) -> bool:
     """Create, hydrate and start the run's sandbox; True if it is running now.
 
     1. With a `[setup]` command, the dependency cache for its key is looked up: a hit
@@ -218,8 +249,9 @@ def prepare_and_start(run: Run, env: dict[str, str],
     if not in_app:
         # The engine answers two calls at once: the volume is made while the image is
         # checked (a refused image's volume goes with the run's cleanup).
-        volume = _BACKGROUND.submit(engine().volumes.create, run.container_name,
-                                    labels=_labels(run))
+        volume = _BACKGROUND.submit(
+            engine().volumes.create, run.container_name, labels=_labels(run)
+        )
     try:
         image_id = _check_image(run)
         runtime = RUNTIMES[run.runtime]
@@ -240,19 +272,30 @@ def prepare_and_start(run: Run, env: dict[str, str],
         # so it must follow from the key alone, not from who asked or what else the
         # commit holds. The engine makes that volume, labelled, at create.
         first = engine().containers.create(
-            run.image, _command(run, setup["command"]), name=run.setup_container_name,
-            labels=_labels(run, phase="setup"), environment=_proxy_env(run),
-            **_host_config(run, runtime, Mount("/deps", setup["volume"], type="volume"),
-                           shares, Mount("/workspace", run.setup_container_name,
-                                         type="volume", labels=_labels(run))))
+            run.image,
+            _command(run, setup["command"]),
+            name=run.setup_container_name,
+            labels=_labels(run, phase="setup"),
+            environment=_proxy_env(run),
+            **_host_config(
+                run,
+                runtime,
+                Mount("/deps", setup["volume"], type="volume"),
+                shares,
+                Mount("/workspace", run.setup_container_name, type="volume", labels=_labels(run)),
+            ),
+        )
     main = engine().containers.create(
-        run.image, _command(run, run.command), name=run.container_name,
-        labels=_labels(run, phase="main"), environment={**env, **_proxy_env(run)},
-        **_host_config(run, runtime, deps, shares))
+        run.image,
+        _command(run, run.command),
+        name=run.container_name,
+        labels=_labels(run, phase="main"),
+        environment={**env, **_proxy_env(run)},
+        **_host_config(run, runtime, deps, shares),
+    )
     first = first or main
     # Checked while the source goes in.
-    checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) \
-        if setup.get("hit") else None
+    checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) if setup.get("hit") else None
     # The commit is measured (refused past the caps) before anything is copied in.
     tree = source.result() if source is not None else None
     # Setup's own /workspace is filled while the run's is.
@@ -272,9 +315,13 @@ def prepare_and_start(run: Run, env: dict[str, str],
         checked.result()
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(
-        image_id=image_id, hydrated_at=now, isolation=_isolation(main, runtime_args), setup=setup,
+        image_id=image_id,
+        hydrated_at=now,
+        isolation=_isolation(main, runtime_args),
+        setup=setup,
         phase="setup" if first is not main else "main",
-        setup_done_at=now if setup.get("hit") else None)
+        setup_done_at=now if setup.get("hit") else None,
+    )
     if not still_wanted():
         # Cancelled, or carried to its end by another delivery of this task meanwhile.
         for name in names:
@@ -324,8 +371,10 @@ def _put_key_files(run: Run, container: Any) -> None:
 def _setup_note(setup: dict[str, Any]) -> str:
     key = setup["key"][:12]
     if setup.get("hit"):
-        return (f"[setup] skipped: the dependency cache for key {key} is filled; /deps is "
-                "mounted read-only")
+        return (
+            f"[setup] skipped: the dependency cache for key {key} is filled; /deps is "
+            "mounted read-only"
+        )
     return f"[setup] no cache for key {key} yet; running: {setup['command']}"
 
 
@@ -336,8 +385,9 @@ def _check_cache_volume(name: str) -> None:
     if (volume.attrs.get("Labels") or {}).get("berth.instance") != settings.BERTH_INSTANCE:
         with contextlib.suppress(docker.errors.APIError):
             volume.remove(force=True)
-        raise SandboxError("sandbox_failed", detail="its dependency cache was dropped while "
-                           "the run started")
+        raise SandboxError(
+            "sandbox_failed", detail="its dependency cache was dropped while the run started"
+        )
 
 
 def _deps(run: Run, image_id: str) -> tuple[dict[str, Any], Mount | None]:
@@ -353,8 +403,10 @@ def _deps(run: Run, image_id: str) -> tuple[dict[str, Any], Mount | None]:
     else:
         setup.update(hit=False, volume=run.deps_volume_name, cache=None)
         if not caches.volume_exists(run.deps_volume_name):
-            engine().volumes.create(run.deps_volume_name, labels={
-                **_labels(run, kind="deps"), "berth.workspace": run.workspace.public_id})
+            engine().volumes.create(
+                run.deps_volume_name,
+                labels={**_labels(run, kind="deps"), "berth.workspace": run.workspace.public_id},
+            )
     return setup, Mount("/deps", setup["volume"], type="volume", read_only=True)
 
 
@@ -399,8 +451,7 @@ def _isolation(container: Any, runtime_args: list[str]) -> dict[str, Any]:
         "cap_add": host.get("CapAdd") or [],
         "privileged": host.get("Privileged"),
         "security_opt": hardening.shown_security_opt(options),
-        "seccomp": hardening.seccomp_record(options, host.get("Runtime") or "runc",
-                                            runtime_args),
+        "seccomp": hardening.seccomp_record(options, host.get("Runtime") or "runc", runtime_args),
         "read_only_root": host.get("ReadonlyRootfs"),
         "network": host.get("NetworkMode"),
         "memory_bytes": host.get("Memory"),
@@ -408,9 +459,10 @@ def _isolation(container: Any, runtime_args: list[str]) -> dict[str, Any]:
         "cpu_shares": host.get("CpuShares") or 1024,
         "pids_limit": host.get("PidsLimit"),
         "ulimits": {u["Name"]: u["Hard"] for u in host.get("Ulimits") or []},
-        "mounts": [{"target": m.get("Target"), "type": m.get("Type")}
-                   for m in host.get("Mounts") or []] + [
-                   {"target": t, "type": "tmpfs"} for t in host.get("Tmpfs") or {}],
+        "mounts": [
+            {"target": m.get("Target"), "type": m.get("Type")} for m in host.get("Mounts") or []
+        ]
+        + [{"target": t, "type": "tmpfs"} for t in host.get("Tmpfs") or {}],
         "init": host.get("Init"),
     }
 
@@ -430,16 +482,22 @@ def finalize_facts(name: str) -> dict[str, Any] | None:
     if container is None:
         return None
     state = container.attrs["State"]
-    return {"running": state.get("Running"), "exit_code": state.get("ExitCode"),
-            "oom_killed": state.get("OOMKilled"), "status": state.get("Status")}
+    return {
+        "running": state.get("Running"),
+        "exit_code": state.get("ExitCode"),
+        "oom_killed": state.get("OOMKilled"),
+        "status": state.get("Status"),
+    }
 
 
 def remove_sandbox(name: str) -> None:
     """Remove a run's container and its volume of the same name (if any); gone already
     is fine. One engine call each, by name (no look-up first)."""
     api = engine().api
-    for remove in (lambda: api.remove_container(name, force=True),
-                   lambda: api.remove_volume(name, force=True)):
+    for remove in (
+        lambda: api.remove_container(name, force=True),
+        lambda: api.remove_volume(name, force=True),
+    ):
         with contextlib.suppress(docker.errors.NotFound):
             remove()
 
@@ -482,11 +540,21 @@ def commit_release_image(run: Run) -> str:
     so the image itself says which commit and which build it holds."""
     container = engine().containers.get(run.container_name)
     repository, _, tag = run.output_image.rpartition(":")
-    image = container.commit(repository=repository, tag=tag, conf={"Labels": {
-        "berth.instance": settings.BERTH_INSTANCE, "berth.kind": "release",
-        "berth.workspace": run.workspace.public_id, "berth.commit": run.commit,
-        "berth.build": run.public_id, "berth.egress-wait": EGRESS_WAIT,
-        **{f"berth.{k}": str(v) for k, v in run.output_labels.items()}}})
+    image = container.commit(
+        repository=repository,
+        tag=tag,
+        conf={
+            "Labels": {
+                "berth.instance": settings.BERTH_INSTANCE,
+                "berth.kind": "release",
+                "berth.workspace": run.workspace.public_id,
+                "berth.commit": run.commit,
+                "berth.build": run.public_id,
+                "berth.egress-wait": EGRESS_WAIT,
+                **{f"berth.{k}": str(v) for k, v in run.output_labels.items()},
+            }
+        },
+    )
     return str(image.id)
 
 

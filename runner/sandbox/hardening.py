@@ -50,10 +50,14 @@ def _for_runsc(profile: dict[str, Any]) -> dict[str, Any]:
 
 _FILE = seccomp.profile()
 # Compact: the engine stores the whole text in the container's HostConfig.
-PROFILES = {runtime: json.dumps(profile, separators=(",", ":"))
-            for runtime, profile in (("runc", _FILE), ("runsc", _for_runsc(_FILE)))}
-_NAMES = {hashlib.sha256(text.encode()).hexdigest(): f"{PROFILE_NAME}/{runtime}"
-          for runtime, text in PROFILES.items()}
+PROFILES = {
+    runtime: json.dumps(profile, separators=(",", ":"))
+    for runtime, profile in (("runc", _FILE), ("runsc", _for_runsc(_FILE)))
+}
+_NAMES = {
+    hashlib.sha256(text.encode()).hexdigest(): f"{PROFILE_NAME}/{runtime}"
+    for runtime, text in PROFILES.items()
+}
 
 
 def security_opt(runtime: str) -> list[str]:
@@ -68,8 +72,9 @@ def runtime_enforces_seccomp(runtime: str, runtime_args: list[str] | None) -> bo
     return True
 
 
-def seccomp_record(security_opts: list[str], runtime: str,
-                   runtime_args: list[str] | None) -> dict[str, Any]:
+def seccomp_record(
+    security_opts: list[str], runtime: str, runtime_args: list[str] | None
+) -> dict[str, Any]:
     """What the engine says the container got (its HostConfig.SecurityOpt, not what we
     asked for), and whether its runtime enforces it."""
     profiles = [o.partition("=")[2] for o in security_opts if o.startswith("seccomp=")]
@@ -81,9 +86,18 @@ def seccomp_record(security_opts: list[str], runtime: str,
         digest = hashlib.sha256(profiles[0].encode()).hexdigest()
         profile = _NAMES.get(digest, "custom")
     enforced = profile != "unconfined" and runtime_enforces_seccomp(runtime, runtime_args)
-    return {"profile": profile, "sha256": digest, "enforced": enforced,
-            "enforced_by": (f"runsc {RUNSC_SECCOMP_FLAG} (inside gVisor)" if runtime == "runsc"
-                            else f"{runtime} (host kernel)") if enforced else None}
+    return {
+        "profile": profile,
+        "sha256": digest,
+        "enforced": enforced,
+        "enforced_by": (
+            f"runsc {RUNSC_SECCOMP_FLAG} (inside gVisor)"
+            if runtime == "runsc"
+            else f"{runtime} (host kernel)"
+        )
+        if enforced
+        else None,
+    }
 
 
 def shown_security_opt(security_opts: list[str]) -> list[str]:

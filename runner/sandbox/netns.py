@@ -84,8 +84,9 @@ async def connect(ns: Namespace, port: int, timeout: float = 5.0) -> socket.sock
     other address exists there)."""
     sock = socket_in(ns)
     try:
-        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(
-            sock, ("127.0.0.1", port)), timeout)
+        await asyncio.wait_for(
+            asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port)), timeout
+        )
     except BaseException:
         sock.close()
         raise

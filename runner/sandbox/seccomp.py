@@ -20,47 +20,123 @@ and withdrawn under gVisor by runner.sandbox.hardening.
 from typing import Any
 
 ENOSYS, EPERM = 38, 1
-CLONE_NAMESPACE_FLAGS = (0x00020000  # CLONE_NEWNS
-                         | 0x02000000  # CLONE_NEWCGROUP
-                         | 0x04000000  # CLONE_NEWUTS
-                         | 0x08000000  # CLONE_NEWIPC
-                         | 0x10000000  # CLONE_NEWUSER
-                         | 0x20000000  # CLONE_NEWPID
-                         | 0x40000000)  # CLONE_NEWNET
+CLONE_NAMESPACE_FLAGS = (
+    0x00020000  # CLONE_NEWNS
+    | 0x02000000  # CLONE_NEWCGROUP
+    | 0x04000000  # CLONE_NEWUTS
+    | 0x08000000  # CLONE_NEWIPC
+    | 0x10000000  # CLONE_NEWUSER
+    | 0x20000000  # CLONE_NEWPID
+    | 0x40000000
+)  # CLONE_NEWNET
 PERSONAS = (0x0, 0x0008, 0x20000, 0x20008, 0xFFFFFFFF)  # Linux, 32-bit, uname26; query
 AF_VSOCK = 40
 
 # Denied, by what they would reach. Kept as a table (not just left out) so a reader
 # sees each decision, and a test can check none slipped into the allowlist.
 DENIED: dict[str, str] = {
-    **dict.fromkeys(("io_uring_setup", "io_uring_enter", "io_uring_register"),
-                    "io_uring: a large kernel surface, off in Docker's default since engine 25"),
+    **dict.fromkeys(
+        ("io_uring_setup", "io_uring_enter", "io_uring_register"),
+        "io_uring: a large kernel surface, off in Docker's default since engine 25",
+    ),
     **dict.fromkeys(("unshare", "setns"), "namespaces: a user namespace gives root inside it"),
-    **dict.fromkeys(("mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree",
-                     "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"),
-                    "mounts: the filesystem layout is the engine's"),
-    **dict.fromkeys(("bpf", "perf_event_open", "userfaultfd", "lookup_dcookie", "kcmp"),
-                    "kernel introspection and race helpers"),
-    **dict.fromkeys(("add_key", "request_key", "keyctl"), "the kernel keyring is not "
-                    "namespaced"),
-    **dict.fromkeys(("init_module", "finit_module", "delete_module", "create_module",
-                     "query_module", "get_kernel_syms", "kexec_load", "kexec_file_load",
-                     "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd",
-                     "nfsservctl", "_sysctl", "sysfs", "uselib", "ustat", "vhangup",
-                     "syslog"), "the host's kernel and devices"),
-    **dict.fromkeys(("settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-                     "sethostname", "setdomainname"), "the host's clock and names"),
+    **dict.fromkeys(
+        (
+            "mount",
+            "umount2",
+            "pivot_root",
+            "chroot",
+            "move_mount",
+            "open_tree",
+            "fsopen",
+            "fsconfig",
+            "fsmount",
+            "fspick",
+            "mount_setattr",
+        ),
+        "mounts: the filesystem layout is the engine's",
+    ),
+    **dict.fromkeys(
+        ("bpf", "perf_event_open", "userfaultfd", "lookup_dcookie", "kcmp"),
+        "kernel introspection and race helpers",
+    ),
+    **dict.fromkeys(("add_key", "request_key", "keyctl"), "the kernel keyring is not namespaced"),
+    **dict.fromkeys(
+        (
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "create_module",
+            "query_module",
+            "get_kernel_syms",
+            "kexec_load",
+            "kexec_file_load",
+            "reboot",
+            "swapon",
+            "swapoff",
+            "acct",
+            "quotactl",
+            "quotactl_fd",
+            "nfsservctl",
+            "_sysctl",
+            "sysfs",
+            "uselib",
+            "ustat",
+            "vhangup",
+            "syslog",
+        ),
+        "the host's kernel and devices",
+    ),
+    **dict.fromkeys(
+        (
+            "settimeofday",
+            "clock_settime",
+            "clock_adjtime",
+            "adjtimex",
+            "sethostname",
+            "setdomainname",
+        ),
+        "the host's clock and names",
+    ),
     **dict.fromkeys(("ioperm", "iopl", "modify_ldt"), "hardware I/O and descriptor tables"),
-    **dict.fromkeys(("get_mempolicy", "set_mempolicy", "set_mempolicy_home_node", "mbind",
-                     "migrate_pages", "move_pages"), "NUMA placement of other processes"),
-    **dict.fromkeys(("process_vm_readv", "process_vm_writev", "process_madvise",
-                     "process_mrelease", "pidfd_getfd"), "other processes' memory and files"),
+    **dict.fromkeys(
+        (
+            "get_mempolicy",
+            "set_mempolicy",
+            "set_mempolicy_home_node",
+            "mbind",
+            "migrate_pages",
+            "move_pages",
+        ),
+        "NUMA placement of other processes",
+    ),
+    **dict.fromkeys(
+        (
+            "process_vm_readv",
+            "process_vm_writev",
+            "process_madvise",
+            "process_mrelease",
+            "pidfd_getfd",
+        ),
+        "other processes' memory and files",
+    ),
     **dict.fromkeys(("name_to_handle_at", "open_by_handle_at"), "file handles bypass paths"),
     **dict.fromkeys(("fanotify_init", "fanotify_mark"), "filesystem-wide watches"),
     **dict.fromkeys(("memfd_secret",), "memory hidden from the kernel's own checks"),
-    **dict.fromkeys(("afs_syscall", "tuxcall", "security", "vserver", "putpmsg", "getpmsg",
-                     "epoll_ctl_old", "epoll_wait_old", "remap_file_pages"),
-                    "unimplemented or obsolete"),
+    **dict.fromkeys(
+        (
+            "afs_syscall",
+            "tuxcall",
+            "security",
+            "vserver",
+            "putpmsg",
+            "getpmsg",
+            "epoll_ctl_old",
+            "epoll_wait_old",
+            "remap_file_pages",
+        ),
+        "unimplemented or obsolete",
+    ),
 }
 
 # One string, split below: 280 names quoted one by one would not read in one sitting.
@@ -109,20 +185,39 @@ def profile() -> dict[str, Any]:
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": EPERM,
         "archMap": [
-            {"architecture": "SCMP_ARCH_X86_64",
-             "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]},
+            {
+                "architecture": "SCMP_ARCH_X86_64",
+                "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+            },
             {"architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"]},
         ],
         "syscalls": [
             {"names": sorted(ALLOWED), "action": "SCMP_ACT_ALLOW"},
-            {"names": ["clone"], "action": "SCMP_ACT_ALLOW",
-             "args": [{"index": 0, "value": CLONE_NAMESPACE_FLAGS, "valueTwo": 0,
-                       "op": "SCMP_CMP_MASKED_EQ"}]},
+            {
+                "names": ["clone"],
+                "action": "SCMP_ACT_ALLOW",
+                "args": [
+                    {
+                        "index": 0,
+                        "value": CLONE_NAMESPACE_FLAGS,
+                        "valueTwo": 0,
+                        "op": "SCMP_CMP_MASKED_EQ",
+                    }
+                ],
+            },
             {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS},
-            *({"names": ["personality"], "action": "SCMP_ACT_ALLOW",
-               "args": [{"index": 0, "value": persona, "op": "SCMP_CMP_EQ"}]}
-              for persona in PERSONAS),
-            {"names": ["socket"], "action": "SCMP_ACT_ALLOW",
-             "args": [{"index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_NE"}]},
+            *(
+                {
+                    "names": ["personality"],
+                    "action": "SCMP_ACT_ALLOW",
+                    "args": [{"index": 0, "value": persona, "op": "SCMP_CMP_EQ"}],
+                }
+                for persona in PERSONAS
+            ),
+            {
+                "names": ["socket"],
+                "action": "SCMP_ACT_ALLOW",
+                "args": [{"index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_NE"}],
+            },
         ],
     }

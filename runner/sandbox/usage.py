@@ -87,8 +87,10 @@ def walk(root: str, *, sort: bool = False, max_depth: int = MAX_DEPTH) -> Iterat
                     continue
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise WalkFailed(f"{parent_prefix}{name} changed from a folder to "
-                                         "something else while it was counted") from None
+                        raise WalkFailed(
+                            f"{parent_prefix}{name} changed from a folder to "
+                            "something else while it was counted"
+                        ) from None
                     raise
                 prefix = f"{parent_prefix}{name}/"
             if fd < 0:
@@ -131,8 +133,12 @@ class Usage:
         self.seconds += other.seconds
 
 
-def count(roots: list[str], max_inodes: int | None = None, max_bytes: int | None = None,
-          deadline_s: float = COUNT_DEADLINE_S) -> Usage:
+def count(
+    roots: list[str],
+    max_inodes: int | None = None,
+    max_bytes: int | None = None,
+    deadline_s: float = COUNT_DEADLINE_S,
+) -> Usage:
     """Bytes and inodes under `roots` together (each folder and each inode once: hard
     links count once, as they do on the disk). Stops at the first cap passed. A root
     that is gone counts nothing (its sandbox went meanwhile)."""
@@ -192,8 +198,10 @@ def writable_layer_path(name: str) -> str | None:
         return None
     upper = (driver.get("Data") or {}).get("UpperDir")
     if not upper:
-        raise WalkFailed(f"the engine's storage driver ({driver.get('Name')}) shows no "
-                         "writable layer to count; Berth counts it with overlay2")
+        raise WalkFailed(
+            f"the engine's storage driver ({driver.get('Name')}) shows no "
+            "writable layer to count; Berth counts it with overlay2"
+        )
     return str(upper)
 
 

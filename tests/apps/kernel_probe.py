@@ -40,9 +40,19 @@ def unshare_user() -> str:
 
 
 class CloneArgs(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "flags", "pidfd", "child_tid", "parent_tid", "exit_signal", "stack", "stack_size",
-        "tls")]
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "flags",
+            "pidfd",
+            "child_tid",
+            "parent_tid",
+            "exit_signal",
+            "stack",
+            "stack_size",
+            "tls",
+        )
+    ]
 
 
 def clone3_user() -> str:
@@ -88,8 +98,17 @@ def unshare_command() -> str:
     return result.stdout.strip() if result.returncode == 0 else "refused"
 
 
-print(json.dumps({"probe": sys.argv[1] if len(sys.argv) > 1 else "run",
-                  "io_uring_setup": io_uring_setup(), "unshare_user": unshare_user(),
-                  "clone3_user": clone3_user(), "thread": a_thread(),
-                  "everyday": everyday_calls(),
-                  "unshare_Ur": unshare_command()}), flush=True)
+print(
+    json.dumps(
+        {
+            "probe": sys.argv[1] if len(sys.argv) > 1 else "run",
+            "io_uring_setup": io_uring_setup(),
+            "unshare_user": unshare_user(),
+            "clone3_user": clone3_user(),
+            "thread": a_thread(),
+            "everyday": everyday_calls(),
+            "unshare_Ur": unshare_command(),
+        }
+    ),
+    flush=True,
+)

@@ -35,8 +35,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         print(self.requestline, flush=True)
 
-    def send(self, status: int, body: bytes, kind: str = "application/json",
-             headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def send(
+        self,
+        status: int,
+        body: bytes,
+        kind: str = "application/json",
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
@@ -59,9 +64,15 @@ class Handler(BaseHTTPRequestHandler):
             for _ in range(mb):
                 self.wfile.write(chunk)
         elif path == "/cookies":
-            self.send(200, b"{}", headers=(("Set-Cookie", "x=1; Domain=localhost; Path=/"),
-                                           ("Set-Cookie", "own=2; Path=/"),
-                                           ("Set-Cookie", "sessionid=evil; Path=/")))
+            self.send(
+                200,
+                b"{}",
+                headers=(
+                    ("Set-Cookie", "x=1; Domain=localhost; Path=/"),
+                    ("Set-Cookie", "own=2; Path=/"),
+                    ("Set-Cookie", "sessionid=evil; Path=/"),
+                ),
+            )
         elif path == "/redirect":
             self.send(302, b"", headers=(("Location", "http://169.254.169.254/latest/"),))
         elif path == "/ws":
@@ -76,20 +87,28 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/health500":
             self.send(500, b"{}")
         else:
-            self.send(200, b"<!doctype html><title>probe</title><h1>probe app</h1>",
-                      "text/html; charset=utf-8")
+            self.send(
+                200,
+                b"<!doctype html><title>probe</title><h1>probe app</h1>",
+                "text/html; charset=utf-8",
+            )
 
     def do_POST(self) -> None:
         size = int(self.headers.get("Content-Length") or 0)
         data = self.rfile.read(size)
         if self.path == "/note":
             NOTES.append(f"POST {data.decode(errors='replace')}")
-        self.send(200, hashlib.sha256(data).hexdigest().encode(), "text/plain",
-                  headers=(("X-Length", str(len(data))),))
+        self.send(
+            200,
+            hashlib.sha256(data).hexdigest().encode(),
+            "text/plain",
+            headers=(("X-Length", str(len(data))),),
+        )
 
     def websocket(self) -> None:
-        accept = base64.b64encode(hashlib.sha1(
-            (self.headers["Sec-WebSocket-Key"] + WS_GUID).encode()).digest()).decode()
+        accept = base64.b64encode(
+            hashlib.sha1((self.headers["Sec-WebSocket-Key"] + WS_GUID).encode()).digest()
+        ).decode()
         self.send_response(101)
         self.send_header("Upgrade", "websocket")
         self.send_header("Connection", "Upgrade")
@@ -111,8 +130,9 @@ class Handler(BaseHTTPRequestHandler):
                 return
             reply = b"echo:" + data
             length = len(reply)
-            header = bytes([0x80 | opcode]) + (bytes([length]) if length < 126 else
-                                               b"\x7e" + struct.pack(">H", length))
+            header = bytes([0x80 | opcode]) + (
+                bytes([length]) if length < 126 else b"\x7e" + struct.pack(">H", length)
+            )
             self.wfile.write(header + reply)
             self.wfile.flush()
 

@@ -19,5 +19,8 @@ SYMLINKS = {"node-http": {"node_modules": "/deps/node_modules"}}
 def files(name: str) -> dict[str, bytes]:
     """path -> content of every file of a starter."""
     base = ROOT / name
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(base)): p.read_bytes()
+        for p in sorted(base.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }

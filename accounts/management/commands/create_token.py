@@ -15,14 +15,26 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--team", required=True)
         parser.add_argument("--user", required=True)
-        parser.add_argument("--scopes", required=True,
-                            help=f"comma-separated, from: {', '.join(ApiToken.SCOPES)}")
-        parser.add_argument("--workspace", action="append", default=[],
-                            help="limit the token to this workspace (repeatable)")
-        parser.add_argument("--secret", action="append", default=[],
-                            help="a secret name the token may grant to runs (repeatable)")
-        parser.add_argument("--secrets", default="",
-                            help="secret names this token may grant to runs, comma-separated")
+        parser.add_argument(
+            "--scopes", required=True, help=f"comma-separated, from: {', '.join(ApiToken.SCOPES)}"
+        )
+        parser.add_argument(
+            "--workspace",
+            action="append",
+            default=[],
+            help="limit the token to this workspace (repeatable)",
+        )
+        parser.add_argument(
+            "--secret",
+            action="append",
+            default=[],
+            help="a secret name the token may grant to runs (repeatable)",
+        )
+        parser.add_argument(
+            "--secrets",
+            default="",
+            help="secret names this token may grant to runs, comma-separated",
+        )
         parser.add_argument("--expires-days", type=int, default=None)
         parser.add_argument("--name", default="cli")
 
@@ -38,11 +50,19 @@ class Command(BaseCommand):
         try:
             secret_names = [check_name(n) for n in dict.fromkeys(names)]
             token, secret = actions.create_token(
-                team, user, o["name"], scopes, None, workspaces=o["workspace"],
-                secret_names=secret_names, expires_days=o["expires_days"],
+                team,
+                user,
+                o["name"],
+                scopes,
+                None,
+                workspaces=o["workspace"],
+                secret_names=secret_names,
+                expires_days=o["expires_days"],
             )
         except BerthError as e:
             raise CommandError(e.message) from e
-        self.stderr.write(f"token {token.name} for {user} in {team.slug}, scopes "
-                          f"{','.join(token.scopes)}, expires {token.expires_at:%Y-%m-%d}")
+        self.stderr.write(
+            f"token {token.name} for {user} in {team.slug}, scopes "
+            f"{','.join(token.scopes)}, expires {token.expires_at:%Y-%m-%d}"
+        )
         self.stdout.write(secret)

@@ -16,8 +16,9 @@ class Command(BaseCommand):
         parser.add_argument("--role", required=True, choices=Role.values)
         parser.add_argument("--password", help="generated and printed when not given")
 
-    def handle(self, *args: Any, username: str, team: str, role: str, password: str | None,
-               **options: Any) -> None:
+    def handle(
+        self, *args: Any, username: str, team: str, role: str, password: str | None, **options: Any
+    ) -> None:
         team_row = Team.objects.filter(slug=team).first()
         if team_row is None:
             raise CommandError(f"No team {team!r}; create it with `create_team {team}`.")

@@ -10,17 +10,19 @@ from previews.gateway import serve
 
 
 class Command(BaseCommand):
-    help = ("Serve preview and release hosts on PREVIEW_PORT: the fast path itself, the "
-            "rest through Berth's web process.")
+    help = (
+        "Serve preview and release hosts on PREVIEW_PORT: the fast path itself, the "
+        "rest through Berth's web process."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--bind", default="127.0.0.1")
         parser.add_argument("--port", type=int, help="default: PREVIEW_PORT")
-        parser.add_argument("--app", default="127.0.0.1:8000",
-                            help="host:port of Berth's web process (daphne)")
+        parser.add_argument(
+            "--app", default="127.0.0.1:8000", help="host:port of Berth's web process (daphne)"
+        )
 
-    def handle(self, *args: Any, bind: str, port: int | None, app: str,
-               **options: Any) -> None:
+    def handle(self, *args: Any, bind: str, port: int | None, app: str, **options: Any) -> None:
         port = port or int(settings.PREVIEW_PORT or 0)
         if not port:
             raise CommandError("Give --port, or set PREVIEW_PORT.")

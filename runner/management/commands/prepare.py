@@ -5,8 +5,10 @@ from django.core.management.base import BaseCommand
 
 
 class Command(BaseCommand):
-    help = ("Everything `make run` needs before serving: the sandbox image, migrations and "
-            "the demo team. One process, because each manage.py start costs seconds.")
+    help = (
+        "Everything `make run` needs before serving: the sandbox image, migrations and "
+        "the demo team. One process, because each manage.py start costs seconds."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("build_sandbox_image")

@@ -24,8 +24,9 @@ class Command(BaseCommand):
 
     async def _serve(self) -> None:
         for alias in connections:
-            connections.settings[alias].update(CONN_MAX_AGE=settings.AGENT_DB_CONN_MAX_AGE,
-                                               CONN_HEALTH_CHECKS=True)
+            connections.settings[alias].update(
+                CONN_MAX_AGE=settings.AGENT_DB_CONN_MAX_AGE, CONN_HEALTH_CHECKS=True
+            )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

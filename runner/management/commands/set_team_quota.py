@@ -5,8 +5,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from accounts.models import Team
 from runner import quotas
 
-FIELDS = {"runs": "max_concurrent_runs", "queued": "max_queued_runs",
-          "previews": "max_concurrent_previews", "cpu_seconds": "cpu_seconds_per_day"}
+FIELDS = {
+    "runs": "max_concurrent_runs",
+    "queued": "max_queued_runs",
+    "previews": "max_concurrent_previews",
+    "cpu_seconds": "cpu_seconds_per_day",
+}
 
 
 DEFAULT = -1  # "default" on the command line: remove the override
@@ -22,16 +26,22 @@ def limit(value: str) -> int:
 
 
 class Command(BaseCommand):
-    help = ("Set a team's quotas (an operator's override of the QUOTA_* settings); "
-            "'default' removes an override. With no option, shows them.")
+    help = (
+        "Set a team's quotas (an operator's override of the QUOTA_* settings); "
+        "'default' removes an override. With no option, shows them."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("team")
         parser.add_argument("--runs", type=limit, help="runs going at once")
         parser.add_argument("--queued", type=limit, help="runs waiting at most")
         parser.add_argument("--previews", type=limit, help="live previews at once")
-        parser.add_argument("--cpu-seconds", type=limit, dest="cpu_seconds",
-                            help="CPU-seconds per UTC day (0: no budget)")
+        parser.add_argument(
+            "--cpu-seconds",
+            type=limit,
+            dest="cpu_seconds",
+            help="CPU-seconds per UTC day (0: no budget)",
+        )
 
     def handle(self, *args: Any, team: str, **options: Any) -> None:
         found = Team.objects.filter(slug=team).first()
@@ -45,6 +55,8 @@ class Command(BaseCommand):
         if changed:
             found.save(update_fields=changed)
         limits = quotas.Limits.of(found)
-        self.stdout.write(f"team {found.slug}: runs {limits.concurrent_runs} at once, "
-                          f"{limits.queued_runs} waiting, previews {limits.concurrent_previews},"
-                          f" CPU-seconds/day {limits.cpu_seconds_per_day or 'unlimited'}")
+        self.stdout.write(
+            f"team {found.slug}: runs {limits.concurrent_runs} at once, "
+            f"{limits.queued_runs} waiting, previews {limits.concurrent_previews},"
+            f" CPU-seconds/day {limits.cpu_seconds_per_day or 'unlimited'}"
+        )
