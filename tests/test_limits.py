@@ -172,7 +172,7 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
     assert any("[sandbox].cpus = 1e-10" in w for w in build.warnings) is (cpus == "1e-10")
     engine().containers.get(build.container_name).exec_run(["touch", "/tmp/go"], user="1000:1000")
     done = requester.wait(deploy, timeout=300)
-    assert done["state"] == "live", done
+    assert done["state"] == "live", (done["reason"], done["message"])
     process = Release.objects.get(request__public_id=deploy["id"]).process
     assert cgroup_limits(process.run.container_name) == expected
 
