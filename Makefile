@@ -38,6 +38,7 @@ lint:
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
+	.venv/bin/lint-imports
 
 test-sqlite:
 	$(PY) -m pytest

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AnonymousUser, User
 
 from accounts.models import ApiToken, Membership, Role, Team
-from config.errors import Forbidden, MissingScope, NotFound
+from core.errors import Forbidden, MissingScope, NotFound
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from django.utils import timezone
 
 from accounts import socket_access
 from accounts.access import Actor
+from accounts.egress import BadEntry, check_entries
 from accounts.models import Activity, ApiToken, Invitation, Membership, Role, Team
 from accounts.slugs import validate_slug
-from config.errors import Conflict, Invalid
+from core.errors import Conflict, Invalid
 
 
 def record(
@@ -177,8 +178,6 @@ def set_approvals_required(team: Team, actor: Actor, count: int) -> Team:
 def set_egress_ceiling(team: Team, actor: Actor, entries: list[str]) -> Team:
     """The most any workspace of the team may reach (admins decide). Runs already
     started keep the policy they started with; new ones are narrowed to this."""
-    from runner.egress.policy import BadEntry, check_entries
-
     try:
         cleaned = list(dict.fromkeys(check_entries([e for e in entries if e.strip()])))
     except BadEntry as e:

@@ -1,12 +1,14 @@
-"""Bearer-token authentication for the JSON API (and, later, MCP)."""
+"""Bearer-token authentication for the JSON API and MCP."""
 
+from channels.db import database_sync_to_async
 from django.http import HttpRequest
 from django.utils import timezone
+from mcp.server.mcpserver import Context
 from ninja.security import HttpBearer
 
 from accounts.access import Actor
 from accounts.models import ApiToken
-from config.errors import BerthError
+from core.errors import BerthError
 
 
 class Unauthenticated(BerthError):
@@ -52,3 +54,10 @@ class TokenAuth(HttpBearer):
 
     def authenticate(self, request: HttpRequest, token: str) -> Actor:  # pragma: no cover
         raise NotImplementedError  # __call__ reads the header itself to say what is wrong
+
+
+async def actor_of(ctx: Context) -> Actor:
+    """The token behind this call (checked for every call: revocation and expiry apply
+    at once, mid-session too)."""
+    header = (ctx.headers or {}).get("authorization")
+    return await database_sync_to_async(authenticate_bearer)(header)

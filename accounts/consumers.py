@@ -17,7 +17,7 @@ from accounts import feed
 from accounts.models import Membership
 from accounts.socket_access import AccessCheckedConsumer
 
-RECHECK_S = 10.0  # as runner.consumers': the longest a lost signal delays a look
+RECHECK_S = 10.0  # as runs.consumers': the longest a lost signal delays a look
 
 
 class ActivityConsumer(AccessCheckedConsumer):

@@ -5,7 +5,7 @@ nothing, as with run logs)."""
 from typing import Any
 
 from accounts.models import Activity
-from config import fanout
+from core import fanout
 
 
 def group_name(team_id: int) -> str:

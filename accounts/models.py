@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from accounts.ids import new_id
+from core.ids import new_id
 
 
 class Team(models.Model):
@@ -17,11 +17,11 @@ class Team(models.Model):
     # Policy set by a team admin: every run of the team uses gVisor, whatever
     # workspace.toml or a request asks for.
     require_gvisor = models.BooleanField(default=False)
-    # The most any workspace of the team may reach (runner.egress.policy entries); a
+    # The most any workspace of the team may reach (sandbox.egress.policy entries); a
     # workspace's [network] egress only narrows it. Empty: no egress at all.
     egress_ceiling = models.JSONField(default=list, blank=True)
     # Quotas set by an operator for this team (manage.py set_team_quota); empty: the
-    # QUOTA_* defaults of the settings (runner.quotas).
+    # QUOTA_* defaults of the settings (runs.quotas).
     max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
     max_queued_runs = models.PositiveIntegerField(null=True, blank=True)
     max_concurrent_previews = models.PositiveIntegerField(null=True, blank=True)

@@ -1,6 +1,6 @@
 import re
 
-from config.errors import Invalid
+from core.errors import Invalid
 
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,29}$")
 

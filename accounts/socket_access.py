@@ -24,7 +24,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
-from config import fanout
+from core import fanout
 
 log = logging.getLogger(__name__)
 

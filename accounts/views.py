@@ -22,8 +22,8 @@ from accounts.forms import (
     TokenForm,
 )
 from accounts.models import ApiToken, Invitation, Membership, Role, SignInThrottle
-from config.errors import BerthError, Forbidden, Invalid, NotFound
-from runner.secrets import check_name
+from accounts.secret_names import check_name
+from core.errors import BerthError, Forbidden, Invalid, NotFound
 
 
 def team_page(need: str = Role.MEMBER) -> Callable[..., Callable[..., HttpResponse]]:

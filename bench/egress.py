@@ -106,8 +106,8 @@ def start(cmd: list[str], name: str) -> subprocess.Popen:
 def sandboxed(
     workspace: object, actor: object, port: int, n: int, command: str = ""
 ) -> list[float]:
-    from runner import actions, logstore
-    from runner.models import Run
+    from runs import actions, logstore
+    from runs.models import Run
 
     command = command or "; ".join([f"{CURL} http://files.test:{port}/50m"] * n)
     run = actions.start_run(workspace, actor, command)  # type: ignore[arg-type]

@@ -78,8 +78,8 @@ def start(cmd: list[str], name: str) -> subprocess.Popen:
 
 
 def scenario(limits: dict[str, str], a_runs: int, b_runs: int) -> dict[str, float]:
-    from runner import actions
-    from runner.models import Run
+    from runs import actions
+    from runs.models import Run
 
     (a_ws, a_actor), (b_ws, b_actor) = fresh_instance(limits)
     procs = [

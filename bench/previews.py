@@ -188,10 +188,10 @@ def bare_preview(i: int) -> float:
     from docker.types import Mount
 
     from previews.upstream import probe
-    from runner.engine import engine
-    from runner.models import DepCache, Run
-    from runner.sandbox.docker import _host_config
-    from runner.sandbox.netns import Namespace, NamespaceGone
+    from runs.models import DepCache, Run
+    from sandbox.docker import _host_config
+    from sandbox.engine import engine
+    from sandbox.netns import Namespace, NamespaceGone
     from workspaces.archive import tree_tarball
     from workspaces.models import Workspace
     from workspaces.store import open_store

@@ -31,7 +31,7 @@ from bench.common import start_daphne  # noqa: E402
 AGENT = """
 import sys, time, django
 django.setup()
-from runner import logstore
+from runs import logstore
 run_id, total = sys.argv[1], int(sys.argv[2])
 with logstore.LogWriter(run_id) as w:
     signalled = 0.0
@@ -66,7 +66,7 @@ def new_run() -> str:
 
     from accounts.access import Actor
     from accounts.models import Team
-    from runner.models import Run
+    from runs.models import Run
     from workspaces import actions
     from workspaces.models import Workspace
 
@@ -85,8 +85,8 @@ def new_run() -> str:
 
 
 def finish(run_id: str) -> None:
-    from runner import logstore
-    from runner.models import Run
+    from runs import logstore
+    from runs.models import Run
 
     Run.objects.get(public_id=run_id).finish("succeeded", "exit_zero", "Exited with 0.", 0)
     logstore.signal(run_id, logstore.count(run_id))
@@ -155,7 +155,7 @@ def main() -> None:
     token = setup_instance()
     port = 18766
     server = start_daphne(port)
-    from runner.logstore import LogWriter
+    from runs.logstore import LogWriter
 
     try:
         replayed = new_run()

@@ -152,9 +152,9 @@ def main() -> None:
         )
         return run
 
-    from runner.engine import engine
-    from runner.models import Run
-    from runner.sandbox.docker import _host_config
+    from runs.models import Run
+    from sandbox.docker import _host_config
+    from sandbox.engine import engine
     from workspaces.archive import tree_tarball
     from workspaces.models import Workspace
     from workspaces.store import open_store

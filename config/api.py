@@ -10,14 +10,14 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from accounts.api import router as accounts_router
 from accounts.auth import TokenAuth
-from config.errors import BerthError, QuotaExceeded, error_response
 from config.middleware import too_large
+from core.errors import BerthError, QuotaExceeded, error_response
 from deploys.api import router as deploys_router
 from previews.api import router as previews_router
-from runner.api import router as runs_router
-from runner.caches_api import router as caches_router
-from runner.logs_api import router as logs_router
-from runner.secrets_api import router as secrets_router
+from runs.api import router as runs_router
+from runs.caches_api import router as caches_router
+from runs.logs_api import router as logs_router
+from runs.secrets_api import router as secrets_router
 from workspaces.api import router as workspaces_router
 
 log = logging.getLogger(__name__)

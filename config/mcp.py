@@ -21,82 +21,31 @@ Facts about this stack that shaped the code:
 
 import asyncio
 import contextvars
-import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from mcp.server import MCPServer
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent
 
-from accounts.access import Actor
 from accounts.auth import authenticate_bearer
-from config.errors import BerthError, error_body
+from core.errors import BerthError, error_body
+from core.mcp import server
 
 log = logging.getLogger("berth.mcp")
 
-Ctx = Context
 PATHS = ("/mcp", "/mcp/")
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-server: MCPServer = MCPServer(
-    "berth",
-    title="Berth",
-    instructions="Berth is a workspace IDE: each workspace is a Git repository. Read and "
-    "write files (one commit per write_files), run commands in a sandbox "
-    "(run_command returns the outcome and log), start a preview and fetch its "
-    "pages, and ask for a deploy — which only a human reviewer can approve. "
-    "Every error says what to do next.",
-)
-
-
-def tool(name: str | None = None) -> Callable[[F], F]:
-    """Register an async tool; a BerthError it raises is returned as a tool error with
-    the API's error object (`{"error": {code, message, details}}`) as structured content."""
-
-    def decorator(fn: F) -> F:
-        @functools.wraps(fn)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return await fn(*args, **kwargs)
-            except BerthError as e:
-                return tool_error(e.code, e.message, e.details)
-
-        server.add_tool(wrapper, name=name or fn.__name__, description=fn.__doc__)
-        return fn
-
-    return decorator
-
-
-def tool_error(code: str, message: str, details: dict[str, Any] | None = None) -> CallToolResult:
-    body = error_body(code, message, details)
-    return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(body))],
-        structured_content=body,
-        is_error=True,
-    )
-
-
-async def actor_of(ctx: Context) -> Actor:
-    """The token behind this call (checked for every call: revocation and expiry apply
-    at once, mid-session too)."""
-    header = (ctx.headers or {}).get("authorization")
-    return await database_sync_to_async(authenticate_bearer)(header)
 
 
 def _register_tools() -> None:
     # Importing each app's door registers its tools on `server`.
     import deploys.mcp  # noqa: F401
     import previews.mcp  # noqa: F401
-    import runner.mcp  # noqa: F401
+    import runs.mcp  # noqa: F401
     import workspaces.mcp  # noqa: F401
 
 

@@ -5,7 +5,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from config.errors import error_response
+from core.errors import error_response
 
 
 class Hooks:

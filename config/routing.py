@@ -6,7 +6,7 @@ from django.conf import settings
 
 from accounts.routing import websocket_urlpatterns as activity_websockets
 from previews.routing import websocket_urlpatterns as preview_websockets
-from runner.routing import websocket_urlpatterns as runner_websockets
+from runs.routing import websocket_urlpatterns as runner_websockets
 
 # Each app appends its consumers' routes here (logs, activity) as they arrive.
 websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets, *activity_websockets]

@@ -92,9 +92,11 @@ INSTALLED_APPS = [
     "ninja",  # serves the API docs' assets itself, no CDN
     "accounts",
     "workspaces",
-    "runner",
+    "sandbox",
+    "runs",
     "previews",
     "deploys",
+    "agent",
 ]
 
 
@@ -221,7 +223,7 @@ CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": "runner"}}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A broker that drops packets (rather than refusing) must not hold a request's task send
-# for the operating system's TCP timeout: a send fails in seconds (config.broker).
+# for the operating system's TCP timeout: a send fails in seconds (core.broker).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # CELERY_BEAT_SCHEDULE: set below, with the settings its tasks read.
@@ -273,7 +275,7 @@ ALLOWED_IMAGES = envlist("ALLOWED_IMAGES", SANDBOX_IMAGE)
 RUN_RECONCILE_EVERY_S = envint("RUN_RECONCILE_EVERY_S", 30)
 RUN_STALE_QUEUED_S = envint("RUN_STALE_QUEUED_S", 120)
 
-# Run logs (runner/logstore.py): stdout+stderr kept per run, and the longest single entry
+# Run logs (runs/logstore.py): stdout+stderr kept per run, and the longest single entry
 # (a longer chunk is split). Past the total, one marker says so and output is dropped.
 RUN_LOG_MAX_BYTES = envint("RUN_LOG_MAX_BYTES", 10 * 1024 * 1024)
 RUN_LOG_MAX_LINE = envint("RUN_LOG_MAX_LINE", 16 * 1024)
@@ -331,7 +333,7 @@ CELERY_BEAT_SCHEDULE = {
     "evict-dependency-caches": {"task": "runner.tasks.evict_caches", "schedule": 600.0},
 }
 
-# Quotas and admission (runner/quotas.py). Runs wait in `queued` until admitted: at most
+# Quotas and admission (runs/quotas.py). Runs wait in `queued` until admitted: at most
 # RUNNER_SLOTS at once on this host, and per team at most QUOTA_MAX_CONCURRENT_RUNS;
 # past QUOTA_MAX_QUEUED_RUNS waiting, or the team's CPU-seconds for the (UTC) day, new
 # runs are refused. Previews count against QUOTA_MAX_CONCURRENT_PREVIEWS; a team at its
@@ -350,7 +352,7 @@ QUOTA_RETRY_AFTER_S = envint("QUOTA_RETRY_AFTER_S", 10)
 # How often the runner agent reads each running container's CPU time.
 RUN_CPU_SAMPLE_S = float(os.environ.get("RUN_CPU_SAMPLE_S", "1"))
 
-# Egress (runner/egress/): the allowlist proxy each sandbox with a policy gets at
+# Egress (sandbox/egress/): the allowlist proxy each sandbox with a policy gets at
 # 127.0.0.1:3128 inside its own namespace. EGRESS_HOSTS maps names to addresses before
 # DNS is asked ("files.test=127.0.0.1,meta.test=169.254.169.254"); addresses that are
 # loopback, private, link-local, multicast or reserved are refused unless listed in
@@ -362,7 +364,7 @@ EGRESS_MAX_CONNECTIONS = envint("EGRESS_MAX_CONNECTIONS", 32)
 # Connections open to the proxy itself (idle ones included: each holds a descriptor in
 # the runner agent), per sandbox and per team; past them a new one is answered 429
 # (sandbox_connection_cap / team_connection_cap). The agent lowers the team cap further
-# if its own descriptor limit is too small for it (runner.egress.service).
+# if its own descriptor limit is too small for it (sandbox.egress.service).
 EGRESS_MAX_CONNECTIONS_PER_SANDBOX = envint("EGRESS_MAX_CONNECTIONS_PER_SANDBOX", 64)
 EGRESS_MAX_CONNECTIONS_PER_TEAM = envint("EGRESS_MAX_CONNECTIONS_PER_TEAM", 256)
 # Past this many refusals (429, read for and recorded) in a second from one sandbox,

@@ -3,7 +3,7 @@ from django.shortcuts import render
 from django.urls import include, path, re_path
 
 from config.api import api
-from config.errors import error_body
+from core.errors import error_body
 from workspaces.git_http import git_http
 
 urlpatterns = [
@@ -16,7 +16,7 @@ urlpatterns = [
     path("healthz", lambda request: JsonResponse({"ok": True}), name="healthz"),
     # Before accounts: the team dashboard at /t/<team>/ is the workspaces list.
     path("", include("workspaces.urls")),
-    path("", include("runner.urls")),
+    path("", include("runs.urls")),
     path("", include("previews.urls")),
     path("", include("deploys.urls")),
     path("", include("accounts.urls")),

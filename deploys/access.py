@@ -1,6 +1,6 @@
 from accounts.access import Actor
 from accounts.models import Membership
-from config.errors import NotFound
+from core.errors import NotFound
 from deploys.models import DeployRequest
 
 

@@ -7,7 +7,7 @@ door is used (DESIGN.md, "Deploys"):
 - a team may require N distinct approvers; the same person approving twice, or two at
   once past N, still makes exactly one release (a conditional state move).
 
-After approval: a build run (runner.actions.start_build) → the agent commits the image
+After approval: a build run (runs.actions.start_build) → the agent commits the image
 → `on_build_finished` starts the release's process (a preview of kind "release") →
 `on_process_changed` switches the route once it is healthy, then stops the previous.
 """
@@ -23,13 +23,13 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Membership, Role
-from config import broker
-from config.errors import Conflict, Forbidden, Invalid, NotFound
+from core import broker
+from core.errors import Conflict, Forbidden, Invalid, NotFound
 from deploys.models import IN_FLIGHT, Approval, DeployRequest, DeployState, Release, Route
 from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
-from runner import actions as runner_actions
-from runner.models import Run
+from runs import actions as runner_actions
+from runs.models import Run
 from workspaces.models import Workspace
 from workspaces.store import open_store, pin_commit
 
@@ -555,7 +555,7 @@ def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) 
 
 def prune_images(workspace: Workspace) -> None:
     """Keep the images of the last RELEASES_KEPT releases (and the live one's)."""
-    from runner import sandbox
+    from sandbox import backend
 
     live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
     kept = set(
@@ -572,7 +572,7 @@ def prune_images(workspace: Workspace) -> None:
     ):
         in_use = Preview.objects.filter(image=old.image, state__in=LIVE_STATES).exists()
         if not in_use:
-            sandbox.remove_image(old.image)
+            backend.remove_image(old.image)
             Release.objects.filter(image=old.image).update(image_removed_at=timezone.now())
 
 

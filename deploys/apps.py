@@ -7,7 +7,7 @@ class DeploysConfig(AppConfig):
     def ready(self) -> None:
         from deploys import actions
         from previews.models import preview_changed
-        from runner.models import run_finished
+        from runs.models import run_finished
 
         run_finished.connect(actions.on_build_finished, dispatch_uid="deploys.build")
         preview_changed.connect(actions.on_process_changed, dispatch_uid="deploys.process")

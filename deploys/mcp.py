@@ -4,7 +4,8 @@ person approves on the review page, and the request's `url` is where."""
 from channels.db import database_sync_to_async
 from pydantic import BaseModel, Field
 
-from config.mcp import Ctx, actor_of, tool
+from accounts.auth import actor_of
+from core.mcp import Ctx, tool
 from deploys import actions
 from deploys.access import access_deploy
 from deploys.models import DeployRequest

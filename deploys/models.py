@@ -6,10 +6,10 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from accounts.ids import new_id
 from accounts.models import ApiToken
+from core.ids import new_id
 from previews.models import Preview
-from runner.models import Run
+from runs.models import Run
 from workspaces.models import Workspace
 
 

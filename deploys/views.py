@@ -15,12 +15,12 @@ from django.views.decorators.http import require_POST
 
 from accounts.access import Actor
 from accounts.models import Membership
-from config.errors import BerthError, NotFound
+from core.errors import BerthError, NotFound
 from deploys import actions
 from deploys.access import access_deploy
 from deploys.models import PENDING, DeployRequest, Release, Route
 from previews.models import LIVE_STATES, Preview
-from runner.models import Run
+from runs.models import Run
 from workspaces import history
 from workspaces.models import Workspace
 from workspaces.store import open_store

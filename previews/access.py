@@ -1,6 +1,6 @@
 from accounts.access import Actor
 from accounts.models import Membership
-from config.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound
 from previews.models import Preview
 
 

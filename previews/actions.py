@@ -1,6 +1,6 @@
 """Every state change of previews: each writes Activity and sends work after commit.
 
-A preview's process is a Run of purpose "preview" (runner.actions.start_service):
+A preview's process is a Run of purpose "preview" (runs.actions.start_service):
 starting one is queueing that run; the runner agent carries it, health-checks it
 (previews.watch) and ends it; `on_run_finished` moves the preview on from its run's end.
 """
@@ -17,8 +17,8 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Team
-from config import fanout
-from config.errors import Conflict, Invalid, QuotaExceeded
+from core import fanout
+from core.errors import Conflict, Invalid, QuotaExceeded
 from previews import gate
 from previews.models import (
     LIVE_STATES,
@@ -27,10 +27,10 @@ from previews.models import (
     PreviewTicket,
     preview_changed,
 )
-from runner import actions as runner_actions
-from runner import logstore
-from runner.models import Run
-from runner.quotas import Limits
+from runs import actions as runner_actions
+from runs import logstore
+from runs.models import Run
+from runs.quotas import Limits
 from workspaces.models import Workspace
 from workspaces.store import open_store
 
@@ -303,7 +303,7 @@ def _announce(preview: Preview) -> None:
     never allowed to undo the move."""
 
     def send() -> None:
-        # Requests the proxy holds while the preview starts wake up (config.fanout).
+        # Requests the proxy holds while the preview starts wake up (core.fanout).
         fanout.group_send(gate.moves_group(preview.public_id), {"type": "preview.moved"})
         for receiver, result in preview_changed.send_robust(Preview, preview=preview):
             if isinstance(result, Exception):
@@ -317,7 +317,7 @@ def _announce(preview: Preview) -> None:
 def mark_ready(preview: Preview, status: int) -> bool:
     now = timezone.now()
     # No log line here: while the process runs, the agent's follower is the log's one
-    # writer (runner.logstore). What happened is on the preview; its end is logged.
+    # writer (runs.logstore). What happened is on the preview; its end is logged.
     moved = preview.move(
         PreviewState.READY,
         (PreviewState.STARTING,),

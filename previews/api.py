@@ -11,7 +11,7 @@ from previews import actions
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
-from runner.logs_api import Cursor, log_page
+from runs.logs_api import Cursor, log_page
 from workspaces.api import actor_of, workspace_for
 
 router = Router(tags=["previews"])

@@ -1,12 +1,12 @@
 """WebSocket door onto a preview's log: `/ws/previews/<id>/logs?after=<seq>`, the same
-messages as a run's log (runner.consumers), for the preview's current process, and the
+messages as a run's log (runs.consumers), for the preview's current process, and the
 same end when the watcher's access goes."""
 
-from config.errors import NotFound
+from core.errors import NotFound
 from previews.access import access_preview
 from previews.models import Preview
-from runner.consumers import RunLogConsumer
-from runner.models import Run
+from runs.consumers import RunLogConsumer
+from runs.models import Run
 
 
 class PreviewLogConsumer(RunLogConsumer):

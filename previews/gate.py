@@ -21,8 +21,8 @@ from django.utils import timezone
 
 from accounts.models import ApiToken, Membership
 from previews.models import Preview, PreviewState, PreviewTicket
-from runner import logstore
-from runner.sandbox.netns import Namespace
+from runs import logstore
+from sandbox.netns import Namespace
 
 COOKIE = "berth_preview"  # SameSite=None; Secure; Partitioned: works in iframes
 COOKIE_LAX = "berth_preview_lax"  # host-only SameSite=Lax: top-level tabs, any scheme

@@ -42,7 +42,7 @@ from previews.headers import (
     viewer_cookie,
 )
 from previews.proxy import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Proxy
-from runner.sandbox.netns import Namespace, connect
+from sandbox.netns import Namespace, connect
 
 log = logging.getLogger("berth.previews")
 

@@ -8,15 +8,16 @@ import h11
 from channels.db import database_sync_to_async
 from pydantic import BaseModel, Field
 
-from config.errors import Conflict, Invalid
-from config.mcp import Ctx, actor_of, tool
+from accounts.auth import actor_of
+from core.errors import Conflict, Invalid
+from core.mcp import Ctx, tool
 from previews import actions, gate
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview, PreviewState
 from previews.upstream import Upstream, UpstreamClosed
-from runner import logstore
-from runner.sandbox.netns import Namespace
+from runs import logstore
+from sandbox.netns import Namespace
 from workspaces.mcp import workspace_for
 
 MAX_WAIT_S = 120

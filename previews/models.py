@@ -5,9 +5,9 @@ from django.db import models
 from django.dispatch import Signal
 from django.utils import timezone
 
-from accounts.ids import new_id
 from accounts.models import ApiToken
-from runner.models import Run
+from core.ids import new_id
+from runs.models import Run
 from workspaces.models import Workspace
 
 
@@ -61,7 +61,7 @@ class Preview(models.Model):
     last_health_status = models.IntegerField(null=True, blank=True)
     last_health_at = models.DateTimeField(null=True, blank=True)
     # Where the proxy connects: the pid of the sandbox's process and the inode of its
-    # network namespace (both checked at each connect; see runner.sandbox.netns).
+    # network namespace (both checked at each connect; see sandbox.netns).
     sandbox_pid = models.IntegerField(null=True, blank=True)
     sandbox_netns = models.BigIntegerField(null=True, blank=True)
     last_request_at = models.DateTimeField(null=True, blank=True)

@@ -30,7 +30,7 @@ import h11
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from config import fanout
+from core import fanout
 from previews import gate, pages, tunnel_access
 from previews.backpressure import Backpressure
 from previews.headers import (
@@ -46,7 +46,7 @@ from previews.headers import (
 )
 from previews.upstream import Pool, Upstream, UpstreamClosed
 from previews.websocket import proxy_websocket
-from runner.sandbox.netns import NamespaceGone
+from sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
 

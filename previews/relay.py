@@ -20,7 +20,7 @@ from previews import pages
 from previews.framing import Exchange, answer_head, chunk, own_answer, request_header_block
 from previews.gateway import Gateway, Route
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
-from runner.sandbox.netns import NamespaceGone
+from sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
 

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from accounts import socket_access
-from config import fanout
+from core import fanout
 from previews import gate
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """HTTP/1.1 connections into a preview's sandbox, spoken with h11 (no hand-written
-parser), over sockets created inside its network namespace (runner.sandbox.netns).
+parser), over sockets created inside its network namespace (sandbox.netns).
 
 `Pool` keeps idle keep-alive connections per sandbox so a busy preview does not pay a
 namespace switch and a connect for every request; `probe` is the health check.
@@ -11,7 +11,7 @@ import socket
 
 import h11
 
-from runner.sandbox.netns import Namespace, connect
+from sandbox.netns import Namespace, connect
 
 READ_CHUNK = 64 * 1024
 

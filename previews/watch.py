@@ -23,10 +23,10 @@ from django.utils import timezone
 from previews import actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from previews.upstream import probe
-from runner import sandbox
-from runner.egress.policy import PROXY_PORT
-from runner.models import RunState
-from runner.sandbox.netns import Namespace, NamespaceGone, listening_ports
+from runs.models import RunState
+from sandbox import backend
+from sandbox.egress.policy import PROXY_PORT
+from sandbox.netns import Namespace, NamespaceGone, listening_ports
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -128,7 +128,7 @@ class Watcher:
         if preview.sandbox_pid and preview.sandbox_netns:
             return Namespace(preview.sandbox_pid, preview.sandbox_netns)
         assert preview.run is not None
-        pid = await asyncio.to_thread(sandbox.sandbox_pid, preview.run.container_name)
+        pid = await asyncio.to_thread(backend.sandbox_pid, preview.run.container_name)
         if pid is None:
             return None
         try:

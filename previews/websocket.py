@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.typing import Origin
 
 from previews import gate
-from runner.sandbox import netns
+from sandbox import netns
 
 log = logging.getLogger("berth.previews")
 

@@ -1,4 +1,4 @@
-"""Admission order (runner.quotas.admit) on the database alone: which waiting run goes
+"""Admission order (runs.quotas.admit) on the database alone: which waiting run goes
 next when slots free. No task is sent here (on_commit never fires inside a test's
 transaction); tests/test_quotas.py proves the same through the real stack."""
 
@@ -6,8 +6,8 @@ import pytest
 from django.conf import settings as django_settings
 
 from accounts.access import Actor
-from runner import quotas
-from runner.models import Run
+from runs import quotas
+from runs.models import Run
 from workspaces import actions as workspace_actions
 
 

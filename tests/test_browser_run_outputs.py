@@ -5,7 +5,7 @@ the comparison once it ends, without a reload."""
 import pytest
 
 from accounts.access import Actor
-from runner import actions
+from runs import actions
 from tests.browser import chromium_page
 from tests.test_browser_runs import RUN_TIMEOUT_MS, sign_in_as_carol
 from tests.test_run_outputs_pages import wait_ended, with_artifacts_toml

@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 
 from accounts.access import Actor
-from runner.models import Run
+from runs.models import Run
 from tests.browser import chromium_page
 from workspaces.actions import create_workspace
 from workspaces.store import open_store

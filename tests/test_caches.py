@@ -12,12 +12,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from accounts.access import Actor
-from accounts.ids import new_id
 from accounts.models import Activity
-from runner import caches, logstore, retention
-from runner.engine import engine
-from runner.models import DepCache, Run, RunState
-from runner.outputs import artifacts_dir
+from core.ids import new_id
+from runs import caches, logstore, retention
+from runs.models import DepCache, Run, RunState
+from runs.outputs import artifacts_dir
+from sandbox.engine import engine
 from tests.conftest import bearer
 from tests.servers import wait_for
 from tests.test_runs import Agent

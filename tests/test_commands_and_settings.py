@@ -9,10 +9,10 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from accounts.ids import new_id
 from accounts.models import Membership, Team
 from accounts.slugs import validate_slug
-from config.errors import Invalid
+from core.errors import Invalid
+from core.ids import new_id
 from tests.servers import ROOT
 
 

@@ -4,8 +4,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from runner.compare import compare_runs
-from runner.models import Run, RunState
+from runs.compare import compare_runs
+from runs.models import Run, RunState
 from tests.test_run_outputs_pages import CHANGES
 
 

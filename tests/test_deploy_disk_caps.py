@@ -8,7 +8,7 @@ import pytest
 
 from accounts.access import Actor
 from deploys.models import DeployRequest, Release
-from runner.engine import engine
+from sandbox.engine import engine
 from tests import test_deploys
 from tests.conftest import bearer
 from tests.previews import write

@@ -46,7 +46,7 @@ def test_reviewers_see_what_waits_on_the_dashboard_and_the_workspace_tabs(signed
 
 
 def test_a_failed_run_on_the_commit_is_shown_prominently(signed_in, cast, shop, asked):
-    from runner.models import Run
+    from runs.models import Run
 
     Run.objects.create(
         workspace=shop,
@@ -179,7 +179,7 @@ def test_a_member_asks_for_a_deploy_from_the_page(signed_in, cast, shop):
 def test_the_dashboard_says_what_is_going_on_in_each_workspace(signed_in, cast, shop, asked):
     from django.conf import settings
 
-    from runner.models import Run
+    from runs.models import Run
 
     for state in ("running", "queued", "succeeded"):
         Run.objects.create(

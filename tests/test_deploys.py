@@ -162,7 +162,7 @@ def test_an_agent_asks_only_a_human_reviewer_approves_and_the_approved_commit_sh
     # The build was a run like any other, and the release's image says what it holds.
     build = DeployRequest.objects.get(public_id=deploy["id"]).build_run
     assert build is not None and build.state == "succeeded" and build.purpose == "build"
-    from runner.engine import engine
+    from sandbox.engine import engine
 
     labels = engine().images.get(Release.objects.get(number=1).image).labels
     assert (labels["berth.commit"], labels["berth.deploy"], labels["berth.build"]) == (
@@ -240,7 +240,7 @@ def test_other_teams_see_nothing_and_a_request_is_approved_exactly_once(
 def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
     agent, cast, shop, signed_in, berth_server
 ):
-    from runner.engine import engine
+    from sandbox.engine import engine
 
     released(agent, signed_in, cast, "one")
     release = Release.objects.select_related("process__run").get(number=1)
@@ -343,7 +343,7 @@ def test_the_last_three_release_images_are_kept_and_older_ones_removed(
 ):
     import docker
 
-    from runner.engine import engine
+    from sandbox.engine import engine
 
     for n in range(1, 5):
         write(shop, cast.carol, {"app.py": app(f"release {n}")})

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from accounts.access import Actor
-from runner.engine import engine
-from runner.outputs import walk_volume
-from runner.sandbox.usage import count
+from runs.outputs import walk_volume
+from sandbox.engine import engine
+from sandbox.usage import count
 from tests.test_quotas import agents  # noqa: F401 (the fixture: carol on team A, charlie on B)
 from tests.test_runs import TERMINAL, Agent, no_container_left
 from workspaces import actions as workspace_actions

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from accounts.access import Actor
-from runner.models import EgressEvent
+from runs.models import EgressEvent
 from tests.registries import Registry
 from tests.test_runs import Agent, set_toml
 from workspaces import actions as workspace_actions

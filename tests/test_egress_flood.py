@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from accounts.access import Actor
-from runner.models import EgressEvent, Run
+from runs.models import EgressEvent, Run
 from tests.servers import wait_for
 from tests.test_egress import files, policy, run  # noqa: F401 (fixtures)
 from tests.test_runs import Agent, set_toml

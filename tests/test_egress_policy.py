@@ -9,10 +9,10 @@ import pytest
 
 from accounts.access import Actor
 from accounts.models import Activity
-from runner import actions as run_actions
-from runner.egress import policy
-from runner.egress.policy import BadEntry, Rule
-from runner.egress.proxy import Attempt, Budget, Proxy, Refused
+from runs import actions as run_actions
+from sandbox.egress import policy
+from sandbox.egress.policy import BadEntry, Rule
+from sandbox.egress.proxy import Attempt, Budget, Proxy, Refused
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 

@@ -1,4 +1,4 @@
-"""Wake-up signals from sync code (config.fanout) reach their group on the real Redis
+"""Wake-up signals from sync code (core.fanout) reach their group on the real Redis
 channel layer, without the caller waiting for them."""
 
 import asyncio
@@ -6,7 +6,7 @@ import asyncio
 from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
 
-from config import fanout
+from core import fanout
 
 
 def test_a_signal_sent_from_sync_code_reaches_its_group():

@@ -11,8 +11,8 @@ import pytest
 
 from accounts.access import Actor
 from deploys.models import Release
-from runner.engine import engine
-from runner.sandbox.hardening import PROFILES
+from sandbox.engine import engine
+from sandbox.hardening import PROFILES
 from tests.conftest import bearer
 from tests.previews import PROBE_APP, PreviewAgent, probe_toml, write
 from tests.servers import wait_for

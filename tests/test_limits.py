@@ -13,8 +13,8 @@ from django.conf import settings
 
 from accounts.access import Actor
 from deploys.models import Release
-from runner.engine import engine
-from runner.models import Run
+from runs.models import Run
+from sandbox.engine import engine
 from tests.previews import PROBE_APP, PreviewAgent, write
 from tests.servers import wait_for
 from tests.test_deploys import Requester, app, approve

@@ -6,8 +6,8 @@ import tracemalloc
 
 import pytest
 
-from runner import logstore
-from runner.logstore import LogWriter
+from runs import logstore
+from runs.logstore import LogWriter
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from mcp.types import TextContent
 from accounts.access import Actor
 from accounts.models import Activity
 from deploys.models import DeployRequest
-from runner.models import Run
+from runs.models import Run
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
 

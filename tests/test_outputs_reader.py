@@ -9,10 +9,10 @@ import pytest
 from docker.types import Mount
 
 from accounts.access import Actor
-from runner.engine import engine
-from runner.models import Run
-from runner.outputs import read_outputs, walk_volume
-from runner.secrets import Masker
+from runs.models import Run
+from runs.outputs import read_outputs, walk_volume
+from runs.secrets import Masker
+from sandbox.engine import engine
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
 

@@ -23,7 +23,7 @@ import requests
 from previews import gate
 from previews.gateway import Gateway
 from previews.relay import Client
-from runner.sandbox.netns import Namespace
+from sandbox.netns import Namespace
 
 HOST = "abc123.preview.localhost"
 COOKIE = {"Cookie": f"{gate.COOKIE_LAX}=good"}

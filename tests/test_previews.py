@@ -318,8 +318,8 @@ def test_health_returning_500_fails_with_the_status(agent, probe, cast):
 
 
 def test_a_killed_process_is_a_crash_and_a_restart_brings_it_back(agent, ready, berth_server):
-    from runner.engine import engine
-    from runner.models import Run
+    from runs.models import Run
+    from sandbox.engine import engine
 
     run = Run.objects.get(public_id=ready["run"])
     engine().containers.get(run.container_name).kill("SIGKILL")
@@ -345,7 +345,7 @@ def test_an_idle_preview_stops_and_says_so(agent, berth_server):
 
 
 def test_stop_by_the_user_ends_the_sandbox(agent, ready):
-    from runner.models import Run
+    from runs.models import Run
 
     r = agent.post(ready, "stop")
     assert r.status_code == 202 and r.json()["reason"] == "stopped_by_user"
@@ -510,7 +510,7 @@ def test_a_ready_preview_survives_a_restart_of_the_runner_agent(
     assert agent.get(ready)["state"] == "ready"
     # ...and the new agent still carries it: a stop ends its sandbox.
     assert agent.post(ready, "stop").status_code == 202
-    from runner.models import Run
+    from runs.models import Run
     from tests.servers import wait_for
 
     wait_for(

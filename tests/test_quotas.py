@@ -11,7 +11,7 @@ import time
 import pytest
 
 from accounts.access import Actor
-from runner.models import Run
+from runs.models import Run
 from tests.previews import PROBE_APP, Browser, PreviewAgent, probe_toml, write
 from tests.test_runs import TERMINAL, Agent
 from workspaces import actions as workspace_actions

@@ -6,7 +6,7 @@ afterwards."""
 import pytest
 
 from accounts.access import Actor
-from runner.models import Run
+from runs.models import Run
 from tests.conftest import bearer
 from tests.test_run_pages import finished_run
 from workspaces import actions as workspace_actions

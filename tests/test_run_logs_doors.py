@@ -19,9 +19,9 @@ from django.test import Client
 
 from accounts.access import Actor
 from config.asgi import application
-from runner import logstore
-from runner.logstore import LogWriter
-from runner.models import Run, RunState
+from runs import logstore
+from runs.logstore import LogWriter
+from runs.models import Run, RunState
 from tests.conftest import bearer
 from tests.test_tokens import assert_error
 from workspaces.actions import create_workspace
@@ -240,7 +240,7 @@ def test_a_member_watching_an_ended_run_gets_it_all_then_the_end(cast, run):
 AGENT = """
 import sys, time, django
 django.setup()
-from runner import logstore
+from runs import logstore
 run_id, total = sys.argv[1], int(sys.argv[2])
 with logstore.LogWriter(run_id) as w:
     signalled = 0.0
@@ -340,7 +340,7 @@ def test_a_watcher_hears_an_end_that_the_agent_did_not_write(cast, run):
     """A cancel while queued ends the run without any log entry or agent: the
     watcher must still get `end`, not wait forever."""
     from accounts.access import Actor
-    from runner.actions import cancel_run
+    from runs.actions import cancel_run
 
     _, secret = cast.token(cast.carol)
     Run.objects.filter(pk=run.pk).update(state=RunState.QUEUED)

@@ -6,9 +6,9 @@ import hashlib
 import pytest
 
 from accounts.access import Actor
-from runner.engine import engine
-from runner.models import Run, Secret
-from runner.secrets import encrypt
+from runs.models import Run, Secret
+from runs.secrets import encrypt
+from sandbox.engine import engine
 from tests.conftest import bearer
 from tests.servers import wait_for
 from tests.test_runs import Agent

@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.models import Activity
-from runner import actions
-from runner.models import TERMINAL_STATES, Run, RunState, Secret
-from runner.outputs import artifacts_dir
-from runner.secrets import encrypt
+from runs import actions
+from runs.models import TERMINAL_STATES, Run, RunState, Secret
+from runs.outputs import artifacts_dir
+from runs.secrets import encrypt
 from tests.servers import ROOT, wait_for
 from tests.test_run_pages import RUNS, finished_run
 from workspaces import actions as workspace_actions

@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.models import Activity
-from runner import views
-from runner.logstore import LogWriter
-from runner.models import Run, RunState
+from runs import views
+from runs.logstore import LogWriter
+from runs.models import Run, RunState
 from workspaces import actions as workspace_actions
 from workspaces.models import Workspace
 from workspaces.store import open_store

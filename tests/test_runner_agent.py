@@ -12,10 +12,10 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from accounts.access import Actor
-from accounts.ids import new_id
-from runner.agent import Agent
-from runner.engine import engine, instance_label, resource_name
-from runner.models import Run, RunState
+from agent.loop import Agent
+from core.ids import new_id
+from runs.models import Run, RunState
+from sandbox.engine import engine, instance_label, resource_name
 from workspaces import actions as workspace_actions
 
 pytestmark = pytest.mark.docker

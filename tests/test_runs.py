@@ -8,8 +8,8 @@ import pytest
 from django.conf import settings
 
 from accounts.access import Actor
-from runner.engine import engine
-from runner.models import Run
+from runs.models import Run
+from sandbox.engine import engine
 from tests.conftest import bearer
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runner.sandbox_image import SandboxImageError, debian_mirror, recipe_tag
+from sandbox.images import SandboxImageError, debian_mirror, recipe_tag
 
 DEB822 = """\
 Types: deb

@@ -12,8 +12,8 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from accounts.access import Actor
-from runner.models import Run
-from runner.outputs import artifacts_dir
+from runs.models import Run
+from runs.outputs import artifacts_dir
 from tests.conftest import bearer
 from tests.test_mcp import connect as mcp
 from tests.test_run_logs_doors import closed_with

@@ -9,9 +9,9 @@ from django.test import Client
 
 from accounts.access import Actor
 from accounts.models import Activity, ApiToken
-from runner import actions as run_actions
-from runner.models import Run, Secret
-from runner.secrets import MAX_VALUE_BYTES, decrypt
+from runs import actions as run_actions
+from runs.models import Run, Secret
+from runs.secrets import MAX_VALUE_BYTES, decrypt
 from tests.conftest import bearer
 from tests.test_runs import Agent, wait_for_output
 from workspaces import actions as workspace_actions

@@ -7,7 +7,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from runner.engine import engine, instance_label, resource_name
+from sandbox.engine import engine, instance_label, resource_name
 
 pytestmark = pytest.mark.docker
 
@@ -45,7 +45,7 @@ def run_in_sandbox(command: str, runtime: str) -> tuple[int, str]:
 
 
 def docker_safe_suffix() -> str:
-    from accounts.ids import new_id
+    from core.ids import new_id
 
     return new_id(6)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from accounts.access import Actor
-from runner.models import Run
+from runs.models import Run
 from tests.conftest import bearer
 from tests.test_git_http import git, url
 from tests.test_mcp import connect

@@ -19,7 +19,7 @@ from websockets.typing import Origin
 
 from accounts.models import ApiToken
 from config.asgi import application
-from runner.models import Run
+from runs.models import Run
 from tests.test_run_logs_doors import (  # noqa: F401 (autouse fixtures)
     connect,
     data_dir,
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def running(cast) -> Run:
     from accounts.access import Actor
-    from runner.models import RunState
+    from runs.models import RunState
 
     workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
     return Run.objects.create(

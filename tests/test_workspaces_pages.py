@@ -6,7 +6,7 @@ import pytest
 
 from accounts.access import Actor
 from accounts.models import Activity
-from config.errors import NotFound
+from core.errors import NotFound
 from workspaces import history
 from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import MODE_LINK

@@ -16,7 +16,7 @@ from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Team
 from accounts.slugs import validate_slug
-from config.errors import Conflict, Invalid, NotFound
+from core.errors import Conflict, Invalid, NotFound
 from workspaces import config as workspace_config
 from workspaces import starters
 from workspaces.changes import Change, TreeEditor

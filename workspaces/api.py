@@ -8,7 +8,7 @@ from pydantic import ConfigDict
 
 from accounts.access import Actor
 from accounts.models import Membership, Role
-from config.errors import Forbidden
+from core.errors import Forbidden
 from workspaces import actions, history
 from workspaces.access import access_workspace
 from workspaces.changes import Change
@@ -88,7 +88,7 @@ def workspace_out(request: HttpRequest, w: Workspace) -> dict[str, Any]:
 def to_change(c: ChangeIn) -> Change:
     if c.op == "write":
         if c.content is None:
-            from config.errors import Invalid
+            from core.errors import Invalid
 
             raise Invalid(f"A write of {c.path!r} needs content.", {"path": c.path})
         return Change("write", c.path, actions.decode_content(c.content, c.encoding, c.path))

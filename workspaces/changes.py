@@ -6,7 +6,7 @@ costs the same in a 10-file and a 10,000-file repository.
 
 from dataclasses import dataclass
 
-from config.errors import Conflict, Invalid, NotFound
+from core.errors import Conflict, Invalid, NotFound
 from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, GitStore, Node
 
 Entry = tuple[int, bytes] | Node

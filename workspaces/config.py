@@ -9,7 +9,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from config.errors import Invalid
+from core.errors import Invalid
 from workspaces.paths import InvalidPath, clean_path
 
 FILENAME = "workspace.toml"

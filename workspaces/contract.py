@@ -10,7 +10,7 @@ import tomllib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from config.errors import NotFound
+from core.errors import NotFound
 from workspaces import config as workspace_config
 from workspaces.gitstore import MODE_SUBMODULE, MODE_TREE, GitStore
 
@@ -136,7 +136,7 @@ def changes(before: str | None, after: str | None) -> list[ContractChange]:
 
 
 def text_at(store: GitStore, commit: str) -> str | None:
-    """`workspace.toml` at a commit as a run reads it (runner.actions.load_config): a
+    """`workspace.toml` at a commit as a run reads it (runs.actions.load_config): a
     folder (or a submodule) of that name is no file, bytes that are not UTF-8 are
     replaced, so they fail the parse."""
     try:

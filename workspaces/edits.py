@@ -20,7 +20,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from accounts.access import Actor
 from accounts.models import Membership
-from config.errors import BerthError, Conflict, Invalid, NotFound
+from core.errors import BerthError, Conflict, Invalid, NotFound
 from workspaces import actions
 from workspaces.changes import Change
 from workspaces.forms import FileActionForm, NewBranchForm

@@ -27,7 +27,7 @@ from accounts.access import Actor
 from accounts.actions import record
 from accounts.auth import authenticate_bearer
 from accounts.models import Team
-from config.errors import BerthError, NotFound
+from core.errors import BerthError, NotFound
 from workspaces.access import access_workspace
 from workspaces.gitstore import GitStore
 from workspaces.models import Workspace

@@ -17,7 +17,7 @@ from pathlib import Path
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
-from config.errors import Conflict, Invalid, NotFound
+from core.errors import Conflict, Invalid, NotFound
 from workspaces.modes import MODE_EXEC as MODE_EXEC
 from workspaces.modes import MODE_FILE as MODE_FILE
 from workspaces.modes import MODE_LINK, MODE_SUBMODULE, MODE_TREE

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from dulwich.diff_tree import RenameDetector, tree_changes
 
-from config.errors import Invalid, NotFound
+from core.errors import Invalid, NotFound
 from workspaces import contract
 from workspaces.gitstore import MODE_LINK, MODE_SUBMODULE, MODE_TREE, GitStore, is_text
 from workspaces.treesize import FileTooLarge

@@ -1,5 +1,5 @@
 """MCP tools onto workspaces: who am I, workspaces, files, history, diffs. Thin doors:
-the same access helper and actions as the JSON API (config.mcp registers them)."""
+the same access helper and actions as the JSON API (core.mcp registers them)."""
 
 from typing import Any, Literal
 
@@ -7,8 +7,9 @@ from channels.db import database_sync_to_async
 from pydantic import BaseModel, Field
 
 from accounts.access import Actor
-from config.errors import Invalid
-from config.mcp import Ctx, actor_of, tool
+from accounts.auth import actor_of
+from core.errors import Invalid
+from core.mcp import Ctx, tool
 from workspaces import actions, history
 from workspaces.access import access_workspace
 from workspaces.changes import Change

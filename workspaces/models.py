@@ -4,8 +4,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from accounts.ids import new_id
 from accounts.models import Team
+from core.ids import new_id
 
 
 class Workspace(models.Model):
@@ -20,7 +20,7 @@ class Workspace(models.Model):
     default_branch = models.CharField(max_length=100, default="main")
     template = models.CharField(max_length=30, blank=True)
     allow_force_push = models.BooleanField(default=False)
-    # Set by a team admin; workspace.toml cannot lower it (runner.policy).
+    # Set by a team admin; workspace.toml cannot lower it (runs.policy).
     require_gvisor = models.BooleanField(default=False)
     # Set by a team admin: releases are public unless this limits them to the team.
     releases_team_only = models.BooleanField(default=False)

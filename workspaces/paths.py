@@ -6,7 +6,7 @@ tree entry names through `check_entry_name`, before anything touches the reposit
 
 import unicodedata
 
-from config.errors import Invalid
+from core.errors import Invalid
 
 MAX_PATH_BYTES = 1024
 MAX_DEPTH = 32

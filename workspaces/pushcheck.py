@@ -10,7 +10,7 @@ from dulwich.graph import can_fast_forward
 from dulwich.objects import Commit
 from dulwich.repo import Repo
 
-from config.errors import BerthError
+from core.errors import BerthError
 from workspaces.gitstore import ZERO_SHA, check_branch_name
 from workspaces.treesize import check_tree
 

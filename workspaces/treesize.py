@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from dulwich.objects import Tree
 
-from config.errors import BerthError
+from core.errors import BerthError
 from workspaces.modes import MODE_LINK, MODE_SUBMODULE, MODE_TREE
 from workspaces.paths import MAX_DEPTH, MAX_PATH_BYTES, InvalidPath, check_entry_name
 

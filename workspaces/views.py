@@ -25,7 +25,7 @@ from accounts import feed
 from accounts.access import Actor
 from accounts.models import Membership
 from accounts.views import team_page
-from config.errors import BerthError, Invalid, NotFound
+from core.errors import BerthError, Invalid, NotFound
 from workspaces import actions, history
 from workspaces import config as workspace_config
 from workspaces.access import access_workspace

@@ -3,7 +3,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import actions
-from config.errors import BerthError
+from core.errors import BerthError
 
 
 class Command(BaseCommand):

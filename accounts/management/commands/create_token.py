@@ -5,8 +5,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import actions
 from accounts.models import ApiToken, Team
-from config.errors import BerthError
-from runner.secrets import check_name
+from accounts.secret_names import check_name
+from core.errors import BerthError
 
 
 class Command(BaseCommand):

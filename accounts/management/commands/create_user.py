@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from accounts import actions
 from accounts.models import Role, Team
-from config.errors import BerthError
+from core.errors import BerthError
 
 
 class Command(BaseCommand):

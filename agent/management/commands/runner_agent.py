@@ -1,0 +1,34 @@
+import asyncio
+import signal
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connections
+
+from agent.loop import Agent
+
+
+class Command(BaseCommand):
+    help = "Run the runner agent for this Docker host: carries every run to its end."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="reconcile once and exit")
+
+    def handle(self, *args: Any, once: bool, **options: Any) -> None:
+        if once:
+            asyncio.run(Agent().reconcile())
+            self.stdout.write("reconciled")
+            return
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        for alias in connections:
+            connections.settings[alias].update(
+                CONN_MAX_AGE=settings.AGENT_DB_CONN_MAX_AGE, CONN_HEALTH_CHECKS=True
+            )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await Agent().run(stop)

@@ -1,0 +1,541 @@
+"""Every state change of runs: each writes Activity and sends work only after commit."""
+
+import re
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.access import Actor
+from accounts.actions import record
+from core.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
+from runs import secrets
+from runs.models import ACTIVE_STATES, Run, RunState, Secret
+from runs.outcomes import describe
+from runs.outputs import clean_artifact_paths
+from sandbox.egress import policy as egress_policy
+from sandbox.limits import effective_limits, within_bounds
+from workspaces import config as workspace_config
+from workspaces.gitstore import MODE_TREE
+from workspaces.models import Workspace
+from workspaces.store import open_store, pin_commit
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+RESERVED_ENV = {
+    "PATH",
+    "HOME",
+    "USER",
+    "HOSTNAME",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "BERTH_EGRESS_WAIT_S",
+}
+
+
+def load_config(workspace: Workspace, commit: str) -> workspace_config.WorkspaceConfig:
+    """The workspace.toml of `commit` (defaults when absent); a broken file is an error
+    the caller can fix, named by line."""
+    with open_store(workspace) as store:
+        try:
+            mode, sha = store.lookup(commit, workspace_config.FILENAME)
+        except NotFound:  # absent: every key is optional
+            return workspace_config.WorkspaceConfig()
+        if mode == MODE_TREE:
+            return workspace_config.WorkspaceConfig()
+        text = store.blob(sha).decode("utf-8", "replace")
+    return workspace_config.parse(text)
+
+
+def start_run(
+    workspace: Workspace,
+    actor: Actor,
+    command: str,
+    ref: str | None = None,
+    timeout_s: int | None = None,
+    env: dict[str, str] | None = None,
+    runtime: str | None = None,
+    secrets: list[str] | None = None,
+    commit_changes: bool = False,
+) -> Run:
+    """Record a run's inputs and queue it.
+
+    1. The ref is resolved to a commit SHA now: the run never follows a moving branch.
+    2. Limits, setup, artifacts and network come from that commit's workspace.toml,
+       limits clamped to the operator's maxima (warnings on the run); request values
+       past a maximum are refused. A gVisor policy overrides any runtime asked for.
+    3. Secrets are granted by name, only those the actor may grant.
+    4. After commit, the `prepare_run` task (queue `runner`) creates and starts it.
+    """
+    command = command.strip()
+    if not command:
+        raise Invalid("Give a command to run.", {"field": "command"})
+    if commit_changes:
+        _require_ref_writer(actor)
+    with open_store(workspace) as store:
+        commit = store.resolve(ref or workspace.default_branch)
+    config = load_config(workspace, commit)
+    limits, warnings = effective_limits(config.sandbox, {"timeout_s": timeout_s})
+    chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
+    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
+    return _queue(
+        workspace,
+        actor,
+        Run(
+            workspace=workspace,
+            ref=ref or workspace.default_branch,
+            commit=commit,
+            command=command,
+            image=config.sandbox.image,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            setup={"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
+            if config.setup.command
+            else {},
+            artifact_paths=clean_artifact_paths(config.artifacts),
+            commit_changes=commit_changes,
+            warnings=warnings + why + ignored,
+        ),
+        env or {},
+        secrets or [],
+    )
+
+
+def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
+    """A new run from exactly the recorded inputs: commit, image id, command, limits,
+    runtime, setup, artifacts, env and secret names. Env values are not kept past a
+    run's end, so the caller gives them again; secrets are granted again by name."""
+    _only_runs(run)
+    if run.commit_changes:
+        _require_ref_writer(actor)
+    env = env or {}
+    missing = sorted(set(run.env_names) - set(env))
+    extra = sorted(set(env) - set(run.env_names))
+    if missing or extra:
+        raise Invalid(
+            "A replay takes the same env names as the run it repeats: give values "
+            f"for {', '.join(missing) or 'none'}"
+            + (f" and not {', '.join(extra)}" if extra else "")
+            + " (Berth keeps no env values once a run ends).",
+            {"field": "env", "missing": missing, "unexpected": extra},
+            code="env_values_required",
+        )
+    chosen, why = policy_runtime(run.workspace, run.runtime)
+    limits, bounded = within_bounds(run.limits)
+    # The same entries are asked for, but today's ceiling bounds them: a replay never
+    # reaches what the team has since taken away.
+    network, ignored = egress_policy.for_run(
+        list(run.network.get("requested", run.network.get("egress", []))),
+        run.workspace.team.egress_ceiling,
+    )
+    return _queue(
+        run.workspace,
+        actor,
+        Run(
+            workspace=run.workspace,
+            ref=run.ref,
+            commit=run.commit,
+            command=run.command,
+            image=run.image,
+            image_id=run.image_id,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            artifact_paths=run.artifact_paths,
+            setup={k: run.setup[k] for k in ("command", "cache_key") if k in run.setup},
+            commit_changes=run.commit_changes,
+            rerun_of=run,
+            warnings=[w for w in run.warnings if not w.startswith("[network]")]
+            + bounded
+            + why
+            + ignored,
+        ),
+        env,
+        list(run.secret_names),
+    )
+
+
+def start_service(
+    workspace: Workspace,
+    actor: Actor,
+    commit: str,
+    ref: str,
+    command: str,
+    purpose: str,
+    image: str | None = None,
+) -> Run:
+    """A long-lived server for another app (a preview, a release): a run of `purpose`
+    with the same contract as any run — image, limits, runtime policy, setup step and
+    cache from the commit's workspace.toml — but no wall-clock timeout and no outputs.
+    A release runs its own built `image`, with its setup already inside: none here.
+    The owner records its own Activity; this records the run's."""
+    config = load_config(workspace, commit)
+    limits, warnings = effective_limits(config.sandbox, {})
+    chosen, why = policy_runtime(workspace, config.sandbox.runtime)
+    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
+    setup = (
+        {"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
+        if config.setup.command and image is None
+        else {}
+    )
+    return _queue(
+        workspace,
+        actor,
+        Run(
+            workspace=workspace,
+            purpose=purpose,
+            ref=ref,
+            commit=commit,
+            command=command,
+            image=image or config.sandbox.image,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            setup=setup,
+            warnings=warnings + why + ignored,
+        ),
+        {},
+        [],
+    )
+
+
+def start_build(
+    workspace: Workspace,
+    actor: Actor,
+    commit: str,
+    ref: str,
+    output_image: str,
+    labels: dict[str, str] | None = None,
+) -> Run:
+    """A release build: `[setup]` then `[deploy] build` of the commit, run in /app of a
+    writable root layer (no volumes: a commit of the container keeps only that layer),
+    with the workspace's limits, runtime policy and egress. When it succeeds the agent
+    commits the container to `output_image` before writing its end."""
+    config = load_config(workspace, commit)
+    limits, warnings = effective_limits(config.sandbox, {})
+    chosen, why = policy_runtime(workspace, config.sandbox.runtime)
+    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
+    steps = [c for c in (config.setup.command, config.deploy.build) if c.strip()]
+    return _queue(
+        workspace,
+        actor,
+        Run(
+            workspace=workspace,
+            purpose="build",
+            ref=ref,
+            commit=commit,
+            command=" && ".join(f"({c})" for c in steps) or "true",
+            image=config.sandbox.image,
+            runtime=chosen,
+            limits=limits,
+            network=network,
+            output_image=output_image,
+            output_labels=labels or {},
+            warnings=warnings + why + ignored,
+        ),
+        {},
+        [],
+    )
+
+
+def stop_service(run: Run, reason: str, who: str) -> None:
+    """Ask for a service run's end: queued or preparing ones end at once, running ones
+    are signalled by the agent (SIGTERM, then SIGKILL after the grace period)."""
+    Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
+        stop_reason=reason, stop_requested_by=who
+    )
+    run.refresh_from_db()
+    if run.state in (RunState.QUEUED, RunState.PREPARING):
+        state, message = describe(reason, who=who)
+        run.finish(state, reason, message)
+
+
+def commit_run_changes(run: Run, actor: Actor) -> str:
+    """Commit what a finished run changed, afterwards, as it would have been with
+    `commit_changes`: one commit on `runs/<id>` from the run's commit. Once only."""
+    from runs.ending import commit_tree
+
+    _only_runs(run)
+    _require_ref_writer(actor)
+    if run.is_active:
+        raise Conflict("The run is still going; its changes are known once it ends.")
+    if run.changes_commit:
+        raise Conflict(
+            f"Already committed as {run.changes_commit[:12]} on {run.changes_branch}.",
+            {"sha": run.changes_commit},
+            code="already_committed",
+        )
+    tree = (run.changes or {}).get("tree")
+    if not tree:
+        raise Conflict(
+            "This run changed no files (or its changes were not read back), so "
+            "there is nothing to commit.",
+            code="no_changes",
+        )
+    with open_store(run.workspace) as store:
+        sha = commit_tree(store, run, tree.encode(), actor)
+    Run.objects.filter(pk=run.pk).update(changes_commit=sha)
+    run.changes_commit = sha
+    return sha
+
+
+def _require_ref_writer(actor: Actor) -> None:
+    """Committing a run's changes writes the branch `runs/<id>`: whatever door asks (a
+    run request's `commit_changes`, a rerun that copies it, commit-changes afterwards),
+    writing a ref needs `workspace:write`, which the `run` scope alone never grants."""
+    try:
+        actor.require_scope("workspace:write")
+    except MissingScope as e:
+        raise MissingScope(
+            "Committing a run's changes writes the branch runs/<id>, which needs the "
+            "`workspace:write` scope; ask without commit_changes, or use a token that has "
+            "it.",
+            e.details,
+        ) from None
+
+
+def _only_runs(run: Run) -> None:
+    """A preview's, a release's or a build's process is its owner's to stop or repeat."""
+    if run.purpose != "run":
+        owner = "deploy" if run.purpose == "build" else run.purpose
+        raise Conflict(
+            f"This is the process of a {owner}; stop or restart the {owner} instead.",
+            {"purpose": run.purpose},
+            code="not_a_run",
+        )
+
+
+def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
+    """The runtime a run gets: a team or workspace that requires gVisor always gets it
+    (workspace.toml and requests cannot lower it), and the run says why."""
+    if asked not in ("runc", "gvisor"):
+        raise Invalid('runtime must be "runc" or "gvisor".', {"field": "runtime"})
+    if asked == "runc" and workspace.requires_gvisor:
+        whose = "this workspace" if workspace.require_gvisor else f"team {workspace.team.slug}"
+        return "gvisor", [f"runc was asked for, but {whose} requires gVisor, so gvisor applies."]
+    return asked, []
+
+
+def _check_grants(
+    workspace: Workspace, actor: Actor, names: list[str], env: dict[str, str]
+) -> list[str]:
+    names = sorted(set(names))
+    if not names:
+        return []
+    known = set(
+        Secret.objects.filter(workspace=workspace, name__in=names).values_list("name", flat=True)
+    )
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise Invalid(
+            f"No secret {', '.join(unknown)} in this workspace; an admin sets "
+            "secrets on the workspace's secrets page.",
+            {"field": "secrets", "unknown": unknown},
+            code="unknown_secret",
+        )
+    if actor.token is not None:
+        refused = [n for n in names if n not in (actor.token.secret_names or [])]
+        if refused:
+            raise Forbidden(
+                f"This token may not grant {', '.join(refused)} to runs; ask an "
+                "admin for a token whose secret list includes "
+                f"{'it' if len(refused) == 1 else 'them'}.",
+                {"secrets": refused},
+                code="secret_not_granted",
+            )
+    clash = sorted(set(names) & set(env))
+    if clash:
+        raise Invalid(
+            f"{', '.join(clash)} is given both as env and as a secret; pick one.", {"field": "env"}
+        )
+    return names
+
+
+def _queue(
+    workspace: Workspace, actor: Actor, run: Run, env: dict[str, str], secret_names: list[str]
+) -> Run:
+    from runs import quotas
+    from runs.tasks import send_prepare
+
+    for name in env:
+        if not ENV_NAME.match(name) or name in RESERVED_ENV:
+            raise Invalid(
+                f"{name!r} cannot be set: use letters, digits and _ (not "
+                f"{', '.join(sorted(RESERVED_ENV))}).",
+                {"field": "env"},
+            )
+    run.secret_names = _check_grants(workspace, actor, secret_names, env)
+    run.env_names = sorted(env)
+    # Sealed, not plain: the values wait with the run for admission and are cleared at
+    # its end; the names are the record.
+    run.env_sealed = secrets.seal(env) if env else ""
+    run.requested_by, run.token = actor.user, actor.token
+    if run.purpose != "run":
+        # A preview's quota is its own (previews.actions); a build was approved by a
+        # person, and waits for no team's flood.
+        run.admitted_at = timezone.now()
+    with transaction.atomic():
+        if run.purpose == "run":
+            # Under admission's lock: requests at once cannot all pass the queue limit.
+            quotas.lock()
+            quotas.check_submission(workspace.team)
+            if quotas.admits_at_once(workspace.team):
+                run.admitted_at = timezone.now()
+        run.save()
+        pin_commit(workspace, run.commit)
+        record(
+            workspace.team,
+            actor,
+            "run.rerun" if run.rerun_of_id else "run.started",
+            f"run:{run.public_id}",
+            workspace.slug,
+            command=run.command[:200],
+            commit=run.commit,
+            runtime=run.runtime,
+            secrets=run.secret_names,
+            **({"purpose": run.purpose} if run.purpose != "run" else {}),
+            **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}),
+        )
+        if run.admitted_at is not None:
+            # Sent the moment this commits; if the broker is down, the run is accepted
+            # all the same and the agent sends it later (runs.tasks.send_prepare).
+            transaction.on_commit(partial(send_prepare, run.pk))
+        elif run.pk in quotas.admit():
+            # Others wait, or no slot was free: admission decides among them, in this
+            # transaction, under the lock already held. The answer says admitted.
+            run.refresh_from_db(fields=["admitted_at"])
+    return run
+
+
+def cancel_run(run: Run, actor: Actor) -> Run:
+    """Stop a run. Queued or preparing ones end at once; running ones are signalled by
+    the agent (SIGTERM, then SIGKILL after the grace period)."""
+    _only_runs(run)
+    if not run.is_active:
+        raise Conflict(f"The run already ended ({run.state}).", {"state": run.state})
+    state, message = describe("cancelled_by_user", who=actor.label)
+    with transaction.atomic():
+        Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
+            stop_reason="cancelled_by_user", stop_requested_by=actor.label
+        )
+        run.refresh_from_db()
+        if run.state in (RunState.QUEUED, RunState.PREPARING):
+            run.finish(state, "cancelled_by_user", message)
+        record(
+            run.workspace.team, actor, "run.cancelled", f"run:{run.public_id}", run.workspace.slug
+        )
+    return run
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    """The run as the API and pages show it (DESIGN.md's shape)."""
+    from runs import quotas
+
+    def iso(value: Any) -> str | None:
+        return value.isoformat() if value else None
+
+    return {
+        "id": run.public_id,
+        "workspace": run.workspace.slug,
+        "ref": run.ref,
+        "commit": run.commit,
+        "command": run.command,
+        "state": run.state,
+        "reason": run.reason or None,
+        "message": run.message or None,
+        "exit_code": run.exit_code,
+        "image": run.image,
+        "image_id": run.image_id or None,
+        "runtime": run.runtime,
+        "limits": run.limits,
+        "network": run.network,
+        "env": run.env_names,
+        "isolation": run.isolation,
+        "warnings": run.warnings,
+        "requested_by": {
+            "user": run.requested_by.username if run.requested_by else None,
+            "token": run.token.name if run.token else None,
+        },
+        "queue": quotas.queue_position(run),
+        "cpu_seconds": round(run.cpu_seconds, 2),
+        "timings": {
+            k: iso(getattr(run, k))
+            for k in (
+                "queued_at",
+                "admitted_at",
+                "started_at",
+                "hydrated_at",
+                "setup_done_at",
+                "process_started_at",
+                "ready_at",
+                "finished_at",
+            )
+        },
+        "log": {
+            "entries": run.log_entries,
+            "bytes": run.log_bytes,
+            "expired": run.outputs_expired_at is not None,
+        },
+        "log_url": f"/api/v1/runs/{run.public_id}/logs",
+        "egress": egress_summary(run),
+        "secrets": run.secret_names,
+        "setup": _setup_summary(run),
+        "artifacts": [
+            {**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}
+            for a in run.artifacts
+        ]
+        if not run.outputs_expired_at
+        else [],
+        "artifacts_refused": run.artifacts_refused,
+        "changes": run.changes,
+        "changes_commit": (
+            {"sha": run.changes_commit, "branch": run.changes_branch}
+            if run.changes_commit
+            else None
+        ),
+        "commit_changes": run.commit_changes,
+        "rerun_of": run.rerun_of.public_id if run.rerun_of else None,
+        "outputs_expired_at": iso(run.outputs_expired_at),
+        "now": timezone.now().isoformat(),
+    }
+
+
+def egress_summary(run: Run, events: int = 0) -> dict[str, Any] | None:
+    """What went out: totals over every connection tried, and (when asked) the first
+    `events` recorded ones. None for a run with no egress policy."""
+    if run.network.get("mode") != "proxy":
+        return None
+    summary: dict[str, Any] = {
+        "offered_at": run.egress_offered_at.isoformat() if run.egress_offered_at else None,
+        "connections": run.egress_connections,
+        "denied": run.egress_denied,
+        "bytes_up": run.egress_bytes_up,
+        "bytes_down": run.egress_bytes_down,
+        "events_url": f"/api/v1/runs/{run.public_id}/egress",
+    }
+    if events:
+        summary["events"] = [e.as_dict() for e in run.egress_events.all()[:events]]
+    return summary
+
+
+def _setup_summary(run: Run) -> dict[str, Any] | None:
+    if not run.setup.get("command"):
+        return None
+    hit = run.setup.get("hit")
+    return {
+        "command": run.setup["command"],
+        "cache_key": run.setup.get("cache_key", []),
+        "key": run.setup.get("key"),
+        "cache": run.setup.get("cache"),
+        "skipped": hit is True,
+        "status": {
+            True: "skipped: the dependency cache had this key",
+            False: "ran: no cache had this key yet",
+            None: "not decided yet",
+        }[hit],
+    }

@@ -1,0 +1,175 @@
+"""Dependency caches: the /deps volumes `[setup]` fills, keyed, reused read-only, evicted.
+
+A cache is shared by every run of its key, whatever branch asked, and `main`'s runs with
+secrets mount what a branch's setup left. So the key covers everything setup can see:
+the image id, the setup command, the `cache_key` entries at the run's commit (path, mode
+and Git object id: a blob id hashes a file's content, a tree id a whole folder's), the
+runtime and the egress the run may reach. Setup's container sees only those entries at
+/workspace (sandbox.backend), every time stamp fixed, and no env: a change to anything it
+could read builds a new cache rather than reusing one filled from other input. Limits
+are left out: they bound what setup may use, not what it reads.
+"""
+
+import hashlib
+import json
+import logging
+
+import docker
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.access import Actor
+from accounts.actions import record
+from core.errors import Conflict, NotFound
+from runs.models import ACTIVE_STATES, DepCache, Run
+from sandbox.engine import engine
+from workspaces.gitstore import GitStore
+from workspaces.store import open_store
+
+log = logging.getLogger(__name__)
+
+# The time stamp of every file setup sees: the commit's own time is not in the key.
+KEY_FILES_MTIME = 946684800  # 2000-01-01: zip-based tools refuse times before 1980
+
+
+def key_entries(store: GitStore, run: Run) -> list[tuple[str, int, bytes]]:
+    """The `cache_key` entries present at the run's commit, as (path, mode, object id):
+    what the key hashes and all that setup's /workspace holds."""
+    found = []
+    for path in run.setup.get("cache_key", []):
+        try:
+            mode, sha = store.lookup(run.commit, path)
+        except NotFound:  # absent at this commit: named in the key as absent
+            continue
+        found.append((path, mode, sha))
+    return found
+
+
+def cache_key(run: Run, image_id: str) -> str:
+    with open_store(run.workspace) as store:
+        present = {path: [path, mode, sha.decode()] for path, mode, sha in key_entries(store, run)}
+    parts: list[object] = [
+        image_id,
+        run.setup.get("command", ""),
+        [present.get(path, [path, None]) for path in run.setup.get("cache_key", [])],
+        run.runtime,
+        sorted(run.network.get("egress") or []),
+    ]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def volume_exists(name: str) -> bool:
+    try:
+        engine().volumes.get(name)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+def find_ready(run: Run, key: str) -> DepCache | None:
+    """The filled cache for this key whose volume still exists, marked as used now."""
+    cache = DepCache.objects.filter(workspace=run.workspace_id, key=key).first()
+    if cache is None:
+        return None
+    if not volume_exists(cache.volume):
+        cache.delete()  # removed behind our back: build it again
+        return None
+    DepCache.objects.filter(pk=cache.pk).update(last_used_at=timezone.now())
+    return cache
+
+
+def keep_filled(run: Run, size_bytes: int) -> DepCache:
+    """After a successful setup: this run's volume becomes the cache for its key, unless
+    a concurrent run of the same key got there first (then this volume goes at the end
+    of the run, and later runs use the winner's)."""
+    cache, _ = DepCache.objects.get_or_create(
+        workspace_id=run.workspace_id,
+        key=run.setup["key"],
+        defaults={
+            "image_id": run.image_id,
+            "volume": run.deps_volume_name,
+            "size_bytes": size_bytes,
+            "built_by": run,
+        },
+    )
+    return cache
+
+
+def is_cache(volume: str) -> bool:
+    return DepCache.objects.filter(volume=volume).exists()
+
+
+def in_use(volume: str) -> bool:
+    return any(
+        r.setup.get("volume") == volume
+        for r in Run.objects.filter(state__in=ACTIVE_STATES).exclude(setup={})
+    )
+
+
+def remove_volume(name: str) -> bool:
+    """Remove a cache volume; False if the engine refuses (mounted by a container)."""
+    try:
+        engine().volumes.get(name).remove()
+    except docker.errors.NotFound:
+        return True
+    except docker.errors.APIError as e:
+        log.info("cache volume %s not removed: %s", name, e)
+        return False
+    return True
+
+
+def drop_cache(cache: DepCache, actor: Actor) -> None:
+    """An admin drops a cache: the next run with its key runs setup again."""
+    if in_use(cache.volume):
+        raise Conflict(
+            "A run is using this cache right now; drop it once that run ends.",
+            {"cache": cache.public_id},
+        )
+    with transaction.atomic():
+        record(
+            cache.workspace.team,
+            actor,
+            "cache.dropped",
+            f"cache:{cache.public_id}",
+            cache.workspace.slug,
+            key=cache.key[:12],
+            size_bytes=cache.size_bytes,
+        )
+        cache.delete()
+    remove_volume(cache.volume)
+
+
+def evict(max_bytes: int | None = None) -> list[str]:
+    """Least recently used first, drop caches of this instance until their total is
+    under the operator's limit; caches in use by an active run are kept."""
+    limit = settings.DEPS_CACHE_MAX_BYTES if max_bytes is None else max_bytes
+    caches = list(DepCache.objects.order_by("last_used_at", "id"))
+    total = sum(c.size_bytes for c in caches)
+    evicted = []
+    for cache in caches:
+        if total <= limit:
+            break
+        if in_use(cache.volume) or not remove_volume(cache.volume):
+            continue
+        cache.delete()
+        total -= cache.size_bytes
+        evicted.append(cache.public_id)
+        log.info("evicted dependency cache %s (%d bytes)", cache.key[:12], cache.size_bytes)
+    return evicted
+
+
+def cache_summary(cache: DepCache) -> dict[str, object]:
+    return {
+        "id": cache.public_id,
+        "key": cache.key,
+        "image_id": cache.image_id,
+        "size_bytes": cache.size_bytes,
+        "created_at": cache.created_at.isoformat(),
+        "last_used_at": cache.last_used_at.isoformat(),
+        "built_by": cache.built_by.public_id if cache.built_by else None,
+        # Shared across branches: say which one (and commit) filled it.
+        "built_from": {"ref": cache.built_by.ref, "commit": cache.built_by.commit}
+        if cache.built_by
+        else None,
+    }

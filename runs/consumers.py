@@ -1,0 +1,184 @@
+"""WebSocket door onto a run's log: `/ws/runs/<id>/logs?after=<seq>`.
+
+Sends `{"type": "entries", "entries": [{seq, stream, text}], "next"}` from the cursor
+on, then `{"type": "end", state, reason, exit_code}` once the run is terminal and every
+entry is sent, and closes. Refusals close with 4000 + the HTTP status the API would
+answer (4404 for a run the caller may not see, whoever's it is), and so does a socket
+whose access goes while it is open (accounts.socket_access: 4401 for a token revoked or
+expired, 4404 for a person removed from the team).
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+
+from accounts.access import Actor
+from accounts.auth import authenticate_bearer
+from accounts.socket_access import AccessCheckedConsumer
+from core.errors import BerthError, Invalid, NotFound
+from runs import logstore
+from runs.access import access_run
+from runs.models import Run
+
+log = logging.getLogger(__name__)
+
+# Entries per message: few large frames stream far faster than many small ones.
+BATCH = 5000
+# Signals are only wake-ups, sent without waiting: one lost (its sender died mid-send)
+# delays a watcher by this much at most, at the cost of one look per watcher this often.
+RECHECK_S = 10.0
+
+
+class RunLogConsumer(AccessCheckedConsumer):
+    run_id = ""
+    cursor = 0
+    group = ""
+    pump_task: "asyncio.Task[None] | None" = None
+    # Whose access this socket streams on: (team id, actor), set by `check_access`.
+    access_of: tuple[int, Actor] | None = None
+
+    async def connect(self) -> None:
+        self.run_id = self.scope["url_route"]["kwargs"].get("run_id", "")
+        try:
+            self.cursor = after_of(self.scope["query_string"])
+            # The log followed is the run's (for a preview: its current process's).
+            self.run_id = (await database_sync_to_async(self.authorise)()).public_id
+        except BerthError as e:
+            # Accept first: a close before accepting is an HTTP 403 and the code is lost.
+            await self.accept()
+            await self.close(code=4000 + e.status)
+            return
+        self.wake = asyncio.Event()
+        # Join before replaying: a signal sent while we replay still wakes the pump.
+        self.group = logstore.group_name(self.run_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        self.pump_task = self.streaming_task = asyncio.create_task(self.pump())
+        assert self.access_of is not None
+        team_id, actor = self.access_of
+        await self.watch_access(
+            team_id, actor.user.pk, actor.token.expires_at if actor.token else None
+        )
+
+    def authorise(self) -> Run:
+        """An agent's bearer token with scope `run`, or a signed-in member of the team:
+        the run whose log is followed."""
+        actor = self.scope_actor()
+        run = access_run(actor, self.run_id, "run")
+        self.access_of = (run.workspace.team_id, actor)
+        return run
+
+    def check_access(self) -> None:
+        """Asked again while the socket is open (BerthError when access is gone)."""
+        self.authorise()
+
+    def scope_actor(self) -> Actor:
+        header = dict(self.scope["headers"]).get(b"authorization")
+        if header is not None:
+            return authenticate_bearer(header.decode("latin-1"))
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            raise NotFound("Nothing here for you; sign in or send a token.")
+        return Actor(user)
+
+    async def close_code_now(self) -> int | None:
+        if b"authorization" not in dict(self.scope["headers"]):
+            self.scope["user"] = await self.current_user()
+        try:
+            await database_sync_to_async(self.check_access)()
+        except BerthError as e:
+            return 4000 + e.status
+        return None
+
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        pass  # a watcher has nothing to say; whatever it sends is ignored, never parsed
+
+    async def log_signal(self, message: dict[str, Any]) -> None:
+        # Only a wake-up: signals that arrive while the pump reads coalesce into the one
+        # read after it, and the message's seq is not trusted (the files are the truth).
+        self.wake.set()
+
+    async def pump(self) -> None:
+        """Replay, then follow until the run ends.
+
+        1. Re-read the run's state, then send every stored entry after the cursor.
+           State first: the agent writes every entry before the run's end, so a run
+           seen terminal has nothing after what the read that follows returns.
+        2. Terminal: send `end` and close. Otherwise wait for the next signal. The
+           first pass is the replay, and it also ends a run that finished before we
+           joined its group (no signal would come).
+        """
+        try:
+            while True:
+                self.wake.clear()
+                run = await database_sync_to_async(self.reload)()
+                if run is None:
+                    await self.close(code=4404)
+                    return
+                while frame := await asyncio.to_thread(self.next_frame):
+                    await self.send(text_data=frame)
+                if not run.is_active:
+                    await self.send_json(
+                        {
+                            "type": "end",
+                            "state": run.state,
+                            "reason": run.reason,
+                            "exit_code": run.exit_code,
+                        }
+                    )
+                    await self.close()
+                    return
+                # A signal is only a wake-up, sent without waiting: one lost (a process gone
+                # mid-send) delays the next look by RECHECK_S, never forever.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), RECHECK_S)
+        except Exception:
+            log.exception("streaming the log of run %s failed", self.run_id)
+            await self.close(code=1011)
+
+    def reload(self) -> Run | None:
+        return (
+            Run.objects.only("state", "reason", "exit_code").filter(public_id=self.run_id).first()
+        )
+
+    def next_frame(self) -> str | None:
+        """The next batch after the cursor as one message, or None when caught up.
+
+        Runs on a worker thread: reading and encoding thousands of entries would
+        otherwise hold up every other connection on daphne's event loop.
+        """
+        entries = [
+            {"seq": e["seq"], "stream": e["stream"], "text": e["text"]}
+            for e in logstore.read(self.run_id, self.cursor, BATCH)
+        ]
+        if not entries:
+            return None
+        self.cursor = entries[-1]["seq"]
+        return json.dumps(
+            {"type": "entries", "entries": entries, "next": self.cursor}, ensure_ascii=False
+        )
+
+    async def disconnect(self, code: int) -> None:
+        if self.pump_task is not None:
+            self.pump_task.cancel()
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.stop_watching_access()
+
+
+def after_of(query_string: bytes) -> int:
+    values = parse_qs(query_string.decode("latin-1")).get("after", ["0"])
+    try:
+        after = int(values[-1])
+    except ValueError:
+        after = -1
+    if after < 0:
+        raise Invalid("`after` must be a sequence number (0 or more).")
+    return after

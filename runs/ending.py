@@ -1,0 +1,256 @@
+"""What the runner agent does when a run's container exits (sync, on a worker thread).
+
+`end_setup` decides whether a finished setup step lets the command start; `end_run`
+reads the outputs and writes the one terminal state. Both are safe to call again after
+an agent restart: every step checks what is already done.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.access import Actor
+from accounts.actions import record
+from runs import caches, logstore, outputs, secrets
+from runs.models import Run
+from runs.outcomes import EXIT_EGRESS_WAIT, EXIT_NOT_FOUND, describe
+from sandbox import backend, diskwatch
+from workspaces.gitstore import Author
+from workspaces.store import open_store
+
+log = logging.getLogger("berth.runner_agent")
+
+
+def _exit_reason(run: Run, facts: dict[str, Any] | None) -> str:
+    exit_code = facts.get("exit_code") if facts else None
+    if facts is None:
+        return "worker_lost"
+    if run.stop_reason:
+        return run.stop_reason
+    if facts.get("oom_killed"):
+        return "oom"
+    if exit_code == 0:
+        return "exit_zero"
+    if exit_code == EXIT_NOT_FOUND:
+        return "command_not_found"
+    if (
+        exit_code == EXIT_EGRESS_WAIT
+        and run.network.get("mode") == "proxy"
+        and run.egress_offered_at is None
+    ):
+        return "egress_unavailable"
+    return "exit_nonzero"
+
+
+def end_setup(
+    run_id: str, facts: dict[str, Any] | None, disk_note: Callable[[str], str | None] | None = None
+) -> bool:
+    """After the setup container exits: True if the main container was started (the
+    run goes on), False if the run ended here (its end is written)."""
+    run = Run.objects.select_related("workspace").filter(public_id=run_id).first()
+    if run is None or not run.is_active:
+        return False
+    if run.phase == "main":
+        return True  # done before an agent restart; only the cleanup was left
+    if _exit_reason(run, facts) == "exit_zero":
+        # What it leaves becomes a cache other runs mount: counted once more, in case
+        # it wrote past its caps and exited between two counts of the watch.
+        found = diskwatch.verdict(diskwatch.count_run(run)[1], run)
+        if found is not None:
+            Run.objects.filter(pk=run.pk, stop_reason="").update(stop_reason=found[0])
+            disk_note = lambda _: found[1]  # noqa: E731
+    run.refresh_from_db()
+    if _exit_reason(run, facts) != "exit_zero":
+        # The command never ran: no outputs.
+        end_run(run_id, facts, read_outputs=False, disk_note=disk_note)
+        return False
+    size = backend.volume_bytes(run.deps_volume_name) or 0
+    cache = caches.keep_filled(run, size)
+    now = timezone.now()
+    took = (now - run.hydrated_at).total_seconds() if run.hydrated_at else 0
+    logstore.note(
+        run_id,
+        f"[setup] done in {took:.1f} s; /deps ({size / 1e6:.1f} MB) is "
+        "cached for later runs and read-only from now on; running the command",
+    )
+    Run.objects.filter(pk=run.pk).update(
+        phase="main",
+        setup_done_at=now,
+        process_started_at=now,
+        setup={**run.setup, "cache": cache.public_id, "size_bytes": size},
+    )
+    return backend.start_main(run)  # False if gone: the reconcile marks the run lost
+
+
+def early_outputs(run_id: str) -> dict[str, Any] | None:
+    """A stopped run's changes and artifacts, read while its log still drains (its files
+    are final once its container died), for `end_run`. None where that has nothing to
+    read, or where reading has a lasting effect (a commit of the changes): those are
+    read by `end_run` itself, once the end is certain."""
+    run = (
+        Run.objects.select_related("workspace__team", "requested_by", "token")
+        .filter(public_id=run_id)
+        .first()
+    )
+    if run is None or not run.is_active or run.purpose != "run" or run.commit_changes:
+        return None
+    return _outputs(run)
+
+
+def end_run(
+    run_id: str,
+    facts: dict[str, Any] | None,
+    log_bytes: int | None = None,
+    read_outputs: bool = True,
+    outputs: dict[str, Any] | None = None,
+    disk_note: Callable[[str], str | None] | None = None,
+) -> None:
+    """Write the one terminal state of a run whose container exited, with its outputs
+    (`outputs`: as `early_outputs` read them already; `disk_note`: the line the disk
+    watch has for the log of a run it stopped)."""
+    run = (
+        Run.objects.select_related("workspace__team", "requested_by", "token")
+        .filter(public_id=run_id)
+        .first()
+    )
+    if run is None or not run.is_active:
+        return
+    reason = _exit_reason(run, facts)
+    if run.phase == "setup" and reason in ("oom", "exit_nonzero", "command_not_found"):
+        reason = "setup_oom" if reason == "oom" else "setup_failed"
+    if run.purpose == "build" and reason == "exit_zero" and facts is not None:
+        # A build can write past its caps and exit between two counts of the watch:
+        # its layer is counted once more, as it would become the image, before that.
+        found = diskwatch.verdict(diskwatch.count_run(run)[1], run)
+        if found is not None:
+            reason = found[0]
+            logstore.note(run_id, found[1])
+    elif reason in ("disk_quota_exceeded", "inode_quota_exceeded") and disk_note is not None:
+        line = disk_note(run_id)
+        if line:
+            logstore.note(run_id, line)
+    exit_code = facts.get("exit_code") if facts else None
+    state, message = describe(
+        reason,
+        exit_code=exit_code,
+        who=run.stop_requested_by or "a user",
+        **{"inodes": settings.SANDBOX_MAX_INODES, **run.limits},
+    )
+    fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
+    if log_bytes is not None:
+        fields["log_bytes"] = log_bytes
+    if read_outputs and facts is not None and run.purpose == "run":
+        fields.update(outputs if outputs is not None else _outputs(run))
+    if run.purpose == "build" and reason == "exit_zero" and facts is not None:
+        # Committed before the end is written: whoever follows the build's end (the
+        # deploy) finds the image there. The container is removed only after this.
+        try:
+            started = time.monotonic()
+            backend.commit_release_image(run)
+            logstore.note(
+                run_id,
+                f"[build] image committed as {run.output_image} in "
+                f"{time.monotonic() - started:.2f} s",
+            )
+        except Exception as e:
+            log.exception("run %s: committing the release image failed", run_id)
+            reason, exit_code = "image_commit_failed", None
+            state, message = describe(reason, error=type(e).__name__)
+    if run.finish(state, reason, message, exit_code, **fields):
+        log.info("run %s ended: %s (%s)", run_id, state, reason)
+
+
+def _outputs(run: Run) -> dict[str, Any]:
+    """Changes and artifacts of a stopped run; a failure to read them is reported on the
+    run, never allowed to keep it from ending."""
+    if run.stop_reason == "inode_quota_exceeded":
+        # Stopped for holding too many files: reading them all back would cost the
+        # agent more than the run, and could never become a commit anyway.
+        changes = outputs.empty_changes()
+        changes["error"] = (
+            "The run's files were not read back: it was stopped for making "
+            "too many files and folders."
+        )
+        return {"changes": changes}
+    masker = secrets.Masker(secrets.unseal(run.secrets_sealed))
+    try:
+        root = backend.workspace_host_path(run.container_name)
+        chunks = None if root else backend.get_workspace_archive(run.container_name)
+        with open_store(run.workspace) as store:
+            out = outputs.read_outputs(store, run, masker, host_root=root, chunks=chunks)
+    except Exception as e:
+        log.exception("run %s: reading /workspace failed", run.public_id)
+        changes = outputs.empty_changes()
+        changes["error"] = f"The run's files could not be read back ({type(e).__name__})."
+        return {"changes": changes}
+    sha = ""
+    if out.tree:
+        # The tree is in the repository's objects already: "commit these changes" can
+        # make the commit later, from the run's page or the API.
+        out.changes["tree"] = out.tree.decode()
+    if run.commit_changes and out.tree:
+        try:
+            with open_store(run.workspace) as store:
+                sha = commit_tree(store, run, out.tree, withheld=out.changes["withheld"])
+        except Exception as e:
+            # The changes and artifacts are still reported: only the commit is missing.
+            log.exception("run %s: committing its changes failed", run.public_id)
+            out.changes["commit_error"] = (
+                f"The changes could not be committed ({type(e).__name__}); run again to retry."
+            )
+    return {
+        "changes": out.changes,
+        "artifacts": out.artifacts,
+        "artifacts_refused": out.refused,
+        "changes_commit": sha,
+    }
+
+
+def commit_tree(
+    store: Any,
+    run: Run,
+    tree: bytes,
+    actor: Actor | None = None,
+    withheld: list[dict[str, Any]] | None = None,
+) -> str:
+    """The run's changes as one commit on a new branch `runs/<id>`, authored by the run
+    on behalf of whoever asked for it (or `actor`, committing them afterwards). Files
+    withheld for holding a secret's value are named in the message."""
+    if withheld is None:
+        withheld = (run.changes or {}).get("withheld") or []
+    asked = (
+        run.token.name
+        if run.token
+        else (run.requested_by.username if run.requested_by else "someone")
+    )
+    email = (run.requested_by.email if run.requested_by else "") or "runs@berth.invalid"
+    first_line = run.command.strip().splitlines()[0][:72] if run.command.strip() else ""
+    message = f"Changes from run {run.public_id}\n\n$ {first_line}"
+    if withheld:
+        message += (
+            "\n\nWithheld (they hold a granted secret's value; left as they were):\n"
+            + "\n".join(f"- {w['path']} ({', '.join(w['secrets'])})" for w in withheld)
+        )
+    with store.write_lock():
+        sha = store.make_commit(
+            tree, [run.commit], Author(f"run {run.public_id} (asked by {asked})", email), message
+        )
+        store.advance(run.changes_branch, None, sha)
+    by = actor or (Actor(run.requested_by, run.token) if run.requested_by else None)
+    if by is not None:
+        with transaction.atomic():
+            record(
+                run.workspace.team,
+                by,
+                "run.changes_committed",
+                f"commit:{sha[:12]}",
+                run.workspace.slug,
+                run=run.public_id,
+                branch=run.changes_branch,
+            )
+    return sha

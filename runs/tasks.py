@@ -1,0 +1,143 @@
+"""Celery's part of a run is short: create and start the sandbox, then return.
+
+The runner agent carries the run to its end, so a killed worker loses nothing and a
+redelivered task is harmless (the container name is unique per run).
+"""
+
+import logging
+from datetime import timedelta
+
+import docker
+import requests
+from celery import shared_task
+from django.utils import timezone
+
+from core import broker
+from runs import secrets
+from runs.models import Run, RunState
+from runs.outcomes import describe
+from sandbox import backend
+
+log = logging.getLogger(__name__)
+
+# An admitted run whose prepare task has not reached the broker this long after its
+# admission is sent again. Longer than a send on commit takes, so the agent does not
+# race the request that is sending it (a second delivery would be harmless, only waste).
+UNDELIVERED_AFTER = timedelta(seconds=5)
+
+
+# Named as before the package was renamed from runner/: a message queued by the previous
+# version still finds its task after an upgrade.
+@shared_task(name="runner.tasks.prepare_run", acks_late=True, ignore_result=True)
+def prepare_run(run_id: int) -> None:
+    run = Run.objects.select_related("workspace__team").filter(pk=run_id).first()
+    if (
+        run is None
+        or run.state not in (RunState.QUEUED, RunState.PREPARING)
+        or run.admitted_at is None
+    ):
+        return  # gone, cancelled, carried further by an earlier delivery, or not admitted
+    first = run.state == RunState.QUEUED
+    if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now()):
+        return  # another delivery, a cancel or a reconcile got there first
+    try:
+        # Secret values come from the database and env values from the run, both
+        # encrypted there; the env values are cleared when the run ends.
+        granted = secrets.values_for(run.workspace_id, run.secret_names)
+        if granted:
+            Run.objects.filter(pk=run.pk).update(secrets_sealed=secrets.seal(granted))
+        env = {**(secrets.unseal(run.env_sealed) if run.env_sealed else {}), **granted}
+        backend.prepare_and_start(
+            run,
+            env,
+            still_wanted=lambda: Run.objects.filter(pk=run.pk, state=RunState.PREPARING).exists(),
+            first_delivery=first,
+        )
+    except backend.SandboxError as e:
+        _fail(run, e.reason, **e.facts)
+        return
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as e:
+        log.warning("run %s: engine unavailable: %s", run.public_id, e)
+        _fail(run, "engine_unavailable")
+        return
+    # In the setup phase the command itself has not started: the agent stamps
+    # process_started_at when it starts the main container.
+    phase = Run.objects.filter(pk=run.pk).values_list("phase", flat=True).first()
+    started = run.advance(
+        RunState.RUNNING,
+        (RunState.PREPARING,),
+        **({"process_started_at": timezone.now()} if phase == "main" else {}),
+    )
+    if not started:
+        # It ended while we prepared: cancelled, or the command already exited and the
+        # agent wrote the end. Only a cancel needs the process stopped; the agent
+        # removes the container once it has its log.
+        run.refresh_from_db()
+        if run.reason == "cancelled_by_user":
+            backend.signal_sandbox(run.setup_container_name, "SIGKILL")
+            backend.signal_sandbox(run.container_name, "SIGKILL")
+
+
+def send_prepare(run_id: int) -> bool:
+    """Hand an admitted run's prepare task to the broker, on commit of its admission.
+
+    Why the run is accepted (201/202, `queued`) even when Redis is down, rather than
+    refused with a 503: the row is committed before any task can be sent (tasks are sent
+    on commit, so a worker never reads a row that is not there), so refusing would mean
+    deleting what was written, and a broker that fails between a check and the send
+    would still leave a row behind. Instead the row says whether its task got through
+    (`prepare_sent_at`), and the runner agent sends the ones that did not once the
+    broker answers again (`undelivered_runs`, `send_again`). The task is idempotent,
+    so a send that got through but was not recorded costs one extra delivery at most."""
+    if not broker.send(prepare_run, (run_id,)):
+        return False
+    Run.objects.filter(pk=run_id).update(prepare_sent_at=timezone.now())
+    return True
+
+
+def undelivered_runs() -> list[int]:
+    """Admitted runs still queued whose prepare task never reached the broker."""
+    return list(
+        Run.objects.filter(
+            state=RunState.QUEUED,
+            admitted_at__lt=timezone.now() - UNDELIVERED_AFTER,
+            prepare_sent_at=None,
+        )
+        .order_by("admitted_at")
+        .values_list("pk", flat=True)
+    )
+
+
+def send_again(run_ids: list[int], why: str) -> int:
+    """Send each run's prepare task again; stops at the first failure (the broker is
+    still down: the next round tries again). Returns how many were sent."""
+    sent = 0
+    for run_id in run_ids:
+        if not send_prepare(run_id):
+            break
+        sent += 1
+    if sent:
+        log.info("sent the prepare task of %d run(s) again: %s", sent, why)
+    return sent
+
+
+def _fail(run: Run, reason: str, **facts: object) -> None:
+    state, message = describe(reason, **facts)
+    run.finish(state, reason, message)
+    backend.remove_run(run)
+
+
+@shared_task(name="runner.tasks.apply_retention", ignore_result=True)
+def apply_retention() -> None:
+    """Logs and artifacts of runs that ended more than RUN_RETENTION_DAYS ago are removed
+    (the run row, with its inputs, outcome and changes, stays)."""
+    from runs import retention
+
+    retention.apply()
+
+
+@shared_task(name="runner.tasks.evict_caches", ignore_result=True)
+def evict_caches() -> None:
+    from runs import caches
+
+    caches.evict()
