@@ -152,14 +152,23 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
     _, secret = cast.token(cast.alice, ["workspace:read", "preview", "run", "deploy:request"])
     expected = {"cpus": applied, "memory_bytes": 256 * MB, "pids": settings.RUN_PIDS_LIMIT}
 
+    # The test stack gives a process PREVIEW_START_DEADLINE_S = 6 s to answer; at the
+    # 0.1-CPU floor under gVisor on a loaded host, Python alone may take longer. What
+    # this test holds is each container's cgroup, read while its process starts; going
+    # live is held at the normal value (and by tests/test_deploys.py).
+    must_come_up = cpus != "1e-10"
     previews = PreviewAgent(client, secret, "shop")
-    preview = previews.wait(
-        previews.start(), {"ready", "failed", "stopped", "crashed"}, timeout=180
-    )
-    assert preview["state"] == "ready", preview
-    assert cgroup_limits(Run.objects.get(public_id=preview["run"]).container_name) == expected
+    preview = previews.start()
+    process = wait_for(lambda: previews.get(preview)["run"], timeout=60, what="its process")
+    assert cgroup_limits(Run.objects.get(public_id=process).container_name) == expected
+    preview = previews.wait(preview, {"ready", "failed", "stopped", "crashed"}, timeout=180)
     assert any("[sandbox].cpus = 1e-10" in w for w in preview["warnings"]) is (cpus == "1e-10")
-    previews.post(preview, "stop")
+    if must_come_up:
+        assert preview["state"] == "ready", (preview["reason"], preview["message"])
+    else:
+        assert preview["state"] in ("ready", "failed"), preview["state"]
+    if preview["state"] == "ready":
+        previews.post(preview, "stop")
 
     requester = Requester(client, secret)
     deploy = requester.ask("limits")
@@ -171,10 +180,25 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
     assert cgroup_limits(build.container_name) == expected
     assert any("[sandbox].cpus = 1e-10" in w for w in build.warnings) is (cpus == "1e-10")
     engine().containers.get(build.container_name).exec_run(["touch", "/tmp/go"], user="1000:1000")
+    release = wait_for(
+        lambda: (
+            Release.objects.filter(request__public_id=deploy["id"], process__run__isnull=False)
+            .select_related("process__run")
+            .first()
+        ),
+        timeout=300,
+        what="the release's process",
+    )
+    assert cgroup_limits(release.process.run.container_name) == expected
     done = requester.wait(deploy, timeout=300)
-    assert done["state"] == "live", (done["reason"], done["message"])
-    process = Release.objects.get(request__public_id=deploy["id"]).process
-    assert cgroup_limits(process.run.container_name) == expected
+    if must_come_up:
+        assert done["state"] == "live", (done["reason"], done["message"])
+    else:
+        assert (done["state"], done["reason"]) in (
+            ("live", None),
+            ("failed", "not_listening"),
+            ("failed", "health_failed"),
+        ), (done["state"], done["reason"], done["message"])
 
 
 def test_request_values_outside_the_bounds_are_refused_naming_the_bound(agent):
