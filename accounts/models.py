@@ -40,7 +40,7 @@ class Role(models.TextChoices):
     ADMIN = "admin", "Admin"
 
 
-# What each role may do, cumulatively: member < reviewer < admin (DESIGN.md).
+# What each role may do, cumulatively: member < reviewer < admin.
 ROLE_RANK = {Role.MEMBER: 0, Role.REVIEWER: 1, Role.ADMIN: 2}
 
 

@@ -1,4 +1,4 @@
-"""The runner agent: one long-lived asyncio process per Docker host (DESIGN.md).
+"""The runner agent: one long-lived asyncio process per Docker host (docs/architecture.md).
 
 It carries every live run container of this instance to its end:
 1. learns of starts and exits from Docker events, and follows each container's

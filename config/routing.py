@@ -16,7 +16,7 @@ def route_by_host(app: Any) -> Any:
     """Send requests for preview hosts (`<id>.PREVIEW_DOMAIN`) and release hosts
     (`<workspace>--<team>.APPS_DOMAIN`) to the preview proxy, the rest to `app`:
     untrusted preview code never runs on the app's origin, and the app's session never
-    reaches a preview (DESIGN.md, "Previews and releases")."""
+    reaches a preview (docs/security.md)."""
     from config.mcp import PATHS, mcp_app
     from previews.gate import from_gateway
     from previews.proxy import proxy

@@ -65,7 +65,7 @@ DEBUG = envbool("DEBUG")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 
 # Sandboxes are served on their own domains so untrusted code never runs on the
-# app's origin (DESIGN.md, "Previews and releases").
+# app's origin (docs/security.md).
 PREVIEW_DOMAIN = os.environ.get("PREVIEW_DOMAIN", "preview.localhost")
 APPS_DOMAIN = os.environ.get("APPS_DOMAIN", "apps.localhost")
 ALLOWED_HOSTS += [f".{PREVIEW_DOMAIN}", f".{APPS_DOMAIN}"]
@@ -216,7 +216,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 # A worker killed mid-task gets it redelivered; tasks are written to be harmless
-# when run twice (DESIGN.md, "Processes").
+# when run twice (docs/architecture.md, "Processes").
 CELERY_TASK_ACKS_LATE = True
 # Sandbox work goes to the runner queue (one per Docker host past one machine).
 CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": "runner"}}

@@ -1,4 +1,4 @@
-"""The one error shape of Berth's HTTP API (DESIGN.md, "Shared conventions").
+"""The one error shape of Berth's HTTP API.
 
 `{"error": {"code": "snake_case", "message": "what happened and what to do", "details": {}}}`
 """

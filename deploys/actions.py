@@ -1,5 +1,5 @@
 """Every state change of deploys. The approval rules live here, in one place, whatever
-door is used (DESIGN.md, "Deploys"):
+door is used (docs/architecture.md):
 - only a signed-in person (never a token, so never MCP) with the reviewer or admin role
   in the workspace's team;
 - never the requester, nor the owner of the token that asked (Actor.user is that owner);
@@ -29,7 +29,7 @@ from deploys.models import IN_FLIGHT, Approval, DeployRequest, DeployState, Rele
 from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from runs import actions as runner_actions
-from runs.models import Run
+from runs.models import Purpose, Run
 from workspaces.models import Workspace
 from workspaces.store import open_store, pin_commit
 
@@ -265,7 +265,7 @@ def _fail(deploy: DeployRequest, reason: str, message: str) -> None:
 def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
     """The build's end: its image becomes a release process, or the deploy fails (the
     live release, if any, keeps serving)."""
-    if run.purpose != "build":
+    if run.purpose != Purpose.BUILD:
         return
     deploy = (
         DeployRequest.objects.select_related("workspace__team", "requested_by", "token")

@@ -1,4 +1,4 @@
-"""Deploys (DESIGN.md, "Deploys"): anyone allowed may ask; only a human reviewer may
+"""Deploys: anyone allowed may ask; only a human reviewer may
 approve; the release is built from exactly the approved commit, health-checked, then
 switched in, and earlier releases stay for rollback."""
 

@@ -20,7 +20,7 @@ from deploys import actions
 from deploys.access import access_deploy
 from deploys.models import PENDING, DeployRequest, Release, Route
 from previews.models import LIVE_STATES, Preview
-from runs.models import Run
+from runs.models import Purpose, Run
 from workspaces import history
 from workspaces.models import Workspace
 from workspaces.store import open_store
@@ -95,7 +95,7 @@ def review_page(
     for f in diff["files"]:
         f["rows"] = diff_lines(f["patch"])
     runs = list(
-        Run.objects.filter(workspace=workspace, commit=deploy.commit, purpose="run").order_by(
+        Run.objects.filter(workspace=workspace, commit=deploy.commit, purpose=Purpose.RUN).order_by(
             "-queued_at"
         )[:10]
     )

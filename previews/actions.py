@@ -29,7 +29,7 @@ from previews.models import (
 )
 from runs import actions as runner_actions
 from runs import logstore
-from runs.models import Run
+from runs.models import Purpose, Run
 from runs.quotas import Limits
 from workspaces.models import Workspace
 from workspaces.store import open_store
@@ -162,7 +162,7 @@ def _new_process(preview: Preview, actor: Actor) -> None:
         preview.commit,
         preview.ref,
         preview.command,
-        purpose="release" if preview.kind == "release" else "preview",
+        purpose=Purpose.RELEASE if preview.kind == "release" else "preview",
         image=preview.image or None,
     )
     Preview.objects.filter(pk=preview.pk).update(

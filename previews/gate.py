@@ -1,6 +1,6 @@
 """Who may reach a preview through its own host, and what the proxy needs to know of it.
 
-Private by default (DESIGN.md): the app checks access and hands out a single-use
+Private by default (docs/security.md): the app checks access and hands out a single-use
 ticket (previews.actions.issue_ticket); the preview host exchanges it once for a cookie
 of its own, signed, naming the preview and the person (or token) it was issued to.
 Every use of the cookie re-checks that they may still see the preview (cached briefly).
@@ -221,7 +221,7 @@ def last_lines(run_id: str | None, n: int = 20) -> list[str]:
 def cookie_headers(value: str) -> list[tuple[bytes, bytes]]:
     """Both cookies, host-only (no Domain) and HttpOnly. Chromium keeps and sends a
     cookie set inside an iframe of another site only when it is partitioned
-    (VERIFIED.md), and Secure is accepted on http://*.localhost; the Lax one covers a
+    (docs/architecture.md, "Engine facts"), and Secure is accepted on http://*.localhost; the Lax one covers a
     top-level tab where a Secure cookie over plain http would be refused."""
     age = settings.PREVIEW_COOKIE_S
     common = f"Path=/; Max-Age={age}; HttpOnly"

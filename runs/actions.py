@@ -11,7 +11,7 @@ from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
 from runs import secrets
-from runs.models import ACTIVE_STATES, Run, RunState, Secret
+from runs.models import ACTIVE_STATES, Purpose, Run, RunState, Secret
 from runs.outcomes import describe
 from runs.outputs import clean_artifact_paths
 from sandbox.egress import policy as egress_policy
@@ -226,7 +226,7 @@ def start_build(
         actor,
         Run(
             workspace=workspace,
-            purpose="build",
+            purpose=Purpose.BUILD,
             ref=ref,
             commit=commit,
             command=" && ".join(f"({c})" for c in steps) or "true",
@@ -301,8 +301,8 @@ def _require_ref_writer(actor: Actor) -> None:
 
 def _only_runs(run: Run) -> None:
     """A preview's, a release's or a build's process is its owner's to stop or repeat."""
-    if run.purpose != "run":
-        owner = "deploy" if run.purpose == "build" else run.purpose
+    if run.purpose != Purpose.RUN:
+        owner = "deploy" if run.purpose == Purpose.BUILD else run.purpose
         raise Conflict(
             f"This is the process of a {owner}; stop or restart the {owner} instead.",
             {"purpose": run.purpose},
@@ -375,12 +375,12 @@ def _queue(
     # its end; the names are the record.
     run.env_sealed = secrets.seal(env) if env else ""
     run.requested_by, run.token = actor.user, actor.token
-    if run.purpose != "run":
+    if run.purpose != Purpose.RUN:
         # A preview's quota is its own (previews.actions); a build was approved by a
         # person, and waits for no team's flood.
         run.admitted_at = timezone.now()
     with transaction.atomic():
-        if run.purpose == "run":
+        if run.purpose == Purpose.RUN:
             # Under admission's lock: requests at once cannot all pass the queue limit.
             quotas.lock()
             quotas.check_submission(workspace.team)
@@ -398,7 +398,7 @@ def _queue(
             commit=run.commit,
             runtime=run.runtime,
             secrets=run.secret_names,
-            **({"purpose": run.purpose} if run.purpose != "run" else {}),
+            **({"purpose": run.purpose} if run.purpose != Purpose.RUN else {}),
             **({"rerun_of": run.rerun_of.public_id} if run.rerun_of else {}),
         )
         if run.admitted_at is not None:
@@ -433,7 +433,7 @@ def cancel_run(run: Run, actor: Actor) -> Run:
 
 
 def run_summary(run: Run) -> dict[str, Any]:
-    """The run as the API and pages show it (DESIGN.md's shape)."""
+    """The run as the API and pages show it (the API's run object)."""
     from runs import quotas
 
     def iso(value: Any) -> str | None:

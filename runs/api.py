@@ -11,7 +11,7 @@ from core.errors import NotFound
 from runs import actions, quotas
 from runs.access import access_run, may_see_outputs
 from runs.artifacts import open_artifact
-from runs.models import Run
+from runs.models import Purpose, Run
 from runs.waiting import MAX_WAIT_S, wait_for_end
 from workspaces.api import actor_of, workspace_for
 
@@ -65,7 +65,7 @@ def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:
 @router.get("/workspaces/{slug}/runs", summary="Recent runs of a workspace")
 def list_runs(request: HttpRequest, slug: str, limit: int = 50) -> list[dict[str, Any]]:
     workspace = workspace_for(request, slug, "run")
-    runs = Run.objects.filter(workspace=workspace, purpose="run").select_related(
+    runs = Run.objects.filter(workspace=workspace, purpose=Purpose.RUN).select_related(
         "workspace", "requested_by", "token", "rerun_of"
     )[: max(1, min(limit, 200))]
     actor = actor_of(request)

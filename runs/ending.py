@@ -17,7 +17,7 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from runs import caches, logstore, outputs, secrets
-from runs.models import Run
+from runs.models import Purpose, Run
 from runs.outcomes import EXIT_EGRESS_WAIT, EXIT_NOT_FOUND, describe
 from sandbox import backend, diskwatch
 from workspaces.gitstore import Author
@@ -97,7 +97,7 @@ def early_outputs(run_id: str) -> dict[str, Any] | None:
         .filter(public_id=run_id)
         .first()
     )
-    if run is None or not run.is_active or run.purpose != "run" or run.commit_changes:
+    if run is None or not run.is_active or run.purpose != Purpose.RUN or run.commit_changes:
         return None
     return _outputs(run)
 
@@ -123,7 +123,7 @@ def end_run(
     reason = _exit_reason(run, facts)
     if run.phase == "setup" and reason in ("oom", "exit_nonzero", "command_not_found"):
         reason = "setup_oom" if reason == "oom" else "setup_failed"
-    if run.purpose == "build" and reason == "exit_zero" and facts is not None:
+    if run.purpose == Purpose.BUILD and reason == "exit_zero" and facts is not None:
         # A build can write past its caps and exit between two counts of the watch:
         # its layer is counted once more, as it would become the image, before that.
         found = diskwatch.verdict(diskwatch.count_run(run)[1], run)
@@ -144,9 +144,9 @@ def end_run(
     fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
     if log_bytes is not None:
         fields["log_bytes"] = log_bytes
-    if read_outputs and facts is not None and run.purpose == "run":
+    if read_outputs and facts is not None and run.purpose == Purpose.RUN:
         fields.update(outputs if outputs is not None else _outputs(run))
-    if run.purpose == "build" and reason == "exit_zero" and facts is not None:
+    if run.purpose == Purpose.BUILD and reason == "exit_zero" and facts is not None:
         # Committed before the end is written: whoever follows the build's end (the
         # deploy) finds the image there. The container is removed only after this.
         try:

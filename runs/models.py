@@ -24,14 +24,25 @@ class RunState(models.TextChoices):
     LOST = "lost"
 
 
+class Purpose(models.TextChoices):
+    RUN = "run"  # a command, to its end
+    # Servers another app owns: no wall-clock timeout, no outputs read back; its
+    # Preview follows the run's end.
+    PREVIEW = "preview"
+    RELEASE = "release"
+    # A release build: source in /app of a writable root layer, committed to
+    # `output_image` when it succeeds; its DeployRequest follows the run's end.
+    BUILD = "build"
+
+
 ACTIVE_STATES = (RunState.QUEUED, RunState.PREPARING, RunState.RUNNING)
 # Long-lived servers another app owns: a preview's process, a release's process.
-SERVICE_PURPOSES = ("preview", "release")
+SERVICE_PURPOSES = (Purpose.PREVIEW, Purpose.RELEASE)
 TERMINAL_STATES = tuple(s for s in RunState if s not in ACTIVE_STATES)
 
 
 class Run(models.Model):
-    """One execution: what went in, what ran, what came out (DESIGN.md, "A run").
+    """One execution: what went in, what ran, what came out.
 
     Inputs are fixed when the run is asked for (a commit SHA, never a moving branch);
     outputs are written once, by whichever process sees the end first.
@@ -39,11 +50,9 @@ class Run(models.Model):
 
     public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
     workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="runs")
-    # "run" (a command to its end); "preview" or "release" (a server: no wall-clock
-    # timeout, no outputs read back; its Preview follows this run's end); "build" (a
-    # release build: source in /app of a writable root layer, committed to
-    # `output_image` when it succeeds; its DeployRequest follows this run's end).
-    purpose = models.CharField(max_length=10, default="run", db_index=True)
+    purpose = models.CharField(
+        max_length=10, choices=Purpose.choices, default=Purpose.RUN, db_index=True
+    )
     output_image = models.CharField(max_length=200, blank=True)
     output_labels = models.JSONField(default=dict, blank=True)  # e.g. the deploy it is for
     # inputs
@@ -207,7 +216,7 @@ class Run(models.Model):
             )
             # Whoever owns a service or build run (a preview, a deploy) moves its own
             # state on from here.
-            if self.purpose != "run":
+            if self.purpose != Purpose.RUN:
                 transaction.on_commit(lambda: _announce_end(self))
             else:
                 # A slot is free: the next run that waits for one may go.

@@ -1,4 +1,4 @@
-"""What each end of a run means, and what to do next (DESIGN.md, "A run")."""
+"""What each end of a run means, and what to do next."""
 
 from runs.models import RunState
 

@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 from core.errors import QuotaExceeded
-from runs.models import ACTIVE_STATES, AdmissionLock, Run, RunState, TeamCpuDay
+from runs.models import ACTIVE_STATES, AdmissionLock, Purpose, Run, RunState, TeamCpuDay
 
 NEVER = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 
@@ -78,13 +78,16 @@ def cpu_seconds_today(team: Team) -> float:
 
 def _waiting(team: Team) -> Any:
     return Run.objects.filter(
-        workspace__team=team, purpose="run", state=RunState.QUEUED, admitted_at=None
+        workspace__team=team, purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None
     )
 
 
 def _running(team: Team) -> Any:
     return Run.objects.filter(
-        workspace__team=team, purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False
+        workspace__team=team,
+        purpose=Purpose.RUN,
+        state__in=ACTIVE_STATES,
+        admitted_at__isnull=False,
     )
 
 
@@ -122,7 +125,7 @@ def admits_at_once(team: Team) -> bool:
     """Under the lock, before a new run of `team` is saved: True when `admit` would take
     it at once, since nothing else waits and both a host slot and one of the team's are
     free. Two queries instead of admission's round (anything else goes through it)."""
-    if Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None).exists():
+    if Run.objects.filter(purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None).exists():
         return False
     active = _admitted_by_team()
     return (
@@ -143,7 +146,9 @@ def admit() -> list[int]:
     admitted: list[int] = []
     # Nothing waits (the common case, and every reconcile): no transaction and no lock,
     # so a frequent caller never holds locks another process's bulk statement needs.
-    if not Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None).exists():
+    if not Run.objects.filter(
+        purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None
+    ).exists():
         return admitted
     with transaction.atomic():
         lock()
@@ -152,7 +157,7 @@ def admit() -> list[int]:
         if free <= 0:
             return admitted
         waiting = list(
-            Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None)
+            Run.objects.filter(purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None)
             .order_by("queued_at", "id")
             .values_list("id", "workspace__team")
         )
@@ -167,7 +172,7 @@ def admit() -> list[int]:
             queues.setdefault(team, []).append(run_id)
         order = {run_id: i for i, (run_id, _) in enumerate(waiting)}
         last = dict(
-            Run.objects.filter(purpose="run", workspace__team__in=list(queues))
+            Run.objects.filter(purpose=Purpose.RUN, workspace__team__in=list(queues))
             .values_list("workspace__team")
             .annotate(at=Max("admitted_at"))
         )
@@ -222,7 +227,7 @@ def _yielding_caps(
 def _admitted_by_team() -> dict[int, int]:
     """Team id → its admitted runs still going (the slots it holds)."""
     return dict(
-        Run.objects.filter(purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False)
+        Run.objects.filter(purpose=Purpose.RUN, state__in=ACTIVE_STATES, admitted_at__isnull=False)
         .values_list("workspace__team")
         .annotate(n=Count("id"))
     )
@@ -231,7 +236,7 @@ def _admitted_by_team() -> dict[int, int]:
 def _cap_now(team: Team, limit: int) -> int:
     """The team's cap as admission would apply it at this moment."""
     waiting = dict(
-        Run.objects.filter(purpose="run", state=RunState.QUEUED, admitted_at=None)
+        Run.objects.filter(purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None)
         .values_list("workspace__team")
         .annotate(n=Count("id"))
     )
@@ -243,7 +248,7 @@ def cpu_weight(run: Run) -> int:
     team with runs waiting (a flood) gets less per container, the more it has waiting,
     so another team's few runs keep most of their speed. Idle cores are used all the
     same (a weight only matters under contention)."""
-    if run.purpose != "run":
+    if run.purpose != Purpose.RUN:
         return 1024
     waiting = _waiting(run.workspace.team).count()
     return max(64, 1024 // (1 + waiting))
@@ -252,7 +257,7 @@ def cpu_weight(run: Run) -> int:
 def queue_position(run: Run) -> dict[str, Any] | None:
     """For a run still waiting for admission: its place in its team's queue and why it
     waits. None once it is admitted (or ended)."""
-    if run.state != RunState.QUEUED or run.admitted_at is not None or run.purpose != "run":
+    if run.state != RunState.QUEUED or run.admitted_at is not None or run.purpose != Purpose.RUN:
         return None
     team = run.workspace.team
     ahead = (
@@ -263,7 +268,7 @@ def queue_position(run: Run) -> dict[str, Any] | None:
     limit = Limits.of(team).concurrent_runs
     running = _running(team).count()
     busy = Run.objects.filter(
-        purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False
+        purpose=Purpose.RUN, state__in=ACTIVE_STATES, admitted_at__isnull=False
     ).count()
     behind = f"{ahead} of the team's runs wait ahead of this one."
     cap = _cap_now(team, limit) if running < limit else limit
@@ -320,7 +325,7 @@ def usage(team: Team) -> dict[str, Any]:
         "host": {
             "slots": settings.RUNNER_SLOTS,
             "busy": Run.objects.filter(
-                purpose="run", state__in=ACTIVE_STATES, admitted_at__isnull=False
+                purpose=Purpose.RUN, state__in=ACTIVE_STATES, admitted_at__isnull=False
             ).count(),
         },
     }

@@ -6,14 +6,14 @@ from django.shortcuts import render
 from accounts.models import Membership
 from accounts.views import team_page
 from runs import quotas
-from runs.models import ACTIVE_STATES, Run
+from runs.models import ACTIVE_STATES, Purpose, Run
 
 
 @team_page()
 def usage_page(request: HttpRequest, membership: Membership) -> HttpResponse:
     team = membership.team
     active = (
-        Run.objects.filter(workspace__team=team, purpose="run", state__in=ACTIVE_STATES)
+        Run.objects.filter(workspace__team=team, purpose=Purpose.RUN, state__in=ACTIVE_STATES)
         .select_related("workspace")
         .order_by("queued_at", "id")
     )

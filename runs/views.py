@@ -24,7 +24,7 @@ from runs import actions, logstore, quotas
 from runs.access import access_run
 from runs.durations import took
 from runs.forms import RunForm
-from runs.models import Run, RunState
+from runs.models import Purpose, Run, RunState
 from runs.run_sections import sections
 from workspaces.models import Workspace
 from workspaces.store import open_store
@@ -266,7 +266,7 @@ def runs_page(request: HttpRequest, membership: Membership, workspace: Workspace
             "who": requested_by(r),
             "took": took(r.queued_at, r.finished_at or timezone.now()),
         }
-        for r in Run.objects.filter(workspace=workspace, purpose="run").select_related(
+        for r in Run.objects.filter(workspace=workspace, purpose=Purpose.RUN).select_related(
             "requested_by", "token"
         )[:RECENT_RUNS]
     ]

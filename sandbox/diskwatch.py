@@ -28,7 +28,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from runs.models import Run, RunState
+from runs.models import Purpose, Run, RunState
 from sandbox import backend
 from sandbox.usage import WalkFailed
 
@@ -62,7 +62,7 @@ def roots_of(run: Run) -> list[str]:
     """Where the run's writable storage is on this host: a release build's writable
     root layer; else its /workspace volume, and while its setup step runs, that step's
     own /workspace and /deps."""
-    if run.purpose == "build":
+    if run.purpose == Purpose.BUILD:
         layer = backend.writable_layer_path(run.container_name)
         return [layer] if layer else []
     names = [run.container_name] + (
@@ -101,7 +101,7 @@ def verdict(usage: backend.Usage, run: Run) -> tuple[str, str] | None:
     max_inodes, max_bytes = caps(run)
     where = (
         "its writable layer (/app and the rest of the root)"
-        if run.purpose == "build"
+        if run.purpose == Purpose.BUILD
         else "/workspace" + (" and /deps" if run.phase == "setup" else "")
     )
     if usage.failed:
@@ -137,7 +137,9 @@ class DiskWatch:
     async def round(self) -> None:
         loop = asyncio.get_running_loop()
         running = await self.db(
-            lambda: list(Run.objects.filter(state=RunState.RUNNING).exclude(purpose="release"))
+            lambda: list(
+                Run.objects.filter(state=RunState.RUNNING).exclude(purpose=Purpose.RELEASE)
+            )
         )()
         ids = {run.public_id for run in running}
         for gone in set(self.watched) - ids:

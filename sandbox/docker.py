@@ -1,7 +1,7 @@
-"""Hardened run containers with the docker SDK (DESIGN.md, "Sandbox hardening").
+"""Hardened run containers with the docker SDK (docs/security.md).
 
 Source goes in with `put_archive` into the per-run volume of a created, not yet
-started container (VERIFIED.md: the only place that works with a read-only root).
+started container (docs/architecture.md, "Engine facts": the only place that works with a read-only root).
 """
 
 import concurrent.futures
@@ -18,7 +18,7 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from core.errors import BerthError
 from runs import logstore
-from runs.models import Run
+from runs.models import Purpose, Run
 from sandbox import hardening
 from sandbox.egress.policy import PROXY_PORT
 from sandbox.engine import engine
@@ -105,14 +105,14 @@ def _host_config(
     # reach the engine with a limit that vanishes (0 nano-CPUs is no CPU limit at all).
     limits, _ = within_bounds(run.limits)
     memory = f"{int(limits['memory_mb'])}m"
-    in_app = run.purpose in ("build", "release")
+    in_app = run.purpose in (Purpose.BUILD, Purpose.RELEASE)
     return dict(
         user="1000:1000",
         working_dir="/app" if in_app else "/workspace",
         cap_drop=["ALL"],
         # Berth's seccomp profile, never the engine's default (hardening.py says why).
         security_opt=hardening.security_opt(runtime),
-        read_only=run.purpose != "build",
+        read_only=run.purpose != Purpose.BUILD,
         network_mode="none",
         init=True,
         ipc_mode="private",
@@ -162,7 +162,7 @@ def image_allowed(image: str, run: Run | None = None) -> bool:
         return True
     return (
         run is not None
-        and run.purpose == "release"
+        and run.purpose == Purpose.RELEASE
         and image.startswith(f"berth-{settings.BERTH_INSTANCE}-release-{run.workspace.public_id}:")
     )
 
@@ -242,9 +242,9 @@ def prepare_and_start(
         return True
     for container in existing:
         remove_sandbox(container.name)
-    in_app = run.purpose in ("build", "release")
+    in_app = run.purpose in (Purpose.BUILD, Purpose.RELEASE)
     # Read from Git while the engine works on the calls below.
-    source = None if run.purpose == "release" else _BACKGROUND.submit(_source, run)
+    source = None if run.purpose == Purpose.RELEASE else _BACKGROUND.submit(_source, run)
     volume = None
     if not in_app:
         # The engine answers two calls at once: the volume is made while the image is
@@ -340,7 +340,7 @@ def _source(run: Run) -> bytes | Iterator[bytes]:
     hand in the store) ends the run `source_too_large` before anything is copied. A
     small tree is built here at once (while the engine works on the other calls); a
     large one is streamed into the engine entry by entry, never held whole."""
-    under = "app" if run.purpose == "build" else ""
+    under = "app" if run.purpose == Purpose.BUILD else ""
     with open_store(run.workspace) as store:
         try:
             size = measure_commit(store, run.commit)

@@ -56,7 +56,7 @@ os.execvp(sys.argv[1], sys.argv[1:])
 """
 
 # Runs in the chroot as root. Mount points are owned by the sandbox uid because a new
-# named volume takes its owner from the image's mount point (VERIFIED.md).
+# named volume takes its owner from the image's mount point (docs/architecture.md, "Engine facts").
 SETUP_SCRIPT = f"""\
 set -eu
 apt-get update -qq

@@ -1,4 +1,4 @@
-"""Sockets inside a sandbox's network namespace (VERIFIED.md, "Reaching into a sandbox").
+"""Sockets inside a sandbox's network namespace (docs/architecture.md, "Engine facts").
 
 A sandbox has `network_mode="none"`: nothing outside can reach it. Berth's own
 processes reach a preview's port by creating a socket *inside* its namespace: a

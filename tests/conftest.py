@@ -10,7 +10,7 @@ from tests import servers
 
 
 class Cast:
-    """DESIGN.md's test cast: alice admin, bob reviewer, carol member of team A;
+    """The test cast: alice admin, bob reviewer, carol member of team A;
     charlie in team B."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""`workspace.toml`: how a workspace runs (format in DESIGN.md), parsed into types.
+"""`workspace.toml`: how a workspace runs (format in the README), parsed into types.
 
 Errors name the line, so a person can fix the file; the operator's maxima are applied
 later, when a run is prepared.

@@ -1,4 +1,4 @@
-"""The one place a path inside a workspace is validated (DESIGN.md, security rules).
+"""The one place a path inside a workspace is validated (docs/security.md).
 
 Every door (API, pages, MCP, git push checks) passes paths through `clean_path`, and
 tree entry names through `check_entry_name`, before anything touches the repository.
