@@ -11,7 +11,8 @@ processes, without locks:
 2. a reader trusts only the index, so it never sees an entry whose data is not whole.
 
 The channel layer only carries "there is more, up to seq N" (`signal`); readers always
-read the files, so a signal that channels_redis drops loses nothing (docs/architecture.md, "Engine facts").
+read the files, so a signal that channels_redis drops loses nothing
+(docs/architecture.md, "Engine facts").
 """
 
 import json

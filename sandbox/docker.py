@@ -1,7 +1,8 @@
 """Hardened run containers with the docker SDK (docs/security.md).
 
 Source goes in with `put_archive` into the per-run volume of a created, not yet
-started container (docs/architecture.md, "Engine facts": the only place that works with a read-only root).
+started container: with a read-only root, the only place that works
+(docs/architecture.md, "Engine facts").
 """
 
 import concurrent.futures
