@@ -222,7 +222,8 @@ def cookie_headers(value: str) -> list[tuple[bytes, bytes]]:
     """Both cookies, host-only (no Domain) and HttpOnly. Chromium keeps and sends a
     cookie set inside an iframe of another site only when it is partitioned
     (docs/architecture.md, "Engine facts"), and Secure is accepted on
-    http://*.localhost; the Lax one covers a top-level tab where a Secure cookie over plain http would be refused."""
+    http://*.localhost; the Lax one covers a top-level tab where a Secure cookie over
+    plain http would be refused."""
     age = settings.PREVIEW_COOKIE_S
     common = f"Path=/; Max-Age={age}; HttpOnly"
     return [
