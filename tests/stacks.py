@@ -92,8 +92,9 @@ class RedisServer:
 class Stack:
     """The running supervised stack and an API client (alice's token: admin of team A)."""
 
-    def __init__(self, root: Path, redis_server: RedisServer) -> None:
+    def __init__(self, root: Path, redis_server: RedisServer, code: Path = ROOT) -> None:
         self.root = root
+        self.code = code  # the checkout it runs: this one, or an older one (upgrades)
         self.data_dir = root / "data"
         self.redis = redis_server
         self.port, self.preview_port = free_port(), free_port()
@@ -132,24 +133,28 @@ class Stack:
         """What `manage.py prepare` does for `make run` (the image is the suite's), and a
         team, a member and her token."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        out = subprocess.run(
-            [str(ROOT / ".venv/bin/python"), "manage.py", "shell", "-c", SETUP],
-            cwd=ROOT,
+        out = self.shell(SETUP)
+        self.token = re.search(r"^TOKEN (\S+)$", out, re.M).group(1)  # type: ignore[union-attr]
+        self.session.headers["Authorization"] = f"Bearer {self.token}"
+
+    def shell(self, code: str) -> str:
+        """`code` run by `manage.py shell` of the stack's checkout, on its data."""
+        return subprocess.run(
+            [str(self.code / ".venv/bin/python"), "manage.py", "shell", "-c", code],
+            cwd=self.code,
             env=self.env,
             capture_output=True,
             text=True,
             timeout=120,
             check=True,
         ).stdout
-        self.token = re.search(r"^TOKEN (\S+)$", out, re.M).group(1)  # type: ignore[union-attr]
-        self.session.headers["Authorization"] = f"Bearer {self.token}"
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             # A session of its own, as a terminal's `make run` is its own process group.
             self.proc = subprocess.Popen(
-                [str(ROOT / "scripts/supervise")],
-                cwd=ROOT,
+                [str(self.code / "scripts/supervise")],
+                cwd=self.code,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -302,12 +307,13 @@ class Stack:
 
 
 @contextmanager
-def supervised_stack(root: Path) -> Iterator[Stack]:
-    """A fresh stack under `root` (emptied first), stopped and removed at the end."""
+def supervised_stack(root: Path, code: Path = ROOT) -> Iterator[Stack]:
+    """A fresh stack under `root` (emptied first) running the checkout `code`, stopped
+    and removed at the end."""
     shutil.rmtree(root, ignore_errors=True)
     redis_server = RedisServer(root / "redis")
     redis_server.start()
-    stack = Stack(root, redis_server)
+    stack = Stack(root, redis_server, code)
     try:
         stack.prepare()
         stack.start()
