@@ -187,7 +187,7 @@ def _check_image(run: Run) -> str:
 
 
 def egress_on(run: Run) -> bool:
-    return run.network.get("mode") == "proxy"
+    return bool(run.network.get("mode") == "proxy")
 
 
 def _command(run: Run, command: str) -> list[str]:
@@ -495,10 +495,11 @@ def remove_sandbox(name: str) -> None:
     """Remove a run's container and its volume of the same name (if any); gone already
     is fine. One engine call each, by name (no look-up first)."""
     api = engine().api
-    for remove in (
+    removals: tuple[Callable[[], object], ...] = (
         lambda: api.remove_container(name, force=True),
         lambda: api.remove_volume(name, force=True),
-    ):
+    )
+    for remove in removals:
         with contextlib.suppress(docker.errors.NotFound):
             remove()
 

@@ -211,7 +211,7 @@ def ensure_sandbox_image(*, force: bool = False, log: Callable[[str], None] = pr
                 f"only {DEFAULT_IMAGE}; pull yours with: docker pull {settings.SANDBOX_IMAGE}"
             ) from None
         log(f"Using the operator's image {settings.SANDBOX_IMAGE} ({image.short_id}).")
-        return image.id
+        return str(image.id)
 
     versioned = f"{REPOSITORY}:{recipe_tag()}"
     try:
@@ -227,7 +227,7 @@ def ensure_sandbox_image(*, force: bool = False, log: Callable[[str], None] = pr
     if DEFAULT_IMAGE not in image.tags:
         image.tag(REPOSITORY, SUITE)
         log(f"Tagged {versioned} as {DEFAULT_IMAGE}.")
-    return image.id
+    return str(image.id)
 
 
 def _build(versioned: str, log: Callable[[str], None]) -> None:
