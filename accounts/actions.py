@@ -1,5 +1,6 @@
 """Every state change of accounts: atomic, and each writes an Activity row."""
 
+import logging
 import secrets
 from datetime import timedelta
 from typing import Any
@@ -11,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts import socket_access
+from accounts import feed, socket_access
 from accounts.access import Actor
 from accounts.egress import BadEntry, check_entries
 from accounts.models import Activity, ApiToken, Invitation, Membership, Role, Team
@@ -39,10 +40,6 @@ def record(
 
 def _signal_safely(team_id: int, activity_id: int) -> None:
     """A feed that cannot be told (Redis down) must never undo or fail the action."""
-    import logging
-
-    from accounts import feed
-
     try:
         feed.signal(team_id, activity_id)
     except Exception as e:

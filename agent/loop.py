@@ -25,7 +25,9 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from runs import caches, ending
+from deploys.actions import restore_all
+from previews.watch import Watcher
+from runs import caches, ending, quotas, tasks
 from runs.follow import Follower
 from runs.models import ACTIVE_STATES, DepCache, Run, RunState, TeamCpuDay
 from runs.outcomes import describe
@@ -125,8 +127,6 @@ class Agent:
         ).start()
         log.info("runner agent started (instance %s)", settings.BERTH_INSTANCE)
         await self._safely(self.reconcile)
-        from previews.watch import Watcher
-
         watcher = Watcher()
         tasks = [
             asyncio.create_task(self._consume(events)),
@@ -358,8 +358,6 @@ class Agent:
         """Runs accepted while the broker was down: their prepare task, now. Sent on a
         thread of its own: a broker that is still down makes each try wait a moment,
         which must not hold up the other runs' ORM calls."""
-        from runs import tasks
-
         run_ids = await _db(tasks.undelivered_runs)()
         if run_ids:
             await _thread(tasks.send_again)(run_ids, "the broker had not received them")
@@ -404,14 +402,10 @@ class Agent:
         }
         stale = await _db(self._lost_runs)(started)
         if stale:
-            from runs import tasks
-
             await _thread(tasks.send_again)(
                 stale, f"no worker carried them on within {STALE_PREPARING.seconds} s"
             )
         await self._reconcile_stray_volumes()
-        from deploys.actions import restore_all
-
         await _db(restore_all)()
 
     def _lost_runs(self, with_container: set[str]) -> list[int]:
@@ -419,8 +413,6 @@ class Agent:
         worker carried on within STALE_PREPARING of their last send or start (the
         message may be lost: a worker killed mid-task, a broker restarted without its
         data), to be sent again (idempotent: the container name is unique)."""
-        from runs import quotas
-
         now = timezone.now()
         stale = []
         for run in Run.objects.filter(state__in=ACTIVE_STATES).exclude(

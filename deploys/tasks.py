@@ -2,6 +2,8 @@
 
 from celery import shared_task
 
+from deploys.actions import prune_images
+from deploys.models import Route
 from previews import actions as preview_actions
 from previews.models import Preview
 
@@ -9,8 +11,6 @@ from previews.models import Preview
 @shared_task(acks_late=True, ignore_result=True)
 def stop_release_process(preview_id: int) -> None:
     """The process of a release the route moved away from, after its drain time."""
-    from deploys.models import Route
-
     preview = Preview.objects.select_related("workspace__team", "run").filter(pk=preview_id).first()
     if preview is None or not preview.is_live:
         return
@@ -18,6 +18,4 @@ def stop_release_process(preview_id: int) -> None:
         return  # routed to it again meanwhile (a rollback): keep it
     preview_actions.stop_preview(preview, None, reason="superseded")
     # Its image was kept while it ran; it may be one too many now.
-    from deploys.actions import prune_images
-
     prune_images(preview.workspace)

@@ -20,6 +20,7 @@ import docker
 from django.db import connection
 
 from runs import logstore, secrets
+from runs.models import Run
 from sandbox.engine import engine
 
 log = logging.getLogger("berth.runner_agent")
@@ -124,8 +125,6 @@ class Follower(threading.Thread):
         """The values the run was granted (sealed on the run when it was prepared),
         masked before a line is stored (a value split across two 16 KB pieces of one
         long line is the one case this cannot see)."""
-        from runs.models import Run
-
         try:
             sealed = (
                 Run.objects.filter(public_id=self.run_id)

@@ -14,6 +14,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
 from accounts.secret_names import NAME, check_name
+from runs.models import Secret
 
 __all__ = ["NAME", "check_name"]
 
@@ -119,8 +120,6 @@ def unseal(sealed: str) -> dict[str, str]:
 
 def values_for(workspace_id: int, names: Iterable[str]) -> dict[str, str]:
     """The decrypted values of the named secrets of a workspace (absent names skipped)."""
-    from runs.models import Secret
-
     wanted = list(names)
     if not wanted:
         return {}

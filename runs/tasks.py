@@ -13,7 +13,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from core import broker
-from runs import secrets
+from runs import caches, retention, secrets
 from runs.models import Run, RunState
 from runs.outcomes import describe
 from sandbox import backend
@@ -131,13 +131,9 @@ def _fail(run: Run, reason: str, **facts: object) -> None:
 def apply_retention() -> None:
     """Logs and artifacts of runs that ended more than RUN_RETENTION_DAYS ago are removed
     (the run row, with its inputs, outcome and changes, stays)."""
-    from runs import retention
-
     retention.apply()
 
 
 @shared_task(name="runner.tasks.evict_caches", ignore_result=True)
 def evict_caches() -> None:
-    from runs import caches
-
     caches.evict()

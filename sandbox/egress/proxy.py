@@ -18,6 +18,7 @@ after EGRESS_IDLE_TIMEOUT_S.
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 import time
@@ -584,8 +585,6 @@ def _target(event: h11.Request) -> tuple[Attempt | None, bytes]:
 
 
 async def _resolve(host: str, port: int) -> list[policy.Address]:
-    import ipaddress
-
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError:
