@@ -7,8 +7,6 @@ started container: with a read-only root, the only place that works
 
 import concurrent.futures
 import contextlib
-import os
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +19,7 @@ from core.errors import BerthError
 from runs import logstore
 from runs.models import Purpose, Run
 from sandbox import hardening
+from sandbox.containers import engine_runtimes, existing, remove_sandbox
 from sandbox.egress.policy import PROXY_PORT
 from sandbox.engine import engine
 from sandbox.images import EGRESS_WAIT
@@ -46,25 +45,6 @@ class SandboxError(Exception):
     def __init__(self, reason: str, **facts: object) -> None:
         super().__init__(reason)
         self.reason, self.facts = reason, facts
-
-
-_runtimes: tuple[float, dict[str, list[str]]] = (0.0, {})
-RUNTIMES_FRESH_S = 30.0
-
-
-def engine_runtimes(fresh: bool = False) -> dict[str, list[str]]:
-    """The runtimes the engine has registered, each with its runtimeArgs; asked at most
-    every 30 s (an engine info call costs ~8 ms per run otherwise)."""
-    global _runtimes
-    if fresh or time.monotonic() - _runtimes[0] > RUNTIMES_FRESH_S:
-        _runtimes = (
-            time.monotonic(),
-            {
-                name: list((spec or {}).get("runtimeArgs") or [])
-                for name, spec in (engine().info().get("Runtimes") or {}).items()
-            },
-        )
-    return _runtimes[1]
 
 
 def _registered(runtime: str) -> list[str]:
@@ -211,13 +191,6 @@ def _proxy_env(run: Run) -> dict[str, str]:
     return env
 
 
-def _existing(name: str) -> Any:
-    try:
-        return engine().containers.get(name)
-    except docker.errors.NotFound:
-        return None
-
-
 def prepare_and_start(
     run: Run,
     env: dict[str, str],
@@ -238,10 +211,10 @@ def prepare_and_start(
     one that moved the run out of `queued`) has nothing to find, and skips the look.
     """
     names = (run.setup_container_name, run.container_name)
-    existing = [] if first_delivery else [c for c in map(_existing, names) if c is not None]
-    if any(c.status != "created" for c in existing):
+    made = [] if first_delivery else [c for c in map(existing, names) if c is not None]
+    if any(c.status != "created" for c in made):
         return True
-    for container in existing:
+    for container in made:
         remove_sandbox(container.name)
     in_app = run.purpose in (Purpose.BUILD, Purpose.RELEASE)
     # Read from Git while the engine works on the calls below.
@@ -414,28 +387,12 @@ def _deps(run: Run, image_id: str) -> tuple[dict[str, Any], Mount | None]:
 def start_main(run: Run) -> bool:
     """Start the main container created by `prepare_and_start` (after setup); False if
     it is gone. A second call for a started container is harmless."""
-    container = _existing(run.container_name)
+    container = existing(run.container_name)
     if container is None:
         return False
     if container.status == "created":
         container.start()
     return True
-
-
-def workspace_host_path(name: str) -> str | None:
-    """The folder of a run's /workspace volume on this host, when the agent can read it
-    (a local engine): reading it there costs a few ms, the engine's archive ~50."""
-    try:
-        root = engine().volumes.get(name).attrs.get("Mountpoint") or ""
-    except docker.errors.NotFound:
-        return None
-    return root if os.path.isdir(root) else None
-
-
-def get_workspace_archive(name: str) -> Any:
-    """The /workspace folder of a stopped container as a stream of tar chunks."""
-    chunks, _ = engine().containers.get(name).get_archive("/workspace", chunk_size=1 << 16)
-    return chunks
 
 
 def _isolation(container: Any, runtime_args: list[str]) -> dict[str, Any]:
@@ -468,42 +425,6 @@ def _isolation(container: Any, runtime_args: list[str]) -> dict[str, Any]:
     }
 
 
-def signal_sandbox(name: str, sig: str) -> bool:
-    """Send a signal to the container's init; False if it is gone or not running."""
-    try:
-        engine().containers.get(name).kill(signal=sig)
-    except (docker.errors.NotFound, docker.errors.APIError):
-        return False
-    return True
-
-
-def finalize_facts(name: str) -> dict[str, Any] | None:
-    """Exit code and OOM flag of a stopped container, or None if it is gone."""
-    container = _existing(name)
-    if container is None:
-        return None
-    state = container.attrs["State"]
-    return {
-        "running": state.get("Running"),
-        "exit_code": state.get("ExitCode"),
-        "oom_killed": state.get("OOMKilled"),
-        "status": state.get("Status"),
-    }
-
-
-def remove_sandbox(name: str) -> None:
-    """Remove a run's container and its volume of the same name (if any); gone already
-    is fine. One engine call each, by name (no look-up first)."""
-    api = engine().api
-    removals: tuple[Callable[[], object], ...] = (
-        lambda: api.remove_container(name, force=True),
-        lambda: api.remove_volume(name, force=True),
-    )
-    for remove in removals:
-        with contextlib.suppress(docker.errors.NotFound):
-            remove()
-
-
 def remove_run(run: Run) -> None:
     """Everything a run created: both containers, the /workspace volume, and the /deps
     volume it filled unless that became the cache for its key."""
@@ -513,27 +434,6 @@ def remove_run(run: Run) -> None:
     remove_sandbox(run.container_name)
     if caches.volume_exists(run.deps_volume_name) and not caches.is_cache(run.deps_volume_name):
         caches.remove_volume(run.deps_volume_name)
-
-
-def sandbox_pid(name: str) -> int | None:
-    """The host pid of a running container's init (under runsc: of its sandbox), whose
-    network namespace is the sandbox's; None if it is not running."""
-    container = _existing(name)
-    if container is None or not container.attrs["State"].get("Running"):
-        return None
-    return int(container.attrs["State"].get("Pid") or 0) or None
-
-
-def cpu_seconds(name: str) -> float | None:
-    """CPU time the running container has used so far, from the engine's cgroup
-    accounting (one-shot: no second sample to wait for); None when it is not running.
-    The cgroup goes with the container, so this is read while it runs."""
-    try:
-        stats = engine().api.stats(name, stream=False, one_shot=True)
-    except docker.errors.NotFound:
-        return None
-    total = ((stats or {}).get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
-    return total / 1e9 if total else None
 
 
 def commit_release_image(run: Run) -> str:
@@ -558,8 +458,3 @@ def commit_release_image(run: Run) -> str:
         },
     )
     return str(image.id)
-
-
-def remove_image(name: str) -> None:
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        engine().images.remove(name, force=True)

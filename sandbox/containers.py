@@ -1,0 +1,117 @@
+"""What the engine does to one container, by its name: signal it, read its exit, its
+pid, its CPU time and its /workspace, remove it. Nothing here knows what the container
+is for; sandbox.docker creates them.
+"""
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import docker
+
+from sandbox.engine import engine
+
+_runtimes: tuple[float, dict[str, list[str]]] = (0.0, {})
+RUNTIMES_FRESH_S = 30.0
+
+
+def engine_runtimes(fresh: bool = False) -> dict[str, list[str]]:
+    """The runtimes the engine has registered, each with its runtimeArgs; asked at most
+    every 30 s (an engine info call costs ~8 ms per run otherwise)."""
+    global _runtimes
+    if fresh or time.monotonic() - _runtimes[0] > RUNTIMES_FRESH_S:
+        _runtimes = (
+            time.monotonic(),
+            {
+                name: list((spec or {}).get("runtimeArgs") or [])
+                for name, spec in (engine().info().get("Runtimes") or {}).items()
+            },
+        )
+    return _runtimes[1]
+
+
+def existing(name: str) -> Any:
+    try:
+        return engine().containers.get(name)
+    except docker.errors.NotFound:
+        return None
+
+
+def workspace_host_path(name: str) -> str | None:
+    """The folder of a run's /workspace volume on this host, when the agent can read it
+    (a local engine): reading it there costs a few ms, the engine's archive ~50."""
+    try:
+        root = engine().volumes.get(name).attrs.get("Mountpoint") or ""
+    except docker.errors.NotFound:
+        return None
+    return root if os.path.isdir(root) else None
+
+
+def get_workspace_archive(name: str) -> Any:
+    """The /workspace folder of a stopped container as a stream of tar chunks."""
+    chunks, _ = engine().containers.get(name).get_archive("/workspace", chunk_size=1 << 16)
+    return chunks
+
+
+def signal_sandbox(name: str, sig: str) -> bool:
+    """Send a signal to the container's init; False if it is gone or not running."""
+    try:
+        engine().containers.get(name).kill(signal=sig)
+    except (docker.errors.NotFound, docker.errors.APIError):
+        return False
+    return True
+
+
+def finalize_facts(name: str) -> dict[str, Any] | None:
+    """Exit code and OOM flag of a stopped container, or None if it is gone."""
+    container = existing(name)
+    if container is None:
+        return None
+    state = container.attrs["State"]
+    return {
+        "running": state.get("Running"),
+        "exit_code": state.get("ExitCode"),
+        "oom_killed": state.get("OOMKilled"),
+        "status": state.get("Status"),
+    }
+
+
+def remove_sandbox(name: str) -> None:
+    """Remove a run's container and its volume of the same name (if any); gone already
+    is fine. One engine call each, by name (no look-up first)."""
+    api = engine().api
+    removals: tuple[Callable[[], object], ...] = (
+        lambda: api.remove_container(name, force=True),
+        lambda: api.remove_volume(name, force=True),
+    )
+    for remove in removals:
+        with contextlib.suppress(docker.errors.NotFound):
+            remove()
+
+
+def sandbox_pid(name: str) -> int | None:
+    """The host pid of a running container's init (under runsc: of its sandbox), whose
+    network namespace is the sandbox's; None if it is not running."""
+    container = existing(name)
+    if container is None or not container.attrs["State"].get("Running"):
+        return None
+    return int(container.attrs["State"].get("Pid") or 0) or None
+
+
+def cpu_seconds(name: str) -> float | None:
+    """CPU time the running container has used so far, from the engine's cgroup
+    accounting (one-shot: no second sample to wait for); None when it is not running.
+    The cgroup goes with the container, so this is read while it runs."""
+    try:
+        stats = engine().api.stats(name, stream=False, one_shot=True)
+    except docker.errors.NotFound:
+        return None
+    total = ((stats or {}).get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
+    return total / 1e9 if total else None
+
+
+def remove_image(name: str) -> None:
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        engine().images.remove(name, force=True)
