@@ -105,7 +105,7 @@ def test_changed_files_are_reported_with_a_diff_and_gitignored_files_left_out(ag
 
 def test_commit_changes_puts_a_formatters_rewrite_on_a_runs_branch(agent, shop):
     done = agent.wait(agent.run("sed -i 's/Hello/Howdy/' app.py", commit_changes=True))
-    assert done["state"] == "succeeded"
+    assert done["state"] == "succeeded", (done["reason"], done["message"])
     committed = done["changes_commit"]
     assert committed["branch"] == f"runs/{done['id']}"
     branches = {b["name"] for b in agent.get("/workspaces/shop/branches").json()}
