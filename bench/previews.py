@@ -187,7 +187,7 @@ def bare_preview(i: int) -> float:
     read-only), put_archive of the same tree, start, probe from inside until 200."""
     from docker.types import Mount
 
-    from previews.upstream import probe
+    from previews.probe import probe
     from runner.engine import engine
     from runner.models import DepCache, Run
     from runner.sandbox.docker import _host_config

@@ -1,7 +1,7 @@
 """The preview gateway's (previews.gateway) side toward the browser, an asyncio
 protocol around llhttp (httptools): `Client` parses requests, routes each (the fast
-path to a sandbox, or the web process), and answers them in order; the side toward
-the app is previews.relay_upstream.
+path to a sandbox, or a question to the web process first), and answers them in order;
+the side toward the app is previews.relay_upstream, a WebSocket is previews.tunnel's.
 
 Framing is previews.framing's. Backpressure both ways: a side whose send buffer
 passes HIGH_WATER stops the other side's reading until it drains, so a 50 MB answer
@@ -15,10 +15,19 @@ from typing import Any
 
 import httptools
 from django.conf import settings
+from websockets.asyncio.connection import Connection
 
-from previews import pages
-from previews.framing import Exchange, answer_head, chunk, own_answer, request_header_block
+from previews import gate, pages, tunnel
+from previews.framing import (
+    FRAMING,
+    Exchange,
+    answer_head,
+    chunk,
+    own_answer,
+    request_header_block,
+)
 from previews.gateway import Gateway, Route
+from previews.headers import HOP_BY_HOP, connection_named
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
 from runner.sandbox.netns import NamespaceGone
 
@@ -42,7 +51,6 @@ class Client(asyncio.Protocol):
         self.peer = ""
         self.paused: set[str] = set()
         self.writing_paused = False
-        self.tunnel: Upstream | None = None
         self.gone = False
         self.close_after = False  # the answer being written ends the connection
         self.no_more = False  # no further request will be read: close once all are answered
@@ -85,9 +93,6 @@ class Client(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last = self.loop.time()
-        if self.tunnel is not None:
-            self.tunnel.transport.write(data)
-            return
         if self.no_more or self.lingering:
             return
         if self.in_head:
@@ -100,8 +105,8 @@ class Client(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as e:
             # The upgrade request is queued whole; what follows its head belongs to the
-            # tunnel, which opens when the request's turn comes (unless it was refused
-            # already, at once: then the connection ends with that answer).
+            # WebSocket, which opens when the request's turn comes (unless it was
+            # refused already, at once: then the connection ends with that answer).
             self.parsing.tail = data[e.args[0] :]
             if not self.parsing.answered:
                 self._pause("upgrade")
@@ -127,7 +132,7 @@ class Client(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         """The client sent all it will (a half-close): answer what it asked, then close."""
-        if self.tunnel is not None or not self.queue or self.lingering:
+        if not self.queue or self.lingering:
             return False
         self.no_more = True
         return True
@@ -136,8 +141,6 @@ class Client(asyncio.Protocol):
         self.gone = True
         if self.timer:
             self.timer.cancel()
-        if self.tunnel is not None:
-            self.tunnel.close()
         for ex in self.queue:
             if ex.upstream is not None and ex.upstream.ex is ex:
                 ex.upstream.ex = None
@@ -158,7 +161,7 @@ class Client(asyncio.Protocol):
             upstream.transport.resume_reading()
 
     def _upstream(self) -> Upstream | None:
-        return self.tunnel or (self.queue[0].upstream if self.queue else None)
+        return self.queue[0].upstream if self.queue else None
 
     def _pause(self, why: str) -> None:
         if not self.paused and not self.gone:
@@ -182,12 +185,7 @@ class Client(asyncio.Protocol):
         if left > 0:
             self.timer = self.loop.call_later(left, self._idle_check)
             return
-        if (
-            self.queue
-            and not self.queue[0].answered
-            and self.tunnel is None
-            and not self.writing_paused
-        ):
+        if self.queue and not self.queue[0].answered and not self.writing_paused:
             self.close_after = True
             self._answer(
                 self.queue[0],
@@ -267,9 +265,9 @@ class Client(asyncio.Protocol):
         ):
             self._too_large(ex)
             return
-        if ex.upstream is not None:
+        if ex.upstream is not None and ex.route is not None and ex.route.kind == "sandbox":
             ex.upstream.write_body(body, ex.chunked)
-        elif not ex.answered:
+        elif not ex.answered:  # kept while the web process decides (it never gets a body)
             ex.pending.append(body)
             ex.pending_size += len(body)
             if ex.pending_size > HIGH_WATER:
@@ -279,7 +277,7 @@ class Client(asyncio.Protocol):
         ex = self.parsing
         ex.ended = True
         self.in_head = True
-        if ex.upstream is not None and not ex.upgrade:
+        if ex.upstream is not None and ex.route is not None and ex.route.kind == "sandbox":
             ex.upstream.end_body(ex.chunked)
 
     # -- routing a request -------------------------------------------------------------
@@ -314,6 +312,10 @@ class Client(asyncio.Protocol):
         if route.kind == "answer":
             self._answer(ex, route.status, route.code, route.message, route.title)
             return
+        if ex.upgrade:
+            # Never handed on as bytes: the web process decides, and watches its viewer.
+            self.loop.create_task(tunnel.serve(self, ex))
+            return
         if route.kind == "sandbox":
             assert route.target is not None
             self.gw.opened(route.target)
@@ -321,7 +323,12 @@ class Client(asyncio.Protocol):
             if ex.chunked and ex.body_seen > self.gw.max_body:
                 self._too_large(ex)
                 return
-        upstream = None if ex.upgrade else self.gw.take(route.key)
+            if ex.expect:
+                # The app is not told of it (previews.headers): the gateway, about to
+                # read the body on, asks for it itself.
+                ex.expect = False
+                self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        upstream = self.gw.take(route.key)
         if upstream is not None:
             self._send(ex, upstream)
         else:
@@ -376,14 +383,9 @@ class Client(asyncio.Protocol):
             upstream.transport.pause_reading()
         elif not upstream.transport.is_reading():
             upstream.transport.resume_reading()
-        upstream.transport.write(self._head(ex) + ex.tail)
-        if ex.upgrade:
-            # From here on bytes flow untouched both ways: the web process speaks the
-            # WebSocket and enforces its caps (message size, idle time).
-            self.tunnel = upstream
-            upstream.tunnel = self
-            self._resume("upgrade")
-            return
+        upstream.transport.write(self._head(ex))
+        if ex.route is not None and ex.route.kind == "app":
+            return  # a question: the body waits for the verdict (`decided`)
         for piece in ex.pending:
             upstream.write_body(piece, ex.chunked)
         ex.pending.clear()
@@ -394,7 +396,7 @@ class Client(asyncio.Protocol):
 
     def _head(self, ex: Exchange) -> bytes:
         assert ex.route is not None
-        key = (ex.route.kind, ex.upgrade, ex.chunked, ex.length, ex.method, ex.headers)
+        key = (ex.route.kind, ex.chunked, ex.length, ex.method, ex.headers)
         if key != self.sent[0]:
             self.sent = (key, request_header_block(ex, self.peer, self.gw))
         return b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", self.sent[1]))
@@ -406,6 +408,11 @@ class Client(asyncio.Protocol):
     ) -> None:
         ex = upstream.ex
         assert ex is not None and ex.route is not None
+        if ex.route.kind == "app":
+            verdict = next((v for k, v in given if k == gate.VERDICT), None)
+            if verdict is not None:
+                upstream.verdict = verdict  # carried out once its (empty) answer ends
+                return
         frames = self.gw.frames_for(ex.route) if ex.route.kind == "sandbox" else None
         key = (
             status,
@@ -429,6 +436,8 @@ class Client(asyncio.Protocol):
             upstream.done = True
 
     def respond_body(self, upstream: Upstream, data: bytes) -> None:
+        if upstream.verdict is not None:
+            return
         if upstream.mode == "chunked":
             self.write(chunk(data))
         else:
@@ -438,6 +447,9 @@ class Client(asyncio.Protocol):
         ex = upstream.ex
         if ex is None:
             return
+        if upstream.verdict is not None:
+            self._decided(ex, upstream)
+            return
         if upstream.mode == "chunked":
             self.write(b"0\r\n\r\n")
         self.flush()  # before the connection may close, or the next answer start
@@ -445,7 +457,7 @@ class Client(asyncio.Protocol):
         upstream.client = None
         if not ex.ended:
             self.close_after = True  # answered before the body was all sent: no reuse
-        if upstream.reusable(ex):
+        if upstream.reusable(ex.ended or ex.route is None or ex.route.kind == "app"):
             upstream.used = True
             self.gw.keep(upstream.key, upstream)
         else:
@@ -468,9 +480,7 @@ class Client(asyncio.Protocol):
             upstream.used
             and not upstream.got
             and not ex.retried
-            and ex.ended
-            and not ex.length
-            and not ex.chunked
+            and (ex.route.kind == "app" or (ex.ended and not ex.length and not ex.chunked))
         ):
             # A kept-alive connection the other side had closed: once more, anew.
             ex.retried = True
@@ -485,6 +495,63 @@ class Client(asyncio.Protocol):
             f"{who} closed the connection without answering.",
             title="The app broke this request",
         )
+
+    def _decided(self, ex: Exchange, upstream: Upstream) -> None:
+        """The web process said "serve it": the request goes into the sandbox, with the
+        body kept meanwhile (and the rest as it comes)."""
+        verdict, upstream.verdict = upstream.verdict, None
+        assert verdict is not None
+        upstream.ex = upstream.client = None
+        ex.upstream = None
+        if upstream.reusable(True):
+            upstream.used = True
+            self.gw.keep(upstream.key, upstream)
+        else:
+            upstream.close()
+        if self.gone or ex.answered:
+            return
+        self._go(ex, self.gw.admit(ex, self.gw.verdict(ex, verdict)))
+
+    def relay_answer(
+        self, ex: Exchange, status: int, given: list[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """The web process's answer to a WebSocket handshake's question (a refusal),
+        sent on whole; the connection ends with it."""
+        if self.gone:
+            return
+        named = connection_named(given)
+        drop = HOP_BY_HOP | FRAMING | named
+        self.close_after = True
+        self.flush()
+        headers = [(k, v) for k, v in given if k not in drop]
+        self.transport.write(own_answer(status, headers, body, None, True))
+        ex.answered = True
+        self._finish(ex)
+
+    def hand_over(self, ex: Exchange, subprotocol: Any, limit: int) -> Connection | None:
+        """The browser's handshake answered; accepted, the connection is the
+        WebSocket's from here on (previews.tunnel), and this protocol is done with it."""
+        if self.gone:
+            return None
+        conn, sent = tunnel.accept(ex, subprotocol, limit)
+        self.flush()
+        self.transport.write(sent)
+        ex.answered = True
+        if conn is None:  # not a handshake websockets takes: ended with its answer
+            self.close_after = True
+            self._finish(ex)
+            return None
+        self.gone = True
+        if self.timer:
+            self.timer.cancel()
+        self.queue.clear()
+        transport = self.transport
+        transport.set_protocol(conn)
+        conn.connection_made(transport)
+        if ex.tail:
+            conn.data_received(ex.tail)
+        transport.resume_reading()
+        return conn
 
     def _too_large(self, ex: Exchange) -> None:
         if ex.answered:

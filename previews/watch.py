@@ -6,7 +6,7 @@ probed until GET health_path answers 2xx/3xx (ready) or the start deadline passe
 passed with nothing on its port while something listens on another one, it fails at
 once (listening_on_other_port, naming them); a ready one is probed every
 PREVIEW_HEALTH_EVERY_S and stopped once idle past its timeout. Probes connect from
-inside the sandbox's network namespace (previews.upstream.probe). Crashes need no
+inside the sandbox's network namespace (previews.probe). Crashes need no
 polling: the process's exit ends its run, and previews.actions.on_run_finished follows.
 """
 
@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from previews import actions
 from previews.models import LIVE_STATES, Preview, PreviewState
-from previews.upstream import probe
+from previews.probe import probe
 from runner import sandbox
 from runner.egress.policy import PROXY_PORT
 from runner.models import RunState
