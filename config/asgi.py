@@ -1,7 +1,8 @@
 """ASGI entry point: HTTP to Django, WebSockets to Channels consumers.
 
-Preview and release hosts (`*.PREVIEW_DOMAIN`, `*.APPS_DOMAIN`) will be split off
-before Django by `route_by_host` — the seam the previews issue fills in.
+Preview and release hosts (`*.PREVIEW_DOMAIN`, `*.APPS_DOMAIN`) are split off before
+Django by `route_by_host`: the preview gateway serves them, and asks this process only
+what to do with a request (previews.decide).
 """
 
 import os

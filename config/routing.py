@@ -14,22 +14,20 @@ websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets, *ac
 
 def route_by_host(app: Any) -> Any:
     """Send requests for preview hosts (`<id>.PREVIEW_DOMAIN`) and release hosts
-    (`<workspace>--<team>.APPS_DOMAIN`) to the preview proxy, the rest to `app`:
-    untrusted preview code never runs on the app's origin, and the app's session never
-    reaches a preview (docs/security.md)."""
+    (`<workspace>--<team>.APPS_DOMAIN`) to the door where the preview gateway asks what
+    to do with them (previews.decide), the rest to `app`: untrusted preview code never
+    runs on the app's origin, and the app's session never reaches a preview
+    (docs/security.md)."""
     from config.mcp import PATHS, mcp_app
+    from previews.decide import decider
     from previews.gate import from_gateway
-    from previews.proxy import proxy
 
     async def router(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):
-            public_id = proxy().preview_of(scope)
-            if public_id is not None:
-                await proxy()(from_gateway(scope), receive, send, public_id)
-                return
-            release = proxy().release_of(scope)
-            if release is not None:
-                await proxy().serve_release(from_gateway(scope), receive, send, release)
+            host = _host(scope)
+            lookups = decider().lookups
+            if lookups.preview_of(host) is not None or lookups.release_of(host) is not None:
+                await decider()(from_gateway(scope), receive, send)
                 return
             scope = from_gateway(scope, trust=False)  # the app never sees them
             if scope["type"] == "http" and scope["path"] in PATHS:
@@ -39,6 +37,13 @@ def route_by_host(app: Any) -> Any:
         await app(scope, receive, send)
 
     return router
+
+
+def _host(scope: dict[str, Any]) -> str:
+    for key, value in scope["headers"]:
+        if key == b"host":
+            return str(value.decode("latin-1")).lower()
+    return ""
 
 
 class BerthOriginValidator(OriginValidator):

@@ -303,9 +303,15 @@ BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 # port the request came in on (right for the default *.localhost PREVIEW_DOMAIN).
 APP_URL = os.environ.get("APP_URL", "")
 # The port preview and release hosts are served on: the preview gateway's (`manage.py
-# preview_gateway`, started by `make run`). Empty: the port of the request that asks
-# (the web process serves those hosts too, only slower).
+# preview_gateway`, started by `make run`), the only process that connects into
+# sandboxes. Empty: the port of the request that asks (an edge in front of Berth then
+# routes preview and release hosts to the gateway).
 PREVIEW_PORT = os.environ.get("PREVIEW_PORT", "")
+# Where this host's web process reaches the gateway (an agent's fetch_preview goes
+# through it, as a browser's request would); `make run` sets it beside PREVIEW_PORT.
+PREVIEW_GATEWAY_ADDRESS = os.environ.get(
+    "PREVIEW_GATEWAY_ADDRESS", f"127.0.0.1:{PREVIEW_PORT}" if PREVIEW_PORT else ""
+)
 PREVIEW_START_DEADLINE_S = envint("PREVIEW_START_DEADLINE_S", 60)
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
 # After a deploy switches the release host to a new release, the previous release's

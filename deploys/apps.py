@@ -6,8 +6,13 @@ class DeploysConfig(AppConfig):
 
     def ready(self) -> None:
         from deploys import actions
+        from deploys.models import routed_process
+        from previews import gate
         from previews.models import preview_changed
         from runs.models import run_finished
+
+        # What a release host serves: the gateway asks previews, which cannot ask up.
+        gate.register_release_routes(routed_process)
 
         run_finished.connect(actions.on_build_finished, dispatch_uid="deploys.build")
         preview_changed.connect(actions.on_process_changed, dispatch_uid="deploys.process")

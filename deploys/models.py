@@ -137,3 +137,12 @@ class Route(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workspace} -> release {self.release.number}"
+
+
+def routed_process(workspace: str, team: str) -> str | None:
+    """The public id of the release process a workspace's release host serves now."""
+    return (
+        Route.objects.filter(workspace__slug=workspace, workspace__team__slug=team)
+        .values_list("release__process__public_id", flat=True)
+        .first()
+    )

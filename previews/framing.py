@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 CRLF = b"\r\n"
 FRAMING = {b"content-length", b"transfer-encoding"}
+ASKED_NOT = {b"expect", b"sec-websocket-key", b"sec-websocket-extensions"}
 
 
 class Exchange:
@@ -83,20 +84,25 @@ def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b"".join([*[k + b": " + v + CRLF for k, v in headers], CRLF])
 
 
+def question_headers(ex: Exchange, peer: str, key: bytes) -> list[tuple[bytes, bytes]]:
+    """The headers of the question the gateway asks the web process about `ex`
+    (previews.decide): the client's, without a body or hop-by-hop ones, plus the
+    gateway's key, the client, and whether it is a WebSocket handshake."""
+    drop = FRAMING | ASKED_NOT | set(gate.GATEWAY_HEADERS) | HOP_BY_HOP
+    headers = [(k, v) for k, v in ex.headers if k not in drop | connection_named(ex.headers)]
+    headers += [(b"x-berth-gateway", key), (b"x-berth-client", peer.encode())]
+    if ex.upgrade:
+        headers.append((b"x-berth-upgrade", b"websocket"))
+    return headers
+
+
 def request_header_block(ex: Exchange, peer: str, gw: Any) -> bytes:
-    """The headers `ex` goes on with: to a sandbox, as the proxy's rules make them; to
-    the web process, as the client sent them plus the gateway's key and the client."""
+    """The headers `ex` goes on with: to a sandbox, as the header rules make them; to
+    the web process, as a question (`question_headers`: the body stays here)."""
     assert ex.route is not None
-    if ex.route.kind == "sandbox":
-        headers = forwarded_headers(ex.headers, peer, gw.scheme)
-    else:
-        drop = (
-            FRAMING
-            | set(gate.GATEWAY_HEADERS)
-            | (set() if ex.upgrade else HOP_BY_HOP | connection_named(ex.headers))
-        )
-        headers = [(k, v) for k, v in ex.headers if k not in drop]
-        headers += [(b"x-berth-gateway", gw.key), (b"x-berth-client", peer.encode())]
+    if ex.route.kind != "sandbox":
+        return header_lines(question_headers(ex, peer, gw.key))
+    headers = forwarded_headers(ex.headers, peer, gw.scheme)
     if ex.chunked:
         headers.append((b"transfer-encoding", b"chunked"))
     elif ex.length or ex.method in (b"POST", b"PUT", b"PATCH"):

@@ -1,16 +1,18 @@
-"""Who may reach a preview through its own host, and what the proxy needs to know of it.
+"""Who may reach a preview through its own host, and what the gateway needs to know of it.
 
 Private by default (docs/security.md): the app checks access and hands out a single-use
 ticket (previews.actions.issue_ticket); the preview host exchanges it once for a cookie
 of its own, signed, naming the preview and the person (or token) it was issued to.
 Every use of the cookie re-checks that they may still see the preview (cached briefly).
 
-Everything here is synchronous ORM code: the proxy calls it on a worker thread.
+Everything here is synchronous ORM code: its callers run it on a worker thread.
 """
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -28,10 +30,13 @@ COOKIE = "berth_preview"  # SameSite=None; Secure; Partitioned: works in iframes
 COOKIE_LAX = "berth_preview_lax"  # host-only SameSite=Lax: top-level tabs, any scheme
 COOKIE_SALT = "berth.preview.cookie"
 TICKET_PATH = "/__berth/ticket"
-# The preview gateway (previews.gateway) hands what it does not serve itself to the web
-# process, naming the real client in X-Berth-Client; X-Berth-Gateway proves the gateway
-# sent it. Neither header ever reaches an app.
-GATEWAY_HEADERS = (b"x-berth-gateway", b"x-berth-client")
+# The preview gateway (previews.gateway) asks the web process what to do with a request
+# it cannot decide itself (previews.decide), naming the real client in X-Berth-Client
+# and a WebSocket handshake in X-Berth-Upgrade; X-Berth-Gateway proves the gateway sent
+# it. None of them ever reaches an app.
+GATEWAY_HEADERS = (b"x-berth-gateway", b"x-berth-client", b"x-berth-upgrade")
+# The web process's verdict "serve it": the target, as the gateway is to serve it.
+VERDICT = b"x-berth-target"
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,16 @@ class Target:
             self.state == PreviewState.READY and self.ns is None
         )
 
+    def verdict(self) -> bytes:
+        """The target as the web process hands it to the gateway (VERDICT)."""
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def of_verdict(cls, value: bytes) -> "Target":
+        fields = json.loads(value)
+        ns = fields.pop("ns")
+        return cls(**fields, ns=Namespace(ns["pid"], ns["inode"]) if ns else None)
+
 
 def gateway_key() -> bytes:
     """What the gateway sends in X-Berth-Gateway: derived from SECRET_KEY, which the
@@ -74,19 +89,26 @@ def gateway_key() -> bytes:
 
 
 def from_gateway(scope: dict[str, Any], trust: bool = True) -> dict[str, Any]:
-    """The scope as the gateway saw the request: the client it names, when the request
-    carries the gateway's key (and `trust`: preview and release hosts only); its
-    headers never go further either way."""
+    """The scope as the gateway saw the request: the client it names and whether it is
+    a WebSocket handshake (`berth.upgrade`), when the request carries the gateway's key
+    (and `trust`: preview and release hosts only); its headers never go further
+    either way. `berth.gateway` says whether the gateway's key was there."""
     headers = scope["headers"]
     if not any(k in GATEWAY_HEADERS for k, _ in headers):
-        return scope
+        return {**scope, "berth.gateway": False}
     named = dict(headers)
     kept = [(k, v) for k, v in headers if k not in GATEWAY_HEADERS]
     key = named.get(b"x-berth-gateway", b"")
     if trust and key and hmac.compare_digest(key, gateway_key()):
         client = named.get(b"x-berth-client", b"").decode("latin-1")
-        return {**scope, "headers": kept, "client": (client, 0)}
-    return {**scope, "headers": kept}
+        return {
+            **scope,
+            "headers": kept,
+            "client": (client, 0),
+            "berth.gateway": True,
+            "berth.upgrade": named.get(b"x-berth-upgrade") == b"websocket",
+        }
+    return {**scope, "headers": kept, "berth.gateway": False}
 
 
 def moves_group(public_id: str) -> str:
@@ -125,9 +147,13 @@ def redeem(nonce: str, public_id: str) -> str | None:
     if not used:
         return None
     ticket = PreviewTicket.objects.get(nonce=nonce)
-    return signing.dumps(
-        {"p": public_id, "u": ticket.user_id, "t": ticket.token_id}, salt=COOKIE_SALT
-    )
+    return viewer_cookie_for(public_id, ticket.user_id, ticket.token_id)
+
+
+def viewer_cookie_for(public_id: str, user_id: int, token_id: int | None) -> str:
+    """A preview cookie's value: the preview, and who it lets in (a person, through a
+    token or not); checked again at every use (`viewer_standing`)."""
+    return signing.dumps({"p": public_id, "u": user_id, "t": token_id}, salt=COOKIE_SALT)
 
 
 def viewer_allowed(cookie: str, t: Target) -> bool:
@@ -232,12 +258,18 @@ def cookie_headers(value: str) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def routed_process(workspace: str, team: str) -> str | None:
-    """The public id of the release process a workspace's release host serves now."""
-    from deploys.models import Route
+# What a release host serves: deploys registers it when it is ready (deploys.apps);
+# previews, below deploys, knows releases only as preview processes it is told of.
+ReleaseRoutes = Callable[[str, str], str | None]
+_release_routes: list[ReleaseRoutes] = []
 
-    return (
-        Route.objects.filter(workspace__slug=workspace, workspace__team__slug=team)
-        .values_list("release__process__public_id", flat=True)
-        .first()
-    )
+
+def register_release_routes(routes: ReleaseRoutes) -> None:
+    """Say which release process a release host `<workspace>--<team>` serves now."""
+    _release_routes[:] = [routes]
+
+
+def routed_process(workspace: str, team: str) -> str | None:
+    """The public id of the release process a workspace's release host serves now
+    (None with nothing released, or no deploys app to ask)."""
+    return _release_routes[0](workspace, team) if _release_routes else None

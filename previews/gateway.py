@@ -1,26 +1,28 @@
 """The preview gateway: a process of its own serving preview and release hosts on
-PREVIEW_PORT (`manage.py preview_gateway`).
+PREVIEW_PORT (`manage.py preview_gateway`). It alone connects into sandboxes (HTTP,
+WebSocket tunnels, held requests); the web process only decides (previews.decide).
 
-Why a process of its own: the proxy inside daphne tops out near 3,300 small requests
-a second on this kind of machine (ASGI messages, h11 and a coroutine per request),
+Why a process of its own: a proxy inside daphne tops out near 3,300 small requests a
+second on this kind of machine (ASGI messages, h11 and a coroutine per request),
 against ~75,000 straight into the sandbox. Here a request is parsed by llhttp
 (httptools) and forwarded from the protocol callbacks, with no task and no ASGI hop.
 
-What it serves itself (the fast path): a plain HTTP request to a ready preview whose
-cookie the caches already allow, using the daphne proxy's caches, lookups and header
-rules (previews.proxy, previews.headers): Berth's cookies and any Authorization
-removed, X-Forwarded-* from the real connection, hop-by-hop headers and foreign
-Set-Cookie dropped, redirects passed back untouched, bodies streamed both ways under
-backpressure; for a non-public target, another site's requests refused (a WebSocket
-too, before it is handed on) and every answer framed by Berth's pages only.
+What it decides itself (the fast path): a plain HTTP request to a ready preview whose
+cookie its caches allow (previews.lookups), forwarded under the header rules of
+previews.headers: Berth's cookies and any Authorization removed, X-Forwarded-* from
+the real connection, hop-by-hop headers and foreign Set-Cookie dropped, redirects
+passed back untouched, bodies streamed both ways under backpressure; for a non-public
+target, another site's requests refused (a WebSocket too) and every answer framed by
+Berth's pages only.
 
-Everything else goes to the web process on the same connection (previews.relay): the
-ticket exchange, a request without a known cookie, a preview that is not ready (typed
-pages, the hold), WebSocket upgrades, `Expect`, a release host not yet looked up. It
-names the real client there in X-Berth-Client, signed by X-Berth-Gateway
-(gate.from_gateway), so every answer and rule beyond the fast path stays in one place.
-A WebSocket among them: the web process relays it for as long as its viewer may see
-the target (previews.tunnel_access), and its close comes back through the tunnel here.
+Everything else it asks the web process about on the same connection (previews.relay),
+sending the request's head (never its body), naming the real client in X-Berth-Client,
+signed by X-Berth-Gateway (gate.from_gateway): the ticket exchange, a request without
+a known cookie, a preview that is not ready (typed pages, the hold), a WebSocket
+handshake, a release host not yet looked up. The answer is sent on as it is, or it is
+the verdict "serve it" (gate.VERDICT), and the gateway forwards the request (body and
+all) into the sandbox itself. A WebSocket's verdict stays open while its viewer may see
+the target (previews.tunnel).
 """
 
 import asyncio
@@ -41,7 +43,7 @@ from previews.headers import (
     refusal,
     viewer_cookie,
 )
-from previews.proxy import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Proxy
+from previews.lookups import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Lookups
 from sandbox.netns import Namespace, connect
 
 log = logging.getLogger("berth.previews")
@@ -51,8 +53,8 @@ KEEP_IDLE = 64  # idle upstream connections kept per sandbox (and to the web pro
 
 @dataclass(frozen=True)
 class Route:
-    """Where one request goes: the sandbox of `target`, the web process, or an answer of
-    the gateway's own (`status`, `code`, `message`)."""
+    """Where one request goes: the sandbox of `target`, the web process (to ask it what
+    to do), or an answer of the gateway's own (`status`, `code`, `message`)."""
 
     kind: str  # "sandbox" | "app" | "answer"
     target: gate.Target | None = None
@@ -91,11 +93,11 @@ LOOK_UP = ""  # a release host whose route is not known lately
 
 
 class Gateway:
-    """State shared by every connection: the proxy's caches, idle upstreams, counts."""
+    """State shared by every connection: the lookups' caches, idle upstreams, counts."""
 
     def __init__(self, app: tuple[str, int]) -> None:
         self.app = app
-        self.proxy = Proxy()
+        self.lookups = Lookups()
         self.key = gate.gateway_key()
         self.idle: dict[Any, list[Any]] = {}
         # Read once: Django's settings object costs a lookup per attribute per request.
@@ -110,10 +112,10 @@ class Gateway:
             f"{self.max_body // (1024 * 1024)} MB (PREVIEW_MAX_BODY_MB).",
         )
         # Behind a TLS proxy (BEHIND_TLS_PROXY) every request came in over https.
-        self.scheme = "https" if self.proxy.tls else "http"
-        self.guard = self.proxy.guard
+        self.scheme = "https" if self.lookups.tls else "http"
+        self.guard = self.lookups.guard
         # Who may frame a non-public target: Berth's pages, on the web process's port
-        # unless APP_URL says where Berth is (as the proxy's app_url does).
+        # unless APP_URL says where Berth is (as previews.decide's app_url does).
         self.frames = berth_origins(
             settings.APP_URL.rstrip("/") if settings.APP_URL else f"http://localhost:{app[1]}"
         )
@@ -134,11 +136,11 @@ class Gateway:
         if public_id == LOOK_UP:
             return None
         now = time.monotonic()
-        cached = self.proxy.targets.get(public_id)
+        cached = self.lookups.targets.get(public_id)
         if not cached or now - cached[0] >= 2 * TARGET_TTL_S:
             return None
         t = cached[1]
-        if now - cached[0] >= TARGET_TTL_S and public_id not in self.proxy.lookups:
+        if now - cached[0] >= TARGET_TTL_S and public_id not in self.lookups.pending:
             # Past its second: looked up again in the background while this request
             # goes on as the preview was (at most 2 s ago), so a busy preview's
             # requests do not all stall on one lookup each second.
@@ -154,22 +156,38 @@ class Gateway:
             )
             if why is not None:
                 return Route("answer", t, 403, REFUSED, why, "Refused: a request from another site")
-        if t is None or not t.ready or ex.upgrade or ex.expect:
-            return APP  # typed pages, the hold, WebSockets and `Expect`: the web process
+        if t is None or not t.ready or ex.upgrade:
+            return APP  # typed pages, the hold, WebSockets (and their watch): ask
         if not t.public:
             value = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
             if not value:
                 return APP
-            seen = self.proxy.viewers.get((t.public_id, value))
+            seen = self.lookups.viewers.get((t.public_id, value))
             if not seen or now - seen[0] >= VIEWER_TTL_S:
                 return None
             if not seen[1]:
                 return APP
-        if self.proxy.open.get(t.public_id, 0) >= self.max_connections:
+        return self.admit(ex, t)
+
+    def admit(self, ex: Any, t: gate.Target) -> Route:
+        """The route into `t`'s sandbox, unless it is at its connection cap or the
+        request's body is past the cap."""
+        if self.lookups.open.get(t.public_id, 0) >= self.max_connections:
             return replace(BUSY, target=t)  # the target: its answer's frame-ancestors
         if ex.length > self.max_body:
             return replace(self.too_large, target=t)
         return Route("sandbox", t)
+
+    def verdict(self, ex: Any, value: bytes) -> gate.Target:
+        """The web process said "serve it": the target it named, remembered as the
+        caches' answers for the requests after this one (which then need no asking)."""
+        t = gate.Target.of_verdict(value)
+        now = time.monotonic()
+        self.lookups.remember_target(t, t.public_id, now)
+        cookie = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
+        if cookie and not t.public:
+            self.lookups.remember_viewer(t.public_id, cookie, True)
+        return t
 
     def frames_for(self, route: Route | None) -> bytes | None:
         """Who may frame an answer on `route` (frame-ancestors): Berth only, for a
@@ -179,35 +197,34 @@ class Gateway:
 
     async def _refresh(self, public_id: str) -> None:
         try:
-            await self.proxy.target(public_id, fresh=True)
+            await self.lookups.target(public_id, fresh=True)
         except Exception:
             log.exception("preview gateway: looking up preview %s failed", public_id)
 
     async def look_up(self, ex: Any) -> Route:
         """Fill the caches this request needs (from the database), then decide."""
-        release = self.proxy.release_re.match(ex.host)
+        release = self.lookups.release_of(ex.host)
         if release:
-            public_id = await self.proxy.route((release.group(1), release.group(2)))
+            public_id = await self.lookups.route(release)
         else:
-            match = self.proxy.host_re.match(ex.host)
-            public_id = match.group(1) if match else None
+            public_id = self.lookups.preview_of(ex.host)
         if public_id is not None:
-            t = await self.proxy.target(public_id)
+            t = await self.lookups.target(public_id)
             if t is not None and t.ready and not t.public and ex.cookie:
-                await self.proxy.viewer(viewer_cookie(parse_cookies(ex.cookie)), t)
+                await self.lookups.viewer(viewer_cookie(parse_cookies(ex.cookie)), t)
         return self.decide(ex) or APP  # a cache that expired meanwhile: the slow road
 
     def _public_id(self, host: str) -> Any:
         """The preview (or release process) a host names: its public id; None for a
         release host with nothing released; LOOK_UP for one not looked up lately;
         MISDIRECTED for a host that is neither."""
-        match = self.proxy.host_re.match(host)
-        if match:
-            return match.group(1)
-        release = self.proxy.release_re.match(host)
+        public_id = self.lookups.preview_of(host)
+        if public_id is not None:
+            return public_id
+        release = self.lookups.release_of(host)
         if not release:
             return MISDIRECTED
-        cached = self.proxy.routes.get((release.group(1), release.group(2)))
+        cached = self.lookups.routes.get(release)
         if not cached or time.monotonic() - cached[0] >= TARGET_TTL_S:
             return LOOK_UP
         return cached[1]
@@ -215,14 +232,14 @@ class Gateway:
     # -- while serving -----------------------------------------------------------------
 
     def opened(self, t: gate.Target) -> None:
-        self.proxy.open[t.public_id] = self.proxy.open.get(t.public_id, 0) + 1
+        self.lookups.open[t.public_id] = self.lookups.open.get(t.public_id, 0) + 1
         now = time.monotonic()
-        if now - self.proxy.touched.get(t.pk, 0) >= TOUCH_EVERY_S:
+        if now - self.lookups.touched.get(t.pk, 0) >= TOUCH_EVERY_S:
             # The idle clock: at most one write a second per preview, off the request.
-            asyncio.get_running_loop().create_task(self.proxy.touch(t))
+            asyncio.get_running_loop().create_task(self.lookups.touch(t))
 
     def closed(self, t: gate.Target) -> None:
-        self.proxy.open[t.public_id] -= 1
+        self.lookups.open[t.public_id] -= 1
 
     # -- upstream connections ------------------------------------------------------------
 
@@ -247,7 +264,7 @@ class Gateway:
             idle.remove(upstream)
 
     def forget_namespace(self, ns: Namespace) -> None:
-        self.proxy.targets.clear()
+        self.lookups.targets.clear()
         for key in [k for k in self.idle if k != "app" and k[0] == ns]:
             for upstream in self.idle.pop(key):
                 upstream.close()

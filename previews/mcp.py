@@ -1,10 +1,9 @@
 """MCP tools onto previews: start one and wait until it answers (or says why not), look
-at it with a fetch through Berth's own connection into the sandbox, stop it."""
+at it with a fetch through the preview gateway (previews.fetch), stop it."""
 
 import asyncio
 from typing import Any
 
-import h11
 from channels.db import database_sync_to_async
 from pydantic import BaseModel, Field
 
@@ -13,11 +12,10 @@ from core.errors import Conflict, Invalid
 from core.mcp import Ctx, tool
 from previews import actions, gate
 from previews.access import access_preview, managed_preview
+from previews.fetch import fetch
 from previews.links import ticket_url
 from previews.models import Preview, PreviewState
-from previews.upstream import Upstream, UpstreamClosed
 from runs import logstore
-from sandbox.netns import Namespace
 from workspaces.mcp import workspace_for
 
 MAX_WAIT_S = 120
@@ -141,8 +139,8 @@ async def stop_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
 async def fetch_preview(
     ctx: Ctx, preview_id: str, path: str = "/", method: str = "GET", body: str | None = None
 ) -> FetchOut:
-    """Request `path` from a ready preview, as a browser would through Berth's proxy
-    (no Berth credential reaches the app), and get the status, headers and up to 256 KB
+    """Request `path` from a ready preview, as a browser would through the preview
+    gateway (no Berth credential reaches the app), and get the status, headers and up to 256 KB
     of body. For an agent that cannot open a browser. Instant for a small page."""
     actor = await actor_of(ctx)
     if not path.startswith("/") or any(c in path for c in "\r\n "):
@@ -153,7 +151,7 @@ async def fetch_preview(
     if method not in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
         raise Invalid(f"Unsupported method {method!r}.", {"field": "method"})
 
-    def target() -> tuple[Namespace, int, str]:
+    def target() -> tuple[str, str]:
         preview = access_preview(actor, preview_id)
         if preview.state != PreviewState.READY or not (
             preview.sandbox_pid and preview.sandbox_netns
@@ -166,55 +164,21 @@ async def fetch_preview(
                 code="preview_not_ready",
             )
         gate.touch(preview.pk)  # an agent's look counts as use: not idle
-        return (Namespace(preview.sandbox_pid, preview.sandbox_netns), preview.port, preview.host)
+        # The person's own cookie, for this one request and never handed out: access
+        # was checked just now, by this door's rules (a token needs no `preview` scope).
+        return preview.host, gate.viewer_cookie_for(preview.public_id, actor.user.pk, None)
 
-    ns, port, host = await database_sync_to_async(target)()
-    data = (body or "").encode()
-    try:
-        upstream = await Upstream.open(ns, port)
-    except (OSError, TimeoutError):
-        raise Conflict(
-            "Nothing answers on the preview's port now; get_preview says why.",
-            code="preview_unreachable",
-        ) from None
-    try:
-        headers = [
-            ("Host", host),
-            ("User-Agent", "berth-mcp-fetch"),
-            ("Connection", "close"),
-            ("Content-Length", str(len(data))),
-        ]
-        await upstream.send(h11.Request(method=method, target=path, headers=headers))
-        if data:
-            await upstream.send(h11.Data(data=data))
-        await upstream.send(h11.EndOfMessage())
-        answer = await upstream.next_event(30)
-        while isinstance(answer, h11.InformationalResponse):
-            answer = await upstream.next_event(30)
-        assert isinstance(answer, h11.Response)
-        got, truncated = bytearray(), False
-        while isinstance(part := await upstream.next_event(30), h11.Data):
-            got += part.data
-            if len(got) > FETCH_BODY_CAP:
-                truncated = True
-                break
-    except (UpstreamClosed, TimeoutError, OSError, AssertionError) as e:
-        raise Conflict(
-            f"The app did not answer the request properly ({type(e).__name__}); "
-            "its log (get_preview) may say why.",
-            code="bad_upstream",
-        ) from None
-    finally:
-        upstream.close()
+    host, cookie = await database_sync_to_async(target)()
+    got = await fetch(host, cookie, method, path, (body or "").encode(), FETCH_BODY_CAP)
     out_headers: dict[str, Any] = {}
-    for name, value in answer.headers:
+    for name, value in got.headers:
         key = name.decode("latin-1").lower()
         out_headers[key] = (out_headers[key] + ", " if key in out_headers else "") + value.decode(
             "latin-1"
         )
     return FetchOut(
-        status=answer.status_code,
+        status=got.status,
         headers=out_headers,
-        body=bytes(got[:FETCH_BODY_CAP]).decode("utf-8", "replace"),
-        truncated=truncated,
+        body=bytes(got.body[:FETCH_BODY_CAP]).decode("utf-8", "replace"),
+        truncated=got.truncated,
     )

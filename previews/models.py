@@ -91,7 +91,7 @@ class Preview(models.Model):
 
     def url(self, port: str = "") -> str:
         """The preview's own address: on the gateway's PREVIEW_PORT, else on `port`,
-        Berth's, as the asking request came in on (daphne serves preview hosts too)."""
+        Berth's, as the asking request came in on (an edge routes it to the gateway)."""
         port = settings.PREVIEW_PORT or port
         return f"http://{self.host}" + (f":{port}" if port and port != "80" else "") + "/"
 

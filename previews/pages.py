@@ -42,8 +42,13 @@ def answer(
     action: tuple[str, str] | None = None,
     refresh: bool = False,
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """(status, headers, body) of a typed answer."""
-    headers = [(b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff")]
+    """(status, headers, body) of a typed answer. X-Berth-Error names its code, so a
+    client that reads no body (or HTML) still tells Berth's answer from the app's."""
+    headers = [
+        (b"cache-control", b"no-store"),
+        (b"x-content-type-options", b"nosniff"),
+        (b"x-berth-error", code.encode()),
+    ]
     if json_wanted:
         body = json.dumps(
             {"error": {"code": code, "message": message, "details": detail or {}}}

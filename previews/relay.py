@@ -1,7 +1,7 @@
 """The preview gateway's (previews.gateway) side toward the browser, an asyncio
 protocol around llhttp (httptools): `Client` parses requests, routes each (the fast
-path to a sandbox, or the web process), and answers them in order; the side toward
-the app is previews.relay_upstream.
+path to a sandbox, or a question to the web process first), and answers them in order;
+the side toward the app is previews.relay_upstream, a WebSocket is previews.tunnel's.
 
 Framing is previews.framing's. Backpressure both ways: a side whose send buffer
 passes HIGH_WATER stops the other side's reading until it drains, so a 50 MB answer
@@ -16,22 +16,22 @@ from typing import Any
 import httptools
 from django.conf import settings
 
-from previews import pages
-from previews.framing import Exchange, answer_head, chunk, own_answer, request_header_block
+from previews import tunnel
+from previews.framing import Exchange, request_header_block
 from previews.gateway import Gateway, Route
+from previews.relay_answers import BACKLOG, Answering
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
 from sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
 
-BACKLOG = 8  # pipelined requests parsed ahead of their turn before reading stops
-LINGER_S = 5  # how long a body nobody will read is discarded before the connection ends
 MAX_HEAD = 64 * 1024  # a request's line and headers, as llhttp hands them over
 HEAD_TOO_LARGE = f"A request's line and headers may take {MAX_HEAD // 1024} KB at most."
 
 
-class Client(asyncio.Protocol):
-    """A connection from a browser (or any client) to the gateway."""
+class Client(Answering, asyncio.Protocol):
+    """A connection from a browser (or any client) to the gateway: its requests
+    read and routed here, their answers written by `Answering`."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
@@ -42,7 +42,6 @@ class Client(asyncio.Protocol):
         self.peer = ""
         self.paused: set[str] = set()
         self.writing_paused = False
-        self.tunnel: Upstream | None = None
         self.gone = False
         self.close_after = False  # the answer being written ends the connection
         self.no_more = False  # no further request will be read: close once all are answered
@@ -58,20 +57,6 @@ class Client(asyncio.Protocol):
         self.sent: tuple[Any, bytes] = (None, b"")
         self.answered: tuple[Any, tuple[bytes, str, bool, bool]] = (None, (b"", "", False, False))
 
-    def write(self, data: bytes) -> None:
-        if self.out is not None:
-            self.out.append(data)
-        else:
-            self.transport.write(data)
-
-    def batch(self) -> None:
-        self.out = []
-
-    def flush(self) -> None:
-        out, self.out = self.out, None
-        if out and not self.gone:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-
     # -- connection --------------------------------------------------------------------
 
     def connection_made(self, transport: Any) -> None:
@@ -85,9 +70,6 @@ class Client(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last = self.loop.time()
-        if self.tunnel is not None:
-            self.tunnel.transport.write(data)
-            return
         if self.no_more or self.lingering:
             return
         if self.in_head:
@@ -100,8 +82,8 @@ class Client(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as e:
             # The upgrade request is queued whole; what follows its head belongs to the
-            # tunnel, which opens when the request's turn comes (unless it was refused
-            # already, at once: then the connection ends with that answer).
+            # WebSocket, which opens when the request's turn comes (unless it was
+            # refused already, at once: then the connection ends with that answer).
             self.parsing.tail = data[e.args[0] :]
             if not self.parsing.answered:
                 self._pause("upgrade")
@@ -127,7 +109,7 @@ class Client(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         """The client sent all it will (a half-close): answer what it asked, then close."""
-        if self.tunnel is not None or not self.queue or self.lingering:
+        if not self.queue or self.lingering:
             return False
         self.no_more = True
         return True
@@ -136,8 +118,6 @@ class Client(asyncio.Protocol):
         self.gone = True
         if self.timer:
             self.timer.cancel()
-        if self.tunnel is not None:
-            self.tunnel.close()
         for ex in self.queue:
             if ex.upstream is not None and ex.upstream.ex is ex:
                 ex.upstream.ex = None
@@ -158,7 +138,7 @@ class Client(asyncio.Protocol):
             upstream.transport.resume_reading()
 
     def _upstream(self) -> Upstream | None:
-        return self.tunnel or (self.queue[0].upstream if self.queue else None)
+        return self.queue[0].upstream if self.queue else None
 
     def _pause(self, why: str) -> None:
         if not self.paused and not self.gone:
@@ -182,12 +162,7 @@ class Client(asyncio.Protocol):
         if left > 0:
             self.timer = self.loop.call_later(left, self._idle_check)
             return
-        if (
-            self.queue
-            and not self.queue[0].answered
-            and self.tunnel is None
-            and not self.writing_paused
-        ):
+        if self.queue and not self.queue[0].answered and not self.writing_paused:
             self.close_after = True
             self._answer(
                 self.queue[0],
@@ -267,9 +242,9 @@ class Client(asyncio.Protocol):
         ):
             self._too_large(ex)
             return
-        if ex.upstream is not None:
+        if ex.upstream is not None and ex.route is not None and ex.route.kind == "sandbox":
             ex.upstream.write_body(body, ex.chunked)
-        elif not ex.answered:
+        elif not ex.answered:  # kept while the web process decides (it never gets a body)
             ex.pending.append(body)
             ex.pending_size += len(body)
             if ex.pending_size > HIGH_WATER:
@@ -279,7 +254,7 @@ class Client(asyncio.Protocol):
         ex = self.parsing
         ex.ended = True
         self.in_head = True
-        if ex.upstream is not None and not ex.upgrade:
+        if ex.upstream is not None and ex.route is not None and ex.route.kind == "sandbox":
             ex.upstream.end_body(ex.chunked)
 
     # -- routing a request -------------------------------------------------------------
@@ -314,6 +289,10 @@ class Client(asyncio.Protocol):
         if route.kind == "answer":
             self._answer(ex, route.status, route.code, route.message, route.title)
             return
+        if ex.upgrade:
+            # Never handed on as bytes: the web process decides, and watches its viewer.
+            self.loop.create_task(tunnel.serve(self, ex))
+            return
         if route.kind == "sandbox":
             assert route.target is not None
             self.gw.opened(route.target)
@@ -321,7 +300,12 @@ class Client(asyncio.Protocol):
             if ex.chunked and ex.body_seen > self.gw.max_body:
                 self._too_large(ex)
                 return
-        upstream = None if ex.upgrade else self.gw.take(route.key)
+            if ex.expect:
+                # The app is not told of it (previews.headers): the gateway, about to
+                # read the body on, asks for it itself.
+                ex.expect = False
+                self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        upstream = self.gw.take(route.key)
         if upstream is not None:
             self._send(ex, upstream)
         else:
@@ -376,14 +360,9 @@ class Client(asyncio.Protocol):
             upstream.transport.pause_reading()
         elif not upstream.transport.is_reading():
             upstream.transport.resume_reading()
-        upstream.transport.write(self._head(ex) + ex.tail)
-        if ex.upgrade:
-            # From here on bytes flow untouched both ways: the web process speaks the
-            # WebSocket and enforces its caps (message size, idle time).
-            self.tunnel = upstream
-            upstream.tunnel = self
-            self._resume("upgrade")
-            return
+        upstream.transport.write(self._head(ex))
+        if ex.route is not None and ex.route.kind == "app":
+            return  # a question: the body waits for the verdict (`decided`)
         for piece in ex.pending:
             upstream.write_body(piece, ex.chunked)
         ex.pending.clear()
@@ -394,174 +373,7 @@ class Client(asyncio.Protocol):
 
     def _head(self, ex: Exchange) -> bytes:
         assert ex.route is not None
-        key = (ex.route.kind, ex.upgrade, ex.chunked, ex.length, ex.method, ex.headers)
+        key = (ex.route.kind, ex.chunked, ex.length, ex.method, ex.headers)
         if key != self.sent[0]:
             self.sent = (key, request_header_block(ex, self.peer, self.gw))
         return b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", self.sent[1]))
-
-    # -- answers -----------------------------------------------------------------------
-
-    def respond_head(
-        self, upstream: Upstream, status: int, reason: bytes, given: list[tuple[bytes, bytes]]
-    ) -> None:
-        ex = upstream.ex
-        assert ex is not None and ex.route is not None
-        frames = self.gw.frames_for(ex.route) if ex.route.kind == "sandbox" else None
-        key = (
-            status,
-            reason,
-            given,
-            ex.route.kind,
-            ex.host,
-            ex.method == b"HEAD",
-            ex.version,
-            ex.keep_alive,
-            self.close_after,
-            frames,
-        )
-        if key != self.answered[0]:
-            self.answered = (key, answer_head(ex, status, reason, given, self.close_after, frames))
-        head, upstream.mode, upstream.eof_ends, self.close_after = self.answered[1]
-        self.write(head)
-        ex.answered = True
-        if ex.method == b"HEAD":
-            upstream.keep = False  # llhttp cannot be told the answer had no body
-            upstream.done = True
-
-    def respond_body(self, upstream: Upstream, data: bytes) -> None:
-        if upstream.mode == "chunked":
-            self.write(chunk(data))
-        else:
-            self.write(data)
-
-    def respond_end(self, upstream: Upstream) -> None:
-        ex = upstream.ex
-        if ex is None:
-            return
-        if upstream.mode == "chunked":
-            self.write(b"0\r\n\r\n")
-        self.flush()  # before the connection may close, or the next answer start
-        upstream.ex = None
-        upstream.client = None
-        if not ex.ended:
-            self.close_after = True  # answered before the body was all sent: no reuse
-        if upstream.reusable(ex):
-            upstream.used = True
-            self.gw.keep(upstream.key, upstream)
-        else:
-            upstream.close()
-        self._finish(ex)
-
-    def upstream_lost(self, upstream: Upstream) -> None:
-        """The connection to the app (or the web process) ended mid-exchange."""
-        ex = upstream.ex
-        if ex is None or self.gone:
-            return
-        if ex.answered:
-            if upstream.eof_ends:
-                self.respond_end(upstream)  # a body that ends with the connection: done
-            else:
-                self.transport.abort()  # cut short: the client must see it was
-            return
-        assert ex.route is not None
-        if (
-            upstream.used
-            and not upstream.got
-            and not ex.retried
-            and ex.ended
-            and not ex.length
-            and not ex.chunked
-        ):
-            # A kept-alive connection the other side had closed: once more, anew.
-            ex.retried = True
-            ex.upstream = upstream.ex = None
-            self.loop.create_task(self._connect(ex, ex.route))
-            return
-        who = "The app" if ex.route.kind == "sandbox" else "Berth's web process"
-        self._answer(
-            ex,
-            502,
-            "app_broke_request",
-            f"{who} closed the connection without answering.",
-            title="The app broke this request",
-        )
-
-    def _too_large(self, ex: Exchange) -> None:
-        if ex.answered:
-            self.transport.abort()
-            return
-        self.close_after, big = True, self.gw.too_large
-        self._answer(ex, big.status, big.code, big.message, big.title)
-
-    def _answer(
-        self,
-        ex: Exchange,
-        status: int,
-        code: str,
-        message: str,
-        title: str = "",
-        queued: bool = True,
-    ) -> None:
-        """The gateway's own answer (the API's error shape, or a page for a browser);
-        it ends the connection when the request's body was not read to its end."""
-        if ex.upstream is not None:
-            ex.upstream.ex = None
-            ex.upstream.close()
-            ex.upstream = None
-        status, headers, body = pages.answer(
-            status,
-            code,
-            message,
-            title=title,
-            # A refused upgrade is read by a script, not shown: the error shape.
-            json_wanted=ex.upgrade or pages.wants_json(dict(ex.headers)),
-        )
-        if not ex.ended or not ex.keep_alive or ex.upgrade:
-            self.close_after = True
-        self.flush()
-        self.transport.write(
-            own_answer(status, headers, body, self.gw.frames_for(ex.route), self.close_after)
-        )
-        ex.answered = True
-        if queued:
-            self._finish(ex)
-        else:
-            self._close(unread=True)  # the rest of what it sent is unread
-
-    def _finish(self, ex: Exchange) -> None:
-        self._uncount(ex)
-        ex.pending.clear()
-        if self.queue and self.queue[0] is ex:
-            self.queue.popleft()
-        if self.close_after or (self.no_more and not self.queue):
-            self._close(unread=not ex.ended)
-            return
-        self._resume("upstream")  # that upstream's buffer is not this client's business now
-        self._resume("buffer")
-        if len(self.queue) <= BACKLOG:
-            self._resume("backlog")
-        if self.queue:
-            self._dispatch(self.queue[0])
-
-    def _close(self, unread: bool) -> None:
-        """End the connection once what is buffered is written (idle aborts it).
-
-        With a body the client may still be sending and nobody will read (an early
-        answer, a 413), closing would reset the connection, and a reset can destroy the
-        answer before the client reads it. So then: end our side after the answer,
-        discard what comes, and close when the client does, or after LINGER_S."""
-        if not unread or not self.transport.can_write_eof():
-            self.transport.close()
-            return
-        self.lingering = True
-        self.transport.write_eof()
-        self.paused.clear()
-        self.transport.resume_reading()
-        if self.timer:
-            self.timer.cancel()
-        self.timer = self.loop.call_later(LINGER_S, self.transport.abort)
-
-    def _uncount(self, ex: Exchange) -> None:
-        if ex.counted and ex.route is not None and ex.route.target is not None:
-            ex.counted = False
-            self.gw.closed(ex.route.target)

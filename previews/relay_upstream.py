@@ -34,7 +34,7 @@ class Upstream(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.client: Client | None = None
         self.ex: Exchange | None = None
-        self.tunnel: Client | None = None
+        self.verdict: bytes | None = None  # the web process's "serve it", for `ex`
         self.open = True
         self.used = self.got = self.skip = self.eof_ends = self.done = False
         self.keep = True
@@ -51,12 +51,12 @@ class Upstream(asyncio.Protocol):
     def usable(self) -> bool:
         return self.open and not self.transport.is_closing()
 
-    def reusable(self, ex: "Exchange") -> bool:
+    def reusable(self, sent: bool) -> bool:
         """Fit for the next request: the answer ended cleanly, the request was all
-        sent (nothing of it still buffered), and the app keeps the connection."""
+        `sent` (and nothing of it is still buffered), and the app keeps the connection."""
         if not (
             self.keep
-            and ex.ended
+            and sent
             and self.mode != "close"
             and not self.eof_ends
             and self.usable()
@@ -69,6 +69,7 @@ class Upstream(asyncio.Protocol):
 
     def start(self, client: "Client", ex: "Exchange") -> None:
         self.client, self.ex = client, ex
+        self.verdict = None
         self.got = self.skip = self.eof_ends = self.done = self.headed = False
         self.keep = True
         self.mode = "raw"
@@ -87,10 +88,6 @@ class Upstream(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
-        if self.tunnel is not None:
-            self.tunnel.last = self.tunnel.loop.time()
-            self.tunnel.transport.write(data)
-            return
         if self.ex is None or self.client is None:
             self.close()  # bytes nobody asked for: this connection is not to be trusted
             return
@@ -126,9 +123,7 @@ class Upstream(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.open = False
         self.gw.forget(self.key, self)
-        if self.tunnel is not None:
-            self.tunnel.transport.close()
-        elif self.client is not None and self.ex is not None:
+        if self.client is not None and self.ex is not None:
             self.client.upstream_lost(self)
 
     def pause_writing(self) -> None:
@@ -156,11 +151,10 @@ class Upstream(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
         if status < 200:
-            # 100 Continue goes to a client that asked for it; other interim answers
-            # (103 Early Hints) are dropped: the final answer follows.
+            # Interim answers (103 Early Hints) are dropped: the final answer follows.
+            # Neither the app nor the web process is sent an Expect (the gateway
+            # answers it, previews.relay), so no 100 Continue of theirs is awaited.
             self.skip = True
-            if status == 100 and self.ex is not None and self.ex.expect and self.client is not None:
-                self.client.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             return
         self.headed = True
         self.keep = self.keep and self.parser.should_keep_alive()

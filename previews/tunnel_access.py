@@ -2,10 +2,10 @@
 cookie, but may stay open for hours: it ends when the cookie's holder may no longer see
 the target.
 
-Both doors come here: daphne's proxy relays a WebSocket itself (previews.websocket),
-and the preview gateway hands every upgrade to daphne and carries its bytes
-(previews.gateway `decide`), so the close daphne sends reaches the browser through the
-gateway's tunnel too, and the gateway's hot path does no check of its own.
+The preview gateway relays the tunnel (previews.tunnel); the web process watches its
+viewer (previews.decide): the gateway's question about the handshake stays open while
+access holds, and its answer, once it does not, is the close code the gateway closes
+the tunnel with. The gateway's hot path does no check of its own.
 
 A tunnel listens to its viewer's access group in the team (accounts.socket_access:
 removing a member and revoking a token signal it) and to the target's moves (made
@@ -31,7 +31,7 @@ from core import fanout
 from previews import gate
 
 if TYPE_CHECKING:
-    from previews.proxy import Proxy
+    from previews.lookups import Lookups
 
 log = logging.getLogger("berth.previews")
 
@@ -53,7 +53,7 @@ async def _quiet(timeout: float) -> None:
     await asyncio.sleep(timeout)
 
 
-async def watch(proxy: "Proxy", t: gate.Target, cookie: str | None) -> int:
+async def watch(lookups: "Lookups", t: gate.Target, cookie: str | None) -> int:
     """Return once the viewer holding `cookie` may no longer see `t`: the WebSocket
     close code a new connection would get now (never returns while access holds)."""
     groups = [gate.moves_group(t.public_id)]
@@ -84,7 +84,7 @@ async def watch(proxy: "Proxy", t: gate.Target, cookie: str | None) -> int:
                 return CHECK_FAILED
             if cookie:
                 # The HTTP requests of this process learn it too (their cache's entry).
-                proxy.remember_viewer(t.public_id, cookie, now.code is None)
+                lookups.remember_viewer(t.public_id, cookie, now.code is None)
             if now.code is not None:
                 log.info(
                     "preview %s: a tunnel's viewer lost access (%d): closing it",

@@ -6,7 +6,7 @@ probed until GET health_path answers 2xx/3xx (ready) or the start deadline passe
 passed with nothing on its port while something listens on another one, it fails at
 once (listening_on_other_port, naming them); a ready one is probed every
 PREVIEW_HEALTH_EVERY_S and stopped once idle past its timeout. Probes connect from
-inside the sandbox's network namespace (previews.upstream.probe). Crashes need no
+inside the sandbox's network namespace (previews.probe). Crashes need no
 polling: the process's exit ends its run, and previews.actions.on_run_finished follows.
 """
 
@@ -16,17 +16,17 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from backend.netns import Namespace, NamespaceGone, listening_ports
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
 from previews import actions
 from previews.models import LIVE_STATES, Preview, PreviewState
-from previews.upstream import probe
+from previews.probe import probe
 from runs.models import RunState
 from sandbox import backend
 from sandbox.egress.policy import PROXY_PORT
-from sandbox.netns import Namespace, NamespaceGone, listening_ports
 
 log = logging.getLogger("berth.runner_agent")
 

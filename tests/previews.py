@@ -91,11 +91,11 @@ class PreviewAgent:
 class Browser:
     """Talks to preview hosts the way a browser would: keeps the cookies the preview
     host sets, sends them back, never follows redirects by itself. It asks the preview
-    gateway (the port preview URLs name), or daphne's own proxy with `via_daphne`."""
+    gateway (the port preview URLs name: the only door to previews)."""
 
-    def __init__(self, server, via_daphne: bool = False) -> None:
+    def __init__(self, server) -> None:
         self.server = server
-        self.port = server.port if via_daphne else server.gateway_port
+        self.port = server.gateway_port
         self.cookies: dict[str, str] = {}
 
     def request(self, method: str, url: str, headers: dict | None = None, **kwargs):

@@ -100,8 +100,9 @@ def agent(client, cast, shop, run_stack, berth_server) -> Requester:
 
 
 def served(server, path: str = "/") -> requests.Response:
+    """The release host, through the preview gateway (the only door to releases)."""
     return requests.get(
-        f"http://127.0.0.1:{server.port}{path}",
+        f"http://127.0.0.1:{server.gateway_port}{path}",
         headers={"Host": HOST},
         timeout=30,
         allow_redirects=False,

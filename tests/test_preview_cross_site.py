@@ -23,7 +23,7 @@ from tests import servers, test_previews
 from tests.browser import chromium_page
 from tests.previews import PROBE_APP, Browser, PreviewAgent, probe_toml, write
 from tests.test_browser_runs import sign_in_as_carol
-from tests.test_previews import ENDED, both_runtimes, doors, opened
+from tests.test_previews import ENDED, both_runtimes, opened
 from workspaces.actions import create_workspace
 
 pytestmark = pytest.mark.docker
@@ -70,11 +70,10 @@ async def _talk(port: int, url: str, origin: str, cookie: str) -> str:
 
 
 @both_runtimes
-@doors
 def test_a_private_preview_refuses_other_pages_writes_sockets_and_loads(
-    agent, ready, berth_server, via_daphne, runtime
+    agent, ready, berth_server, runtime
 ):
-    browser = opened(berth_server, agent, ready, via_daphne)
+    browser = opened(berth_server, agent, ready)
     cookie = "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
     url, own = ready["url"], _origin(ready["id"])
     elsewhere = _origin("evil12")  # another preview's page: the same site
@@ -117,18 +116,17 @@ def test_a_private_preview_refuses_other_pages_writes_sockets_and_loads(
     assert r.headers["Content-Security-Policy"] == framers
     assert browser.get(url + "notes").json() == ["POST mine"]
     # Berth's own answers for it too: the sign-in refusal of a stranger.
-    r = Browser(berth_server, via_daphne).get(url, headers=json_wanted)
+    r = Browser(berth_server).get(url, headers=json_wanted)
     assert r.status_code == 401 and r.headers["Content-Security-Policy"] == framers
 
-    # A WebSocket from another page is refused at the handshake (the gateway answers
-    # in Berth's error shape; daphne's ASGI refusal has no body); its own page's works.
-    door = berth_server.port if via_daphne else berth_server.gateway_port
+    # A WebSocket from another page is refused at the handshake, in Berth's error
+    # shape; its own page's works.
+    door = berth_server.gateway_port
     ws_url = f"ws://{ready['id']}.preview.localhost:{settings.PREVIEW_PORT}/ws"
     with pytest.raises(InvalidStatus) as refused:
         asyncio.run(_talk(door, ws_url, elsewhere, cookie))
     assert refused.value.response.status_code == 403
-    if not via_daphne:
-        assert json.loads(refused.value.response.body)["error"]["code"] == REFUSED
+    assert json.loads(refused.value.response.body)["error"]["code"] == REFUSED
     assert asyncio.run(_talk(door, ws_url, own, cookie)) == "echo:hello"
 
 

@@ -163,10 +163,10 @@ def gateway(app_port: int, web_port: int, client: type = Client) -> Iterator[Gat
     ns = Namespace(os.getpid(), os.stat(f"/proc/{os.getpid()}/ns/net").st_ino)
     target = gate.Target(1, "abc123", 1, "probe", "ready", "", "", None, False, app_port, ns, None)
     forever = time.monotonic() + 3600
-    gw.proxy.targets["abc123"] = (forever, target)
-    gw.proxy.viewers[("abc123", "good")] = (forever, True)
-    gw.proxy.viewers[("abc123", "revoked")] = (forever, False)
-    gw.proxy.touched[1] = forever  # no idle-clock writes: there is no preview row
+    gw.lookups.targets["abc123"] = (forever, target)
+    gw.lookups.viewers[("abc123", "good")] = (forever, True)
+    gw.lookups.viewers[("abc123", "revoked")] = (forever, False)
+    gw.lookups.touched[1] = forever  # no idle-clock writes: there is no preview row
 
     async def start() -> asyncio.Server:
         return await asyncio.get_running_loop().create_server(lambda: client(gw), "127.0.0.1", 0)
@@ -317,8 +317,8 @@ def test_nothing_listening_is_a_502_that_says_so(gw):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
-    t = gw.proxy.targets["abc123"][1]
-    gw.proxy.targets["abc123"] = (
+    t = gw.lookups.targets["abc123"][1]
+    gw.lookups.targets["abc123"] = (
         time.monotonic() + 3600,
         gate.Target(*[getattr(t, f) if f != "port" else free for f in t.__dataclass_fields__]),
     )
@@ -334,7 +334,7 @@ def test_a_preview_at_its_connection_cap_answers_busy(gw):
             % (HOST.encode(), gate.COOKIE_LAX.encode())
         )
         deadline = time.monotonic() + 10
-        while gw.proxy.open.get("abc123", 0) < 1:
+        while gw.lookups.open.get("abc123", 0) < 1:
             assert time.monotonic() < deadline, "the first request never reached the app"
             time.sleep(0.01)
         r = get(gw, "/", {"Accept": "application/json"})
@@ -342,7 +342,7 @@ def test_a_preview_at_its_connection_cap_answers_busy(gw):
         release.set()
         assert first.recv(4096).startswith(b"HTTP/1.1 200")
     deadline = time.monotonic() + 10
-    while gw.proxy.open.get("abc123", 0):
+    while gw.lookups.open.get("abc123", 0):
         assert time.monotonic() < deadline, "the finished request is still counted"
         time.sleep(0.01)
     assert get(gw, "/").status_code == 200
@@ -386,8 +386,8 @@ def test_a_client_that_stops_reading_is_cut_at_the_idle_limit_and_frees_its_slot
             b"GET /big?kb=20000 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
             % (HOST.encode(), gate.COOKIE_LAX.encode())
         )
-    wait_until(lambda: gw.proxy.open.get("abc123", 0) == 3, "three requests in flight")
-    wait_until(lambda: gw.proxy.open.get("abc123", 0) == 0, "the stuck clients to be cut")
+    wait_until(lambda: gw.lookups.open.get("abc123", 0) == 3, "three requests in flight")
+    wait_until(lambda: gw.lookups.open.get("abc123", 0) == 0, "the stuck clients to be cut")
     for s in stuck:
         s.close()
     assert get(gw, "/").status_code == 200

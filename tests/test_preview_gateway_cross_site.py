@@ -1,7 +1,8 @@
 """The preview gateway's cross-site rules for a private preview (previews/headers.py):
 writes and WebSockets only from the preview's own origin, other sites' navigations but
-none of their subresource loads, and framing only by Berth — the same rules daphne's
-proxy applies (tests/test_preview_cross_site.py drives both doors from Chromium)."""
+none of their subresource loads, and framing only by Berth — the same rules the web
+process applies when the gateway asks it (tests/test_preview_cross_site.py drives the
+whole stack from Chromium)."""
 
 from dataclasses import replace
 from typing import Any
@@ -96,8 +97,8 @@ def test_only_berth_frames_a_private_preview_and_an_apps_own_refusal_holds(gw):
 
 
 def test_a_public_preview_is_the_apps_own_business(gw):
-    forever, target = gw.proxy.targets["abc123"]
-    gw.proxy.targets["pub123"] = (forever, replace(target, public_id="pub123", public=True))
+    forever, target = gw.lookups.targets["abc123"]
+    gw.lookups.targets["pub123"] = (forever, replace(target, public_id="pub123", public=True))
     host = {"Host": "pub123.preview.localhost"}
     r = get(gw, "/post", {**host, "Origin": ELSEWHERE}, method="POST", data=b"x")
     assert r.status_code == 200 and "Content-Security-Policy" not in r.headers

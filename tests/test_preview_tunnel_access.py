@@ -1,7 +1,8 @@
 """A WebSocket into a private preview's app ends when its viewer's access does: a member
 removed from the team, a token (turned into the viewer cookie) revoked, the preview
-made private under a stranger's socket. Through both doors: the preview gateway (the
-port preview URLs name) and daphne's own proxy. Real daphne, gateway, Celery worker,
+made private under a stranger's socket. Through the preview gateway (the port preview
+URLs name, the only door to previews), which relays the tunnel while daphne watches
+its viewer. Real daphne, gateway, Celery worker,
 runner agent, Docker; the revocations go through the pages people use. A public
 preview's sockets are left alone."""
 
@@ -52,9 +53,9 @@ def rechecking(berth_server) -> Iterator[servers.Server]:
         yield server
 
 
-def viewer_cookie(server: servers.Server, link: str, via_daphne: bool = False) -> str:
+def viewer_cookie(server: servers.Server, link: str) -> str:
     """A browser's preview cookie, from a ticket link Berth gave (as `open` does)."""
-    browser = Browser(server, via_daphne)
+    browser = Browser(server)
     browser.open(link)
     return "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
 
@@ -117,11 +118,11 @@ def admin(ready, client, cast) -> Iterator[PreviewAgent]:
 
 
 def doors(server: servers.Server) -> dict[str, int]:
-    return {"gateway": server.gateway_port, "daphne": server.port}
+    return {"gateway": server.gateway_port}
 
 
 @both_runtimes
-def test_removing_a_member_closes_their_preview_websockets_at_both_doors(
+def test_removing_a_member_closes_their_preview_websockets(
     ready, admin, berth_server, cast, runtime
 ):
     """berth_server checks every 30 s (the default): what closes them in time is the
@@ -157,10 +158,7 @@ def test_revoking_or_expiring_the_token_behind_a_viewer_cookie_closes_its_websoc
     """agent.link asks with carol's token: the cookie it gives stands for that token.
     berth_server checks every 30 s: a revocation is signalled, an expiry is timed."""
     token = ApiToken.objects.get(user=cast.carol, revoked_at=None)
-    cookies = {
-        door: viewer_cookie(berth_server, agent.link(ready), via_daphne=door == "daphne")
-        for door in ("gateway", "daphne")
-    }
+    cookies = {door: viewer_cookie(berth_server, agent.link(ready)) for door in doors(berth_server)}
     expiring, secret = cast.token(cast.carol, ["preview"])
     short_lived = viewer_cookie(berth_server, PreviewAgent(client, secret, "probe").link(ready))
     expires = timezone.now() + timedelta(seconds=3)
@@ -191,7 +189,7 @@ def test_revoking_or_expiring_the_token_behind_a_viewer_cookie_closes_its_websoc
 
 def test_the_periodic_check_closes_what_no_signal_told(ready, admin, agent, rechecking, cast):
     """A membership deleted and a token revoked behind the actions' back (a lost
-    signal, a row edited by hand): closed within the check's period, at both doors."""
+    signal, a row edited by hand): closed within the check's period."""
     carol = viewer_cookie(rechecking, signed_in_link(cast.carol, ready))
     by_token = viewer_cookie(rechecking, agent.link(ready))
     token = ApiToken.objects.get(user=cast.carol, revoked_at=None)
@@ -257,7 +255,7 @@ def test_a_public_previews_websockets_are_left_alone_until_it_is_made_private(
 def test_a_releases_websockets_end_with_their_viewers_access(
     cast, client, signed_in, run_stack, berth_server
 ):
-    """A release's process is a target like a preview's: the same rules at both doors.
+    """A release's process is a target like a preview's: the same rules.
     berth_server checks every 30 s: what closes these in time is the change's signal."""
     from tests.test_deploys import HOST, Requester, released
 

@@ -56,8 +56,8 @@ def ready(agent) -> Iterator[dict]:
     agent.post(preview, "stop")
 
 
-def opened(berth_server, agent, preview, via_daphne: bool = False) -> Browser:
-    browser = Browser(berth_server, via_daphne)
+def opened(berth_server, agent, preview) -> Browser:
+    browser = Browser(berth_server)
     browser.open(agent.link(preview))
     return browser
 
@@ -138,16 +138,10 @@ def test_a_websocket_echo_goes_through_the_proxy(agent, ready, berth_server, run
     assert asyncio.run(talk()) == ["echo:hello", "echo:hot reload"]
 
 
-# Through the gateway (the port preview URLs name), and through daphne's own proxy,
-# which serves preview hosts too and answers what the gateway hands on.
-doors = pytest.mark.parametrize("via_daphne", [False, True], ids=["gateway", "daphne"])
-
-
-@doors
 def test_berth_credentials_never_reach_the_app_and_forwarding_headers_are_set(
-    agent, ready, berth_server, via_daphne
+    agent, ready, berth_server
 ):
-    browser = opened(berth_server, agent, ready, via_daphne)
+    browser = opened(berth_server, agent, ready)
     r = browser.get(
         ready["url"] + "headers",
         headers={
@@ -169,11 +163,10 @@ def test_berth_credentials_never_reach_the_app_and_forwarding_headers_are_set(
     assert seen["x-forwarded-proto"] == "http"
 
 
-@doors
 def test_upstream_cookies_for_other_domains_are_dropped_and_redirects_returned(
-    agent, ready, berth_server, via_daphne
+    agent, ready, berth_server
 ):
-    browser = opened(berth_server, agent, ready, via_daphne)
+    browser = opened(berth_server, agent, ready)
     r = browser.get(ready["url"] + "cookies")
     cookies = r.raw.headers.getlist("Set-Cookie")
     assert cookies == ["own=2; Path=/"], cookies

@@ -1,0 +1,109 @@
+"""What a preview or release host names, and the database's answers about it, cached
+briefly: the routing rules of both processes that take part in serving those hosts
+(the preview gateway and the web process's deciding door, previews.decide). One
+instance per process; nothing here opens a connection to a sandbox.
+"""
+
+import asyncio
+import re
+import time
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from previews import gate
+
+TARGET_TTL_S = 1.0
+VIEWER_TTL_S = 30.0
+TOUCH_EVERY_S = 1.0
+
+
+class Lookups:
+    """Host names to previews and releases, targets, viewers; counts of open requests."""
+
+    def __init__(self) -> None:
+        self.host_re = re.compile(
+            r"^([a-z0-9]{1,12})\." + re.escape(settings.PREVIEW_DOMAIN) + r"(?::\d{1,5})?$"
+        )
+        # `<workspace>--<team>.APPS_DOMAIN`: slugs have single hyphens only, so "--" splits.
+        self.release_re = re.compile(
+            r"^([a-z0-9-]{1,30})--([a-z0-9-]{1,30})\."
+            + re.escape(settings.APPS_DOMAIN)
+            + r"(?::\d{1,5})?$"
+        )
+        self.routes: dict[tuple[str, str], tuple[float, str | None]] = {}
+        self.targets: dict[str, tuple[float, gate.Target | None]] = {}
+        self.pending: dict[str, asyncio.Future[gate.Target | None]] = {}
+        self.viewers: dict[tuple[str, str], tuple[float, bool]] = {}
+        self.touched: dict[int, float] = {}
+        self.open: dict[str, int] = {}
+        # Read once: Django's settings object costs a lookup per attribute per request.
+        self.guard = settings.PREVIEW_CROSS_SITE_GUARD
+        # Behind a TLS proxy (BEHIND_TLS_PROXY) every request came in over https.
+        self.tls = bool(getattr(settings, "SECURE_PROXY_SSL_HEADER", None))
+
+    def preview_of(self, host: str) -> str | None:
+        m = self.host_re.match(host)
+        return m.group(1) if m else None
+
+    def release_of(self, host: str) -> tuple[str, str] | None:
+        m = self.release_re.match(host)
+        return (m.group(1), m.group(2)) if m else None
+
+    async def route(self, key: tuple[str, str]) -> str | None:
+        """The release process a release host points at, as of at most TARGET_TTL_S ago
+        (the previous process outlives a switch by RELEASE_DRAIN_S, so a request on its
+        way there still lands)."""
+        now = time.monotonic()
+        cached = self.routes.get(key)
+        if cached and now - cached[0] < TARGET_TTL_S:
+            return cached[1]
+        public_id = await database_sync_to_async(gate.routed_process)(*key)
+        if len(self.routes) > 10_000:
+            self.routes.clear()
+        self.routes[key] = (now, public_id)
+        return public_id
+
+    async def target(self, public_id: str, fresh: bool = False) -> gate.Target | None:
+        """The preview as of at most TARGET_TTL_S ago. One lookup at a time per preview:
+        requests arriving meanwhile wait for it instead of each asking the database."""
+        now = time.monotonic()
+        cached = self.targets.get(public_id)
+        if cached and not fresh and now - cached[0] < TARGET_TTL_S:
+            return cached[1]
+        pending = self.pending.get(public_id)
+        if pending is None:
+            pending = asyncio.ensure_future(database_sync_to_async(gate.target)(public_id))
+            self.pending[public_id] = pending
+            pending.add_done_callback(lambda _: self.pending.pop(public_id, None))
+        t = await asyncio.shield(pending)
+        self.remember_target(t, public_id, now)
+        return t
+
+    def remember_target(self, t: gate.Target | None, public_id: str, now: float) -> None:
+        if len(self.targets) > 10_000:
+            self.targets.clear()
+        self.targets[public_id] = (now, t)
+
+    async def viewer(self, value: str | None, t: gate.Target) -> bool:
+        """Whether a preview cookie's holder may see `t` (cached VIEWER_TTL_S)."""
+        if not value:
+            return False
+        cached = self.viewers.get((t.public_id, value))
+        if cached and time.monotonic() - cached[0] < VIEWER_TTL_S:
+            return cached[1]
+        ok = await database_sync_to_async(gate.viewer_allowed)(value, t)
+        self.remember_viewer(t.public_id, value, ok)
+        return ok
+
+    def remember_viewer(self, public_id: str, value: str, ok: bool) -> None:
+        if len(self.viewers) > 10_000:
+            self.viewers.clear()
+        self.viewers[(public_id, value)] = (time.monotonic(), ok)
+
+    async def touch(self, t: gate.Target) -> None:
+        """The idle clock: at most one write a second per preview."""
+        now = time.monotonic()
+        if now - self.touched.get(t.pk, 0) >= TOUCH_EVERY_S:
+            self.touched[t.pk] = now
+            await database_sync_to_async(gate.touch)(t.pk)
