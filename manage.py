@@ -1,9 +1,22 @@
 #!/usr/bin/env python
 import os
 import sys
+from pathlib import Path
+
+from django.core.management import BaseCommand, ManagementUtility
+
+
+class Utility(ManagementUtility):
+    def fetch_command(self, subcommand: str) -> BaseCommand:
+        # Every command may open the SQLite database in DATA_DIR, which importing the
+        # settings no longer makes: made here, once the settings are loaded (so a
+        # --settings option is honoured).
+        from django.conf import settings
+
+        Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
+        return super().fetch_command(subcommand)
+
 
 if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    from django.core.management import execute_from_command_line
-
-    execute_from_command_line(sys.argv)
+    Utility(sys.argv).execute()

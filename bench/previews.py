@@ -75,6 +75,7 @@ NODE_TOML = '[preview]\ncommand = "node server.js"\nport = 8000\nhealth_path = "
 
 def setup_instance() -> str:
     shutil.rmtree(DATA_DIR, ignore_errors=True)
+    DATA_DIR.mkdir(parents=True)
     import django
 
     django.setup()

@@ -47,6 +47,7 @@ logstore.signal(run_id, total)
 def setup_instance() -> str:
     """A fresh instance with one workspace; returns a token with the `run` scope."""
     shutil.rmtree(DATA_DIR, ignore_errors=True)
+    DATA_DIR.mkdir(parents=True)
     import django
 
     django.setup()

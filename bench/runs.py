@@ -38,6 +38,7 @@ BIN = Path(sys.executable).parent
 
 def setup_instance() -> str:
     shutil.rmtree(DATA_DIR, ignore_errors=True)
+    DATA_DIR.mkdir(parents=True)
     import django
 
     django.setup()

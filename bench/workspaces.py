@@ -29,6 +29,7 @@ from bench.common import p95, start_daphne, timed  # noqa: E402
 def setup_instance() -> tuple[str, str]:
     """A fresh instance with a 1,000-file workspace; returns (token, repo path)."""
     shutil.rmtree(DATA_DIR, ignore_errors=True)
+    DATA_DIR.mkdir(parents=True)
     import django
 
     django.setup()

@@ -5,13 +5,16 @@ deployments set SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL and REDIS_URL.
 """
 
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
 import tempfile
 from pathlib import Path
+from typing import cast
 
 import dj_database_url
+from django.utils.functional import lazy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -28,19 +31,22 @@ def envlist(name: str, default: str = "") -> list[str]:
     return [v.strip() for v in os.environ.get(name, default).split(",") if v.strip()]
 
 
+# Importing the settings writes nothing (a script or a test process that only reads them
+# leaves no trace): DATA_DIR is made by manage.py before a command runs (`make run`'s
+# prepare among them) and by what first writes into it, like the generated key below.
 DATA_DIR = Path(os.environ.get("DATA_DIR", BASE_DIR / "var")).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 
-def _secret_key() -> str:
-    """SECRET_KEY from the environment, else one generated once into DATA_DIR.
+@functools.cache
+def _generated_secret_key() -> str:
+    """The SECRET_KEY generated once into DATA_DIR, read from there ever after.
 
-    It keys session signing and the HMAC of API tokens, so it must survive restarts.
+    It keys session signing and the HMAC of API tokens, so it must survive restarts, and
+    every process (daphne, the worker, the agent) must read the same one.
     """
-    if key := os.environ.get("SECRET_KEY"):
-        return key
     path = DATA_DIR / "secret_key"
     if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
         # Written aside, then linked into place: processes starting at once (a worker
         # and an agent) all end up reading the one key, never a half-written file.
         fd, temp = tempfile.mkstemp(dir=DATA_DIR, prefix=".secret_key-")
@@ -60,7 +66,9 @@ def _secret_key() -> str:
     return path.read_text().strip()
 
 
-SECRET_KEY = _secret_key()
+# From the environment, else generated into DATA_DIR on first use (a lazy str: Django
+# reads it when it first signs or hashes something).
+SECRET_KEY = os.environ.get("SECRET_KEY") or cast(str, lazy(_generated_secret_key, str)())
 DEBUG = envbool("DEBUG")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 

@@ -32,6 +32,7 @@ def _fernet() -> Fernet:
         except FileNotFoundError:
             # O_EXCL: two processes starting at once agree on one key.
             new = Fernet.generate_key().decode()
+            path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:

@@ -1,12 +1,19 @@
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
 from accounts import actions
 from accounts.models import ApiToken, Role, Team
 from tests import servers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The test DATA_DIR holds the SQLite test database and the servers' logs; importing
+    # the settings no longer makes it.
+    settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
 
 
 class Cast:

@@ -2,7 +2,6 @@
 preview gateway (`*.preview.localhost` does not resolve outside a browser here, so
 requests go to 127.0.0.1 with the preview's Host header)."""
 
-import time
 from http.cookies import SimpleCookie
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -11,6 +10,7 @@ import requests
 
 from accounts.access import Actor
 from tests.conftest import bearer
+from tests.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 
@@ -71,15 +71,12 @@ class PreviewAgent:
         )
 
     def wait(self, preview: dict, states: set[str], timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        current = preview
-        while time.monotonic() < deadline:
-            current = self.get(preview)
-            if current["state"] in states:
-                return current
-            time.sleep(0.1)
-        raise AssertionError(
-            f"preview {preview['id']} not in {states} after {timeout} s: {current}"
+        return wait_for(
+            lambda: self.get(preview),
+            timeout,
+            interval=0.1,
+            what=f"preview {preview['id']} to be in {states}",
+            until=lambda current: current["state"] in states,
         )
 
     def link(self, preview: dict) -> str:

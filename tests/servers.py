@@ -1,15 +1,18 @@
 """Real Berth processes for tests: daphne and a Celery worker, on the test database."""
 
+import asyncio
+import inspect
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from django.conf import settings
@@ -19,16 +22,50 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-def wait_for(condition, timeout: float = 30, interval: float = 0.05, what: str = "condition"):
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
+def wait_for(
+    condition: Callable[[], Any],
+    timeout: float = 30,
+    interval: float = 0.05,
+    what: str = "condition",
+    until: Callable[[Any], object] | None = None,
+) -> Any:
+    """Call `condition` every `interval` s until what it returns is truthy (given `until`:
+    until `until(value)` is) and return that value; past `timeout` s, fail naming `what`
+    (and, given `until`, the last value, which says where things stood)."""
     deadline = time.monotonic() + timeout
     while True:
-        result = condition()
-        if result:
-            return result
+        value = condition()
+        if until(value) if until is not None else value:
+            return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(_timed_out(timeout, what, value, until))
         time.sleep(interval)
+
+
+async def wait_for_async(
+    condition: Callable[[], Any],
+    timeout: float = 30,
+    interval: float = 0.05,
+    what: str = "condition",
+    until: Callable[[Any], object] | None = None,
+) -> Any:
+    """`wait_for` for code on an event loop: the loop is never blocked between tries, and
+    what `condition` returns is awaited when it is awaitable."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if until(value) if until is not None else value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(_timed_out(timeout, what, value, until))
+        await asyncio.sleep(interval)
+
+
+def _timed_out(timeout: float, what: str, value: object, until: object) -> str:
+    last = f"; last: {value!r}" if until is not None else ""
+    return f"timed out after {timeout} s waiting for {what}{last}"
 
 
 def free_port() -> int:

@@ -16,7 +16,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -293,17 +292,22 @@ class Stack:
         page = self.api("GET", f"/runs/{run['id']}/logs?after=0&limit=5000").json()
         return [e["text"] for e in page["entries"] if e["stream"] != "system"]
 
-    def output(self, run: dict[str, Any]) -> list[str]:
+    def output(self, run: dict[str, Any], timeout: float = 300) -> list[str]:
         entries: list[dict[str, Any]] = []
         after = 0
-        while True:
-            page = self.api("GET", f"/runs/{run['id']}/logs?after={after}&limit=5000").json()
-            entries += page["entries"]
-            after = page["next"]
-            if page["complete"]:
-                return [e["text"] for e in entries if e["stream"] != "system"]
-            if not page["entries"]:
-                time.sleep(0.05)
+
+        def read() -> bool:
+            """Every page there is now; True once the log is complete."""
+            nonlocal after
+            while True:
+                page = self.api("GET", f"/runs/{run['id']}/logs?after={after}&limit=5000").json()
+                entries.extend(page["entries"])
+                after = page["next"]
+                if page["complete"] or not page["entries"]:
+                    return page["complete"]
+
+        wait_for(read, timeout, what=f"run {run['id']}'s complete log")
+        return [e["text"] for e in entries if e["stream"] != "system"]
 
 
 @contextmanager

@@ -4,7 +4,6 @@ through the API; bob sees the badge, reviews the diff and the passing run, appro
 the release's address shows the app; carol sees what the agent and bob did."""
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from accounts.access import Actor
 from tests.browser import chromium_page
+from tests.servers import wait_for
 from workspaces.actions import create_workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
@@ -54,14 +54,13 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
     run = api(
         berth_server, secret, "POST", "/workspaces/shop/runs", {"command": "python3 -m unittest"}
     )
-    deadline = time.monotonic() + 120
-    while (run := api(berth_server, secret, "GET", f"/runs/{run['id']}"))["state"] in (
-        "queued",
-        "preparing",
-        "running",
-    ):
-        assert time.monotonic() < deadline, run
-        time.sleep(0.2)
+    run = wait_for(
+        lambda: api(berth_server, secret, "GET", f"/runs/{run['id']}"),
+        120,
+        interval=0.2,
+        what="the tests' run to end",
+        until=lambda run: run["state"] not in ("queued", "preparing", "running"),
+    )
     assert run["state"] == "succeeded", run
     asked = api(
         berth_server, secret, "POST", "/workspaces/shop/deploys", {"note": "the greeting is ready"}
@@ -83,12 +82,21 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         assert "app.py" in page.inner_text("#review-diff")
         page.click("#approve")
         assert "Approved: the release is being built" in page.inner_text(".messages")
-        deadline = time.monotonic() + 180
-        while page.inner_text("#deploy-state") != "live":
-            assert page.inner_text("#deploy-state") not in ("failed", "rejected")
-            assert time.monotonic() < deadline, page.inner_text("#deploy-head")
-            page.wait_for_timeout(500)  # a poll interval of a waiting reviewer, not a sleep
+
+        def reviewed() -> tuple[str, str]:
+            """(state, head) as a waiting reviewer reads them, reloading every 500 ms."""
             page.reload()
+            state, head = page.inner_text("#deploy-state"), page.inner_text("#deploy-head")
+            assert state not in ("failed", "rejected"), head
+            return state, head
+
+        wait_for(
+            reviewed,
+            180,
+            interval=0.5,
+            what="the deploy to be live",
+            until=lambda seen: seen[0] == "live",
+        )
         page.goto(f"http://shop--team-a.apps.localhost:{berth_server.gateway_port}/")
         assert page.inner_text("h1") == "Hello, world!"
 

@@ -3,7 +3,6 @@ page's frame (a third-party context: the preview host is another site than the a
 and opened in a new tab. Real daphne, Celery worker, runner agent, Docker."""
 
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -12,6 +11,7 @@ from accounts.access import Actor
 from previews.models import Preview
 from tests.browser import chromium_page
 from tests.previews import PROBE_APP, probe_toml, write
+from tests.servers import wait_for
 from tests.test_browser_runs import sign_in_as_carol
 from workspaces.actions import create_workspace
 
@@ -71,8 +71,12 @@ def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(
         page.click("#preview-status button.danger")
         page.wait_for_selector("#preview-status[data-state=stopped]", timeout=30_000)
         # (the proxy may have the preview's state cached for up to a second)
-        deadline = time.monotonic() + 15
-        while "This preview is stopped" not in tab.locator("h1").inner_text():
-            assert time.monotonic() < deadline, "the tab never showed the stopped page"
+
+        def stopped_page_shown() -> bool:
+            if "This preview is stopped" in tab.locator("h1").inner_text():
+                return True
             tab.reload()
+            return False
+
+        wait_for(stopped_page_shown, 15, interval=0, what="the tab to show the stopped page")
         assert "Restart" in tab.locator("a.button").inner_text()

@@ -3,6 +3,7 @@ through the API (a real Celery worker, runner agent and Docker engine), the cach
 and page, and the beat jobs' functions on real volumes and files."""
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
@@ -52,7 +53,7 @@ def shop(cast) -> Iterator[Workspace]:
     for volume in DepCache.objects.filter(workspace=shop).values_list("volume", flat=True):
         with contextlib.suppress(AssertionError):
             wait_for(
-                lambda v=volume: caches.remove_volume(v),
+                functools.partial(caches.remove_volume, volume),
                 timeout=20,
                 interval=0.2,
                 what=f"volume {volume} to be removable",

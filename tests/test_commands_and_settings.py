@@ -81,6 +81,28 @@ def test_each_data_dir_is_its_own_instance_with_its_own_secret_key(tmp_path):
     assert settings_value("DEBUG", DATA_DIR=str(one)) == "False"
 
 
+@pytest.mark.parametrize("module", ["config.settings", "config.settings_test"])
+def test_importing_the_settings_writes_nothing(tmp_path, module):
+    """A one-off script, a `check` or a test process leaves no trace: DATA_DIR and the
+    generated key are made where they are first needed."""
+    data_dir = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "SECRET_KEY"}
+    env.update(DATA_DIR=str(data_dir), TEST_DATA_DIR=str(data_dir), DJANGO_SETTINGS_MODULE=module)
+    code = (
+        "import django\n"
+        "django.setup()\n"
+        "from django.conf import settings\n"
+        "print(settings.DATA_DIR, settings.BERTH_INSTANCE, settings.DATABASES)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(str(data_dir))
+    assert not data_dir.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_sqlite_is_set_up_for_concurrent_writers(db):
     if connection.vendor != "sqlite":
         pytest.skip("SQLite only")

@@ -6,7 +6,6 @@ without a rebuild.
 """
 
 import threading
-import time
 
 import pytest
 import requests
@@ -16,6 +15,7 @@ from accounts.models import Activity
 from deploys.models import DeployRequest, Release
 from tests.conftest import bearer
 from tests.previews import write
+from tests.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
 
@@ -74,14 +74,13 @@ class Requester:
         return r.json()
 
     def wait(self, deploy: dict, states: set[str] = ENDED, timeout: float = 180) -> dict:
-        deadline = time.monotonic() + timeout
-        current = deploy
-        while time.monotonic() < deadline:
-            current = self.get(deploy)
-            if current["state"] in states:
-                return current
-            time.sleep(0.2)
-        raise AssertionError(f"deploy {deploy['id']} not in {states}: {current}")
+        return wait_for(
+            lambda: self.get(deploy),
+            timeout,
+            interval=0.2,
+            what=f"deploy {deploy['id']} to be in {states}",
+            until=lambda current: current["state"] in states,
+        )
 
 
 @pytest.fixture
@@ -191,10 +190,12 @@ def test_a_failing_release_leaves_the_live_one_serving_and_rollback_needs_no_reb
 
     r = signed_in(cast.bob).post("/t/team-a/w/shop/releases/1/rollback/", follow=True)
     assert "Rolling back to release 1" in r.content.decode()
-    deadline = time.monotonic() + 120
-    while served(berth_server).text != "release one":
-        assert time.monotonic() < deadline, "the rollback never served release one"
-        time.sleep(0.2)
+    wait_for(
+        lambda: served(berth_server).text == "release one",
+        120,
+        interval=0.2,
+        what="the rollback to serve release one",
+    )
     builds = DeployRequest.objects.exclude(build_run=None).count()
     assert builds == 3  # the rollback built nothing
     page = signed_in(cast.carol).get(PAGE).content.decode()
@@ -254,13 +255,12 @@ def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
     assert r.status_code == 409 and r.json()["error"]["code"] == "not_a_run"
     assert served(berth_server).text == "release one"
     engine().containers.get(release.process.run.container_name).kill()
-    deadline = time.monotonic() + 60
-    while True:
+
+    def brought_back() -> bool:
         release.refresh_from_db()
-        if release.restored_at and served(berth_server).status_code == 200:
-            break
-        assert time.monotonic() < deadline, "the release was not brought back in a minute"
-        time.sleep(0.2)
+        return bool(release.restored_at) and served(berth_server).status_code == 200
+
+    wait_for(brought_back, 60, interval=0.2, what="the release to be brought back")
     assert served(berth_server).text == "release one"
     page = signed_in(cast.carol).get(PAGE).content.decode()
     assert "Started again after its process stopped" in page
@@ -276,10 +276,7 @@ def restart_engine() -> None:
 
     pid = int(Path("/var/run/docker.pid").read_text())
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    while Path(f"/proc/{pid}").exists():
-        assert time.monotonic() < deadline, "dockerd did not stop"
-        time.sleep(0.1)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, interval=0.1, what="dockerd to stop")
     root = Path(__file__).resolve().parents[1]
     subprocess.run(
         [str(root / "scripts" / "host-setup"), "docker"], check=True, capture_output=True
@@ -291,17 +288,16 @@ def test_after_an_engine_restart_the_live_release_is_served_again_within_a_minut
 ):
     released(agent, signed_in, cast, "one")
     restart_engine()
-    deadline = time.monotonic() + 60
-    while True:
+
+    def served_again() -> requests.Response | None:
         release = Release.objects.get(number=1)
         try:
             answer = served(berth_server)
         except requests.RequestException:
-            answer = None
-        if release.restored_at and answer is not None and answer.status_code == 200:
-            break
-        assert time.monotonic() < deadline, "the release was not served again in a minute"
-        time.sleep(0.5)
+            return None
+        return answer if release.restored_at and answer.status_code == 200 else None
+
+    answer = wait_for(served_again, 60, interval=0.5, what="the release to be served again")
     assert answer.text == "release one"
     page = signed_in(cast.carol).get(PAGE).content.decode()
     assert "Started again after its process stopped" in page
@@ -323,10 +319,13 @@ def test_a_team_only_release_opens_from_berth_with_a_ticket(
     ).exists()
     process = Release.objects.get(number=1).process
     assert process is not None
-    deadline = time.monotonic() + 10  # the proxy caches what it knows for about a second
-    while (anonymous := served(berth_server)).status_code == 200:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    anonymous = wait_for(  # the proxy caches what it knows for about a second
+        lambda: served(berth_server),
+        10,
+        interval=0.2,
+        what="the release to stop answering strangers",
+        until=lambda answer: answer.status_code != 200,
+    )
     assert anonymous.status_code == 302
     assert f"/previews/{process.public_id}/open" in anonymous.headers["Location"]
     # A member opens it from Berth: a single-use ticket for the release host's cookie.
@@ -349,10 +348,12 @@ def test_the_last_three_release_images_are_kept_and_older_ones_removed(
     for n in range(1, 5):
         write(shop, cast.carol, {"app.py": app(f"release {n}")})
         released(agent, signed_in, cast, str(n))
-    deadline = time.monotonic() + 20  # pruned after the switch's commit
-    while Release.objects.get(number=1).image_removed_at is None:
-        assert time.monotonic() < deadline, "release 1's image was not removed"
-        time.sleep(0.2)
+    wait_for(  # pruned after the switch's commit
+        lambda: Release.objects.get(number=1).image_removed_at is not None,
+        20,
+        interval=0.2,
+        what="release 1's image to be removed",
+    )
     with pytest.raises(docker.errors.ImageNotFound):
         engine().images.get(Release.objects.get(number=1).image)
     for n in (2, 3, 4):

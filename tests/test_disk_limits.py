@@ -17,6 +17,7 @@ from accounts.access import Actor
 from runs.outputs import walk_volume
 from sandbox.engine import engine
 from sandbox.usage import count
+from tests.servers import wait_for
 from tests.test_quotas import agents  # noqa: F401 (the fixture: carol on team A, charlie on B)
 from tests.test_runs import TERMINAL, Agent, no_container_left
 from workspaces import actions as workspace_actions
@@ -184,12 +185,26 @@ def test_a_flood_of_empty_files_ends_inode_quota_exceeded_and_other_teams_keep_t
     waiting = theirs.run("sleep 60", runtime=runtime, timeout_s=3)
 
     crossed = None
-    deadline = time.monotonic() + 120
-    while (done := ours.get(f"/runs/{flood['id']}").json())["state"] not in TERMINAL:
-        assert time.monotonic() < deadline, done
-        if crossed is None and any(e["text"] == f"made {cap}" for e in entries(ours, flood)):
+
+    def flood_state() -> dict:
+        """The flood run now, noting when it first said it made `cap` files."""
+        nonlocal crossed
+        done = ours.get(f"/runs/{flood['id']}").json()
+        if (
+            done["state"] not in TERMINAL
+            and crossed is None
+            and any(e["text"] == f"made {cap}" for e in entries(ours, flood))
+        ):
             crossed = time.monotonic()
-        time.sleep(0.1)
+        return done
+
+    done = wait_for(
+        flood_state,
+        120,
+        interval=0.1,
+        what="the flood to end",
+        until=lambda done: done["state"] in TERMINAL,
+    )
     ended = time.monotonic()
     assert (done["state"], done["reason"]) == ("failed", "inode_quota_exceeded"), done
     assert "SANDBOX_MAX_INODES" in done["message"] and f"{cap:,} files" in done["message"]

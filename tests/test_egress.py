@@ -9,7 +9,6 @@ run may move 8 MB and hold 6 connections.
 
 import http.server
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from accounts.access import Actor
 from runs.models import EgressEvent
 from tests.registries import Registry
+from tests.servers import wait_for
 from tests.test_runs import Agent, set_toml
 from workspaces import actions as workspace_actions
 
@@ -97,12 +97,12 @@ def run(agent, command: str) -> tuple[dict, str]:
 def events(run: dict, at_least: int, timeout: float = 10) -> list[EgressEvent]:
     """The run's connection records (written as each connection ends, maybe just after
     the run's own end)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = list(EgressEvent.objects.filter(run__public_id=run["id"]))
-        if len(found) >= at_least or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+    return wait_for(
+        lambda: list(EgressEvent.objects.filter(run__public_id=run["id"])),
+        timeout,
+        what=f"{at_least} connection records of run {run['id']}",
+        until=lambda found: len(found) >= at_least,
+    )
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

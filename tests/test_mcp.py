@@ -17,6 +17,7 @@ from accounts.access import Actor
 from accounts.models import Activity
 from deploys.models import DeployRequest
 from runs.models import Run
+from tests.servers import wait_for_async
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
 
@@ -213,12 +214,13 @@ def test_an_agent_fixes_a_failing_test_previews_it_and_asks_for_a_deploy(
     signed_in(cast.bob).post(f"{asked['review_url']}approve/")
 
     async def follow(agent: Agent) -> dict[str, Any]:
-        for _ in range(600):
-            deploy = await agent("get_deploy", deploy_id=asked["id"])
-            if deploy["state"] in ("live", "failed"):
-                return deploy
-            await asyncio.sleep(0.2)
-        raise AssertionError("the deploy did not end")
+        return await wait_for_async(
+            lambda: agent("get_deploy", deploy_id=asked["id"]),
+            180,
+            interval=0.2,
+            what="the deploy to end",
+            until=lambda deploy: deploy["state"] in ("live", "failed"),
+        )
 
     live = connect(berth_server, secret, follow, "2026-07-28")
     assert live["state"] == "live" and live["approvals"] == ["bob"], live
@@ -321,8 +323,10 @@ def test_one_agents_long_wait_holds_up_no_other_call(berth_server, run_stack, ca
         return Run.objects.filter(command__startswith="sleep 8", state="running").exists()
 
     async def meanwhile(agent: Agent) -> list[str]:
-        while not await asyncio.to_thread(sleeping):  # the other call is waiting by now
-            await asyncio.sleep(0.05)
+        # Once it runs, the other call is waiting.
+        await wait_for_async(
+            lambda: asyncio.to_thread(sleeping), 120, what="the other call's run to be running"
+        )
         states = []
         for _ in range(5):
             await agent("whoami")

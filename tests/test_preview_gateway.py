@@ -24,6 +24,7 @@ from previews import gate
 from previews.gateway import Gateway
 from previews.relay import Client
 from sandbox.netns import Namespace
+from tests.servers import wait_for
 
 HOST = "abc123.preview.localhost"
 COOKIE = {"Cookie": f"{gate.COOKIE_LAX}=good"}
@@ -333,18 +334,22 @@ def test_a_preview_at_its_connection_cap_answers_busy(gw):
             b"GET /hold HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
             % (HOST.encode(), gate.COOKIE_LAX.encode())
         )
-        deadline = time.monotonic() + 10
-        while gw.lookups.open.get("abc123", 0) < 1:
-            assert time.monotonic() < deadline, "the first request never reached the app"
-            time.sleep(0.01)
+        wait_for(
+            lambda: gw.lookups.open.get("abc123", 0) >= 1,
+            10,
+            interval=0.01,
+            what="the first request to reach the app",
+        )
         r = get(gw, "/", {"Accept": "application/json"})
         assert r.status_code == 503 and r.json()["error"]["code"] == "preview_busy"
         release.set()
         assert first.recv(4096).startswith(b"HTTP/1.1 200")
-    deadline = time.monotonic() + 10
-    while gw.lookups.open.get("abc123", 0):
-        assert time.monotonic() < deadline, "the finished request is still counted"
-        time.sleep(0.01)
+    wait_for(
+        lambda: not gw.lookups.open.get("abc123", 0),
+        10,
+        interval=0.01,
+        what="the finished request to be no longer counted",
+    )
     assert get(gw, "/").status_code == 200
 
 
@@ -370,13 +375,6 @@ def test_daphne_trusts_the_client_named_only_with_the_gateway_key():
     assert signed["client"] == ("6.6.6.6", 0) and signed["headers"] == [(b"host", b"h")]
 
 
-def wait_until(condition, what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_a_client_that_stops_reading_is_cut_at_the_idle_limit_and_frees_its_slot(gw, settings):
     settings.PREVIEW_IDLE_CONNECTION_S = 1
     stuck = [socket.create_connection(("127.0.0.1", gw.port)) for _ in range(3)]
@@ -386,8 +384,12 @@ def test_a_client_that_stops_reading_is_cut_at_the_idle_limit_and_frees_its_slot
             b"GET /big?kb=20000 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
             % (HOST.encode(), gate.COOKIE_LAX.encode())
         )
-    wait_until(lambda: gw.lookups.open.get("abc123", 0) == 3, "three requests in flight")
-    wait_until(lambda: gw.lookups.open.get("abc123", 0) == 0, "the stuck clients to be cut")
+
+    def in_flight() -> int:
+        return gw.lookups.open.get("abc123", 0)
+
+    wait_for(in_flight, 10, 0.01, "three requests in flight", until=lambda n: n == 3)
+    wait_for(in_flight, 10, 0.01, "the stuck clients to be cut", until=lambda n: n == 0)
     for s in stuck:
         s.close()
     assert get(gw, "/").status_code == 200
@@ -413,7 +415,7 @@ def test_a_connection_kept_after_a_slow_client_serves_the_next_request():
             b"GET /big?kb=300 HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n"
             % (HOST.encode(), gate.COOKIE_LAX.encode())
         )
-        wait_until(lambda: any(gw.idle.values()), "the app's connection to be kept")
+        wait_for(lambda: any(gw.idle.values()), 10, 0.01, what="the app's connection to be kept")
         # The kept connection serves another client at once, not after the idle limit.
         assert get(gw, "/after").json()["path"] == "/after"
         slow.close()

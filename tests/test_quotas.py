@@ -6,13 +6,13 @@ run. Limits are the operator's per-team overrides on the Team row.
 """
 
 import datetime
-import time
 
 import pytest
 
 from accounts.access import Actor
 from runs.models import Run
 from tests.previews import PROBE_APP, Browser, PreviewAgent, probe_toml, write
+from tests.servers import wait_for
 from tests.test_runs import TERMINAL, Agent
 from workspaces import actions as workspace_actions
 
@@ -86,10 +86,12 @@ def test_a_team_at_its_limit_waits_while_another_teams_run_goes(agents, cast):
         )
         # Under contention the flood's containers weigh less than the single run's: A's
         # third run is prepared once a slot of A's frees, with seven of A's still waiting.
-        deadline = time.monotonic() + 60
-        while "cpu_shares" not in row(floods[2]).isolation:
-            assert time.monotonic() < deadline, "A's third run was never prepared"
-            time.sleep(0.1)
+        wait_for(
+            lambda: "cpu_shares" in row(floods[2]).isolation,
+            60,
+            interval=0.1,
+            what="A's third run to be prepared",
+        )
         assert row(floods[2]).isolation["cpu_shares"] < b_row.isolation["cpu_shares"] == 1024
         # Within a team, first come first served: the admitted ones are the oldest.
         admitted = [r.admitted_at is not None for r in map(row, floods)]
@@ -103,10 +105,8 @@ def test_past_the_queue_limit_the_api_answers_429_with_retry_after(agents, cast)
     a, _ = agents
     limits(cast.team_a, max_concurrent_runs=1, max_queued_runs=2)
     runs = [a.run("sleep 30")]
-    deadline = time.monotonic() + 30
-    while row(runs[0]).admitted_at is None:  # the first one takes the team's one slot
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    # The first one takes the team's one slot.
+    wait_for(lambda: row(runs[0]).admitted_at is not None, 30, what="the first run's admission")
     runs += [a.run("sleep 30"), a.run("sleep 30")]
     try:
         before = Run.objects.count()

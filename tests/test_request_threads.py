@@ -7,6 +7,7 @@ import threading
 from asgiref.sync import async_to_sync, sync_to_async
 
 from config.request_threads import RequestThreads
+from tests.servers import wait_for_async
 
 
 class App:
@@ -54,8 +55,11 @@ def test_requests_at_once_never_share_a_thread_and_extra_ones_retire() -> None:
     async def at_once() -> None:
         app.release = asyncio.Event()
         tasks = [asyncio.ensure_future(threads(http(), None, None)) for _ in range(4)]
-        while len(app.firsts) < 4:  # all four are in the middle of their request
-            await asyncio.sleep(0.001)
+        await wait_for_async(
+            lambda: len(app.firsts) >= 4,
+            interval=0.001,
+            what="all four to be in the middle of their request",
+        )
         app.release.set()
         await asyncio.gather(*tasks)
 

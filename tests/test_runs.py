@@ -11,6 +11,7 @@ from accounts.access import Actor
 from runs.models import Run
 from sandbox.engine import engine
 from tests.conftest import bearer
+from tests.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 
@@ -39,24 +40,29 @@ class Agent:
         return self.client.get(f"/api/v1{path}", **self.headers)
 
     def wait(self, run: dict, timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            current = self.get(f"/runs/{run['id']}").json()
-            if current["state"] in TERMINAL:
-                return current
-            time.sleep(0.1)
-        raise AssertionError(f"run {run['id']} did not end in {timeout} s: {current}")
+        return wait_for(
+            lambda: self.get(f"/runs/{run['id']}").json(),
+            timeout,
+            interval=0.1,
+            what=f"run {run['id']} to end",
+            until=lambda current: current["state"] in TERMINAL,
+        )
 
-    def log(self, run: dict) -> list[dict]:
+    def log(self, run: dict, timeout: float = 300) -> list[dict]:
         entries, after = [], 0
-        while True:
-            page = self.get(f"/runs/{run['id']}/logs?after={after}&limit=5000").json()
-            entries += page["entries"]
-            after = page["next"]
-            if page["complete"]:
-                return entries
-            if not page["entries"]:
-                time.sleep(0.05)
+
+        def read() -> bool:
+            """Every page there is now; True once the log is complete."""
+            nonlocal after
+            while True:
+                page = self.get(f"/runs/{run['id']}/logs?after={after}&limit=5000").json()
+                entries.extend(page["entries"])
+                after = page["next"]
+                if page["complete"] or not page["entries"]:
+                    return page["complete"]
+
+        wait_for(read, timeout, what=f"run {run['id']}'s complete log")
+        return entries
 
     def output(self, run: dict) -> list[str]:
         return [e["text"] for e in self.log(run) if e["stream"] != "system"]
@@ -85,14 +91,15 @@ def no_container_left(run: dict, timeout: float = 20) -> bool:
     """True once the run's container and volume are gone (the agent removes them at the
     end; its reconcile catches any a crash left behind)."""
     name = f"run-{run['id']}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not engine().api.containers(
-            all=True, filters={"name": name}
-        ) and not engine().volumes.list(filters={"name": name}):
-            return True
-        time.sleep(0.1)
-    return False
+    return wait_for(
+        lambda: (
+            not engine().api.containers(all=True, filters={"name": name})
+            and not engine().volumes.list(filters={"name": name})
+        ),
+        timeout,
+        interval=0.1,
+        what=f"{name}'s container and volume to be removed",
+    )
 
 
 def test_echo_hi_succeeds_with_its_log_and_a_pinned_commit(agent, shop, cast):
@@ -234,13 +241,12 @@ def test_a_client_can_wait_for_the_end_instead_of_polling(agent):
 
 def wait_for_output(agent, run, text: str, timeout: float = 60) -> bool:
     """True once a log line equal to `text` is readable through the API."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def shown() -> bool:
         entries = agent.get(f"/runs/{run['id']}/logs?after=0").json()["entries"]
-        if any(e["text"] == text for e in entries):
-            return True
-        time.sleep(0.1)
-    return False
+        return any(e["text"] == text for e in entries)
+
+    return wait_for(shown, timeout, interval=0.1, what=f"{text!r} in run {run['id']}'s log")
 
 
 def test_a_fork_bomb_stops_at_the_pids_limit_and_the_neighbour_still_runs(agent, shop, cast):
@@ -329,9 +335,7 @@ def test_killing_the_agent_mid_run_loses_nothing(agent, run_stack):
     run_stack.agent.kill()
     # The run goes on writing while no agent listens: wait until the engine has more.
     container = engine().containers.get(f"berth-{settings.BERTH_INSTANCE}-run-{run['id']}")
-    deadline = time.monotonic() + 30
-    while b"line 12" not in container.logs() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: b"line 12" in container.logs(), 30, what="line 12 in the engine's log")
     run_stack.agent.start()
     done = agent.wait(run, timeout=120)
     assert done["state"] == "succeeded"

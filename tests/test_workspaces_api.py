@@ -304,6 +304,67 @@ def test_a_cache_key_outside_the_workspace_is_named_on_save(agent, shop):
     assert "cache_key" in warning["message"]
 
 
+def save_toml(agent, text: str) -> dict:
+    """The warning saving `text` as workspace.toml gives (the commit is made anyway)."""
+    r = agent.put("/workspaces/shop/files/workspace.toml", {"content": text})
+    assert r.status_code == 200, r.content
+    [warning] = r.json()["warnings"]
+    assert warning["code"] == "invalid_workspace_toml"
+    return warning
+
+
+def test_an_unknown_key_is_named_with_its_line_and_the_known_keys(agent, shop):
+    warning = save_toml(agent, '[preview]\ncommand = "python3 app.py"\nhealthpath = "/up"\n')
+    assert warning["message"] == (
+        "workspace.toml, line 3: unknown key 'healthpath' in [preview]; "
+        "known: command, port, health_path."
+    )
+    warning = save_toml(agent, "# Berth\n\n[sandboxes]\ncpus = 1\n")
+    assert warning["message"].startswith("workspace.toml, line 3: unknown section [sandboxes];")
+
+
+def test_a_wrong_type_names_its_line_and_what_is_expected(agent, shop):
+    warning = save_toml(agent, '[sandbox]\nruntime = "runc"\ntimeout_s = "10m"\n')
+    assert warning["message"] == (
+        "workspace.toml, line 3: [sandbox] timeout_s must be whole seconds, at least 1."
+    )
+    # A fraction is not whole megabytes either.
+    warning = save_toml(agent, "[sandbox]\nmemory_mb = 512.5\n")
+    assert warning["message"] == (
+        "workspace.toml, line 2: [sandbox] memory_mb must be whole megabytes, at least 16."
+    )
+
+
+def test_a_bool_is_not_a_number_and_a_run_of_it_is_refused_naming_the_line(agent, shop):
+    warning = save_toml(agent, '[preview]\ncommand = "python3 app.py"\nport = true\n')
+    assert warning["message"] == (
+        "workspace.toml, line 3: [preview] port must be a port from 1 to 65535."
+    )
+    warning = save_toml(agent, "[sandbox]\ncpus = true\n")
+    assert warning["message"] == (
+        "workspace.toml, line 2: [sandbox] cpus must be a number of CPUs above 0."
+    )
+    r = agent.post("/workspaces/shop/runs", {"command": "true"})
+    assert r.status_code == 422
+    assert r.json()["error"]["code"] == "invalid_workspace_toml"
+    assert r.json()["error"]["message"].startswith("workspace.toml, line 2: [sandbox] cpus")
+
+
+def test_the_default_image_is_the_operators_sandbox_image(agent, shop, settings):
+    settings.SANDBOX_IMAGE = "berth-operator:2"
+    r = agent.post("/workspaces/shop/runs", {"command": "true"})
+    assert r.status_code == 202, r.content
+    assert r.json()["image"] == "berth-operator:2"
+    # The contract notice of a commit that names another image says what it replaced.
+    r = agent.put(
+        "/workspaces/shop/files/workspace.toml", {"content": '[sandbox]\nimage = "x:1"\n'}
+    )
+    changes = agent.get(f"/workspaces/shop/commits/{r.json()['commit']}").json()
+    assert '[sandbox] image: "berth-operator:2" (default) → "x:1"' in [
+        c["message"] for c in changes["contract_changes"]
+    ]
+
+
 def test_only_admins_delete_workspaces(client, cast, shop, agent):
     assert_error(agent.delete("/workspaces/shop"), 403, "forbidden")
     _, secret = cast.token(cast.alice)
