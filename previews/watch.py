@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from backend.netns import Namespace, NamespaceGone, listening_ports
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
@@ -27,6 +26,7 @@ from previews.probe import probe
 from runs.models import RunState
 from sandbox import backend
 from sandbox.egress.policy import PROXY_PORT
+from sandbox.netns import Namespace, NamespaceGone, listening_ports
 
 log = logging.getLogger("berth.runner_agent")
 

@@ -11,8 +11,9 @@ from accounts.access import Actor
 from accounts.models import Activity
 from runs import actions as run_actions
 from sandbox.egress import policy
+from sandbox.egress.attempts import Attempt, Budget, Refused
 from sandbox.egress.policy import BadEntry, Rule
-from sandbox.egress.proxy import Attempt, Budget, Proxy, Refused
+from sandbox.egress.proxy import Proxy
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 

@@ -18,20 +18,28 @@ after EGRESS_IDLE_TIMEOUT_S.
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
-from urllib.parse import urlsplit
 
 import h11
 from django.conf import settings
 
 from sandbox.egress import policy
+from sandbox.egress.attempts import (
+    HOP_BY_HOP,
+    Attempt,
+    Budget,
+    Capped,
+    Gauge,
+    Refused,
+    content_length,
+    resolve,
+    response,
+    target,
+)
 from sandbox.egress.door import Door, RefusalRate, reset
 from sandbox.netns import Namespace, socket_in
 
@@ -44,67 +52,6 @@ CHUNK = 256 * 1024
 # answered without waiting.
 REFUSE_READ_S = 0.2
 REFUSING = 8
-# Hop-by-hop headers, per connection: never passed on (RFC 9110 7.6.1). Framing headers
-# (Content-Length, Transfer-Encoding) are passed on: h11 frames each side from them.
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"trailer",
-        b"upgrade",
-    }
-)
-
-
-@dataclass
-class Budget:
-    """What one run may still use, shared by its sandboxes (setup, then the command)."""
-
-    max_bytes: int
-    max_connections: int
-    used_bytes: int = 0
-    active: int = 0
-
-
-@dataclass
-class Gauge:
-    """Connections open to the proxies of one scope: a sandbox, a team, the agent."""
-
-    cap: int
-    reason: str  # the denial's type when this cap is what refuses
-    what: str  # the cap in words, for the message the sandbox's client reads
-    open: int = 0
-
-
-@dataclass
-class Attempt:
-    """One connection the sandbox asked for, and what became of it."""
-
-    method: str
-    host: str
-    port: int
-    address: str = ""
-    allowed: bool = False
-    reason: str = ""  # why it was refused or cut short; empty for a normal end
-    bytes_up: int = 0
-    bytes_down: int = 0
-    started: float = field(default_factory=time.time)
-    ended: float | None = None
-    count: int = 1  # connections it stands for: more for a second's refusals shed at once
-
-
-class Refused(Exception):
-    def __init__(self, reason: str, status: int, message: str) -> None:
-        super().__init__(message)
-        self.reason, self.status, self.message = reason, status, message
-
-
-class Capped(Exception):
-    """A cap was reached in the middle of a connection: it ends there."""
 
 
 class Proxy:
@@ -230,7 +177,7 @@ class Proxy:
             try:
                 conn.receive_data(await asyncio.wait_for(reader.read(CHUNK), REFUSE_READ_S))
                 if isinstance(event := conn.next_event(), h11.Request):
-                    attempt = _target(event)[0]
+                    attempt = target(event)[0]
             except (TimeoutError, h11.ProtocolError):
                 pass
             finally:
@@ -239,7 +186,7 @@ class Proxy:
         attempt.reason, attempt.ended = full.reason, time.time()
         self.record(attempt)
         writer.write(
-            _response(
+            response(
                 429,
                 f"{full.open} connections to the proxy are open, "
                 f"{full.what}; close idle ones (or reuse them) and retry.",
@@ -255,7 +202,7 @@ class Proxy:
             event = await self._next(conn, reader)
             if not isinstance(event, h11.Request):
                 return  # closed (the wrapper's readiness probe, or a client done)
-            attempt, path = _target(event)
+            attempt, path = target(event)
             if attempt is None:
                 await self._answer(
                     conn,
@@ -297,7 +244,7 @@ class Proxy:
     ) -> None:
         if conn.our_state is not h11.SEND_RESPONSE:
             return  # a response was under way: the connection just ends
-        writer.write(_response(status, message, reason))  # and the connection ends
+        writer.write(response(status, message, reason))  # and the connection ends
         with contextlib.suppress(ConnectionError, TimeoutError):
             await asyncio.wait_for(writer.drain(), self.idle)
 
@@ -329,7 +276,7 @@ class Proxy:
                 "(EGRESS_MAX_CONNECTIONS); close some first.",
             )
         fixed = policy.static_address(host)
-        candidates = [fixed] if fixed else await _resolve(host, port)
+        candidates = [fixed] if fixed else await resolve(host, port)
         allowed = [a for a in candidates if policy.address_allowed(a)]
         if not candidates:
             raise Refused("resolve_failed", 502, f"{host} does not resolve.")
@@ -470,7 +417,7 @@ class Proxy:
                     f"{attempt.host}:{attempt.port} did not answer with an HTTP response.",
                 )
             head = [(k, v) for k, v in answer.headers.raw_items() if k.lower() not in HOP_BY_HOP]
-            length = _content_length(answer, event.method)
+            length = content_length(answer, event.method)
             if length is not None:
                 # A body of known length goes through as raw bytes, not h11 events (a
                 # large download would otherwise be parsed and copied twice more), and
@@ -543,50 +490,3 @@ class Proxy:
             data = await asyncio.wait_for(reader.read(CHUNK), self.idle)
             self._count(attempt, len(data), up=False)
             conn.receive_data(data)
-
-
-def _response(status: int, message: str, reason: str) -> bytes:
-    """The proxy's own answer: the status, the typed reason in `x-berth-egress`, and a
-    line saying what to do."""
-    body = f"Berth egress proxy: {message}\n".encode()
-    return (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        "content-type: text/plain; charset=utf-8\r\n"
-        f"content-length: {len(body)}\r\nx-berth-egress: {reason}\r\n"
-        "connection: close\r\n\r\n"
-    ).encode() + body
-
-
-def _content_length(answer: h11.Response, method: bytes) -> int | None:
-    """The body length an answer declares, when it has a body framed that way."""
-    if method == b"HEAD" or answer.status_code in (204, 304) or answer.status_code < 200:
-        return None
-    if any(k == b"transfer-encoding" for k, _ in answer.headers):
-        return None  # chunked wins over a Content-Length (RFC 9112 6.3): h11 frames it
-    values = [v for k, v in answer.headers if k == b"content-length"]
-    return int(values[0]) if len(values) == 1 and values[0].isdigit() else None
-
-
-def _target(event: h11.Request) -> tuple[Attempt | None, bytes]:
-    """The destination a request names, and the origin-form path to send there."""
-    method = event.method.decode("ascii", "replace")
-    try:
-        target = event.target.decode("ascii")
-        if event.method == b"CONNECT":
-            host, _, port = target.rpartition(":")
-            return Attempt(method, host.strip("[]").lower(), int(port)), b""
-        url = urlsplit(target)
-        if url.scheme != "http" or not url.hostname:
-            return None, b""
-        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        return Attempt(method, url.hostname.lower(), url.port or 80), path.encode("ascii")
-    except (UnicodeDecodeError, ValueError):
-        return None, b""
-
-
-async def _resolve(host: str, port: int) -> list[policy.Address]:
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        return []
-    return [ipaddress.ip_address(info[4][0]) for info in infos]

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from runs.models import EgressEvent, Run
 from sandbox import backend
-from sandbox.egress.proxy import Attempt, Budget, Gauge, Proxy
+from sandbox.egress.attempts import Attempt, Budget, Gauge
+from sandbox.egress.proxy import Proxy
 from sandbox.netns import Namespace, NamespaceGone
 
 log = logging.getLogger("berth.egress")
