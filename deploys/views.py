@@ -22,9 +22,10 @@ from deploys.models import PENDING, DeployRequest, Release, Route
 from previews.models import LIVE_STATES, Preview
 from runs.models import Purpose, Run
 from workspaces import history
+from workspaces.history_views import diff_lines
 from workspaces.models import Workspace
 from workspaces.store import open_store
-from workspaces.views import clone_url, diff_lines, urls_of, workspace_page
+from workspaces.views import clone_url, urls_of, workspace_page
 
 
 def _actor(request: HttpRequest) -> Actor:

@@ -9,8 +9,8 @@ from django.urls import reverse
 
 from runs.compare import compare_runs
 from runs.models import Run
+from workspaces.history_views import diff_lines
 from workspaces.models import Workspace
-from workspaces.views import diff_lines
 
 HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 

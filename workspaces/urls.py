@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workspaces import edits, views
+from workspaces import edits, history_views, views
 
 W = "t/<slug:team>/w/<slug:slug>/"
 
@@ -13,9 +13,9 @@ urlpatterns = [
     path(W + "files/rename/", edits.rename_file, name="workspace-rename-file"),
     path(W + "files/delete/", edits.delete_file, name="workspace-delete-file"),
     path(W + "branches/new/", edits.new_branch, name="workspace-new-branch"),
-    path(W + "history/", views.history_page, name="workspace-history"),
-    path(W + "commits/<str:sha>/", views.commit_page, name="workspace-commit"),
-    path(W + "compare/", views.compare_page, name="workspace-compare"),
+    path(W + "history/", history_views.history_page, name="workspace-history"),
+    path(W + "commits/<str:sha>/", history_views.commit_page, name="workspace-commit"),
+    path(W + "compare/", history_views.compare_page, name="workspace-compare"),
     path(W + "settings/", views.settings_page, name="workspace-settings"),
     path(W + "settings/push-policy/", views.force_push_policy, name="workspace-push-policy"),
     path(W + "settings/gvisor-policy/", views.gvisor_policy, name="workspace-gvisor-policy"),
