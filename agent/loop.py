@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from deploys.actions import restore_all
+from deploys.releasing import restore_all
 from previews.watch import Watcher
 from runs import caches, ending, quotas, tasks
 from runs.follow import Follower

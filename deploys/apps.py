@@ -5,7 +5,7 @@ class DeploysConfig(AppConfig):
     name = "deploys"
 
     def ready(self) -> None:
-        from deploys import actions
+        from deploys import releasing
         from deploys.models import routed_process
         from previews import gate
         from previews.models import preview_changed
@@ -14,5 +14,5 @@ class DeploysConfig(AppConfig):
         # What a release host serves: the gateway asks previews, which cannot ask up.
         gate.register_release_routes(routed_process)
 
-        run_finished.connect(actions.on_build_finished, dispatch_uid="deploys.build")
-        preview_changed.connect(actions.on_process_changed, dispatch_uid="deploys.process")
+        run_finished.connect(releasing.on_build_finished, dispatch_uid="deploys.build")
+        preview_changed.connect(releasing.on_process_changed, dispatch_uid="deploys.process")

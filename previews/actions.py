@@ -1,6 +1,6 @@
 """Every state change of previews: each writes Activity and sends work after commit.
 
-A preview's process is a Run of purpose "preview" (runs.actions.start_service):
+A preview's process is a Run of purpose "preview" (runs.services.start_service):
 starting one is queueing that run; the runner agent carries it, health-checks it
 (previews.watch) and ends it; `on_run_finished` moves the preview on from its run's end.
 """
@@ -27,8 +27,9 @@ from previews.models import (
     PreviewTicket,
     preview_changed,
 )
+from previews.outcomes import describe, last_lines
 from runs import actions as runner_actions
-from runs import logstore
+from runs import logstore, services
 from runs.models import Purpose, Run
 from runs.quotas import Limits
 from workspaces.models import Workspace
@@ -156,7 +157,7 @@ def start_release(
 
 
 def _new_process(preview: Preview, actor: Actor) -> None:
-    run = runner_actions.start_service(
+    run = services.start_service(
         preview.workspace,
         actor,
         preview.commit,
@@ -185,7 +186,7 @@ def _new_process(preview: Preview, actor: Actor) -> None:
 
 def _end_process(preview: Preview, who: str) -> None:
     if preview.run is not None and preview.run.is_active:
-        runner_actions.stop_service(preview.run, "service_stopped", who)
+        services.stop_service(preview.run, "service_stopped", who)
 
 
 def stop_preview(
@@ -373,7 +374,7 @@ def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
             exit_code=run.exit_code,
             run_message=run.message,
             crashed=to == PreviewState.CRASHED,
-            last_lines=_last_lines(run),
+            last_lines=last_lines(run),
         ),
         ended_at=timezone.now(),
     ):
@@ -391,67 +392,6 @@ def on_branch_moved(
         .exclude(commit=sha)
     ):
         restart_preview(preview, actor, commit=sha)
-
-
-LAST_LINES = 5  # of the process's own output, in the message of an exit
-
-
-def _last_lines(run: Run) -> list[str]:
-    """The process's last lines of output (Berth's own notes left out)."""
-    count = logstore.count(run.public_id)
-    entries = logstore.read(run.public_id, max(0, count - 50), 50)
-    return [e["text"][:300] for e in entries if e["stream"] != "system"][-LAST_LINES:]
-
-
-def describe(reason: str, preview: Preview, **f: Any) -> str:
-    """What a preview's end means, and what to do next."""
-    port, deadline = preview.port, settings.PREVIEW_START_DEADLINE_S
-    idle_min = max(1, round(preview.idle_timeout_s / 60))
-    # A release runs [deploy] of its commit; its fix needs a new deploy, not a restart.
-    section = "[deploy]" if preview.kind == "release" else "[preview]"
-    again = "ask for a deploy again" if preview.kind == "release" else "restart"
-    ports = [str(p) for p in f.get("ports") or []]
-    lines = f.get("last_lines") or []
-    where = " while it was serving" if f.get("crashed") else f" before it answered on port {port}"
-    table = {
-        "setup_failed": "The [setup] command failed, so the app never started; the log says "
-        "why. Fix [setup] in workspace.toml, then restart.",
-        "process_exited": (
-            f"The app exited with code {f.get('exit_code')}{where}"
-            + (
-                ". Its last lines of output:\n" + "\n".join(lines) + "\n"
-                if lines
-                else ", with no output. "
-            )
-            + f"Fix it, then {again}."
-        ),
-        "listening_on_other_port": (
-            f"Nothing listens on port {port}, the port {section} names in workspace.toml, "
-            f"but the app listens on {'ports' if len(ports) > 1 else 'port'} "
-            f"{', '.join(ports)}. Change the line `port = {port}` under {section} in "
-            f"workspace.toml to `port = {ports[0] if ports else port}` (or make the app "
-            f"listen on {port}), then {again}."
-        ),
-        "not_listening": f"The process runs, but nothing listened on port {port} within "
-        f"{deadline} s. Make {section}.command listen on 127.0.0.1:{port} "
-        f"(or 0.0.0.0), or set {section}.port to the port it uses; then "
-        f"{again}.",
-        "health_failed": f"GET {preview.health_path} kept answering "
-        + (f"{f['status']} (not 2xx or 3xx)" if f.get("status") else "with no valid HTTP response")
-        + f" for {deadline} s. Fix the app or {section}.health_path, then "
-        f"{again}.",
-        "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
-        "Restart it to use it again.",
-        "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
-        "superseded": "A newer release took over; this process was stopped once requests "
-        "to it had drained.",
-        "stopped_for_quota": "Stopped to make room: the team reached its limit of "
-        f"{f.get('limit', 'its')} live previews and this one had gone "
-        "longest without a request"
-        + (f" when preview {f['for_preview']} started" if f.get("for_preview") else "")
-        + ". Restart it when you need it (another idle one makes room).",
-    }
-    return table.get(reason) or str(f.get("run_message") or reason)
 
 
 def preview_summary(preview: Preview, port: str = "") -> dict[str, Any]:

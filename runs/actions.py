@@ -82,7 +82,7 @@ def start_run(
     limits, warnings = effective_limits(config.sandbox, {"timeout_s": timeout_s})
     chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
     network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
-    return _queue(
+    return queue_run(
         workspace,
         actor,
         Run(
@@ -133,7 +133,7 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
         list(run.network.get("requested", run.network.get("egress", []))),
         run.workspace.team.egress_ceiling,
     )
-    return _queue(
+    return queue_run(
         run.workspace,
         actor,
         Run(
@@ -158,101 +158,6 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
         env,
         list(run.secret_names),
     )
-
-
-def start_service(
-    workspace: Workspace,
-    actor: Actor,
-    commit: str,
-    ref: str,
-    command: str,
-    purpose: str,
-    image: str | None = None,
-) -> Run:
-    """A long-lived server for another app (a preview, a release): a run of `purpose`
-    with the same contract as any run — image, limits, runtime policy, setup step and
-    cache from the commit's workspace.toml — but no wall-clock timeout and no outputs.
-    A release runs its own built `image`, with its setup already inside: none here.
-    The owner records its own Activity; this records the run's."""
-    config = load_config(workspace, commit)
-    limits, warnings = effective_limits(config.sandbox, {})
-    chosen, why = policy_runtime(workspace, config.sandbox.runtime)
-    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
-    setup = (
-        {"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
-        if config.setup.command and image is None
-        else {}
-    )
-    return _queue(
-        workspace,
-        actor,
-        Run(
-            workspace=workspace,
-            purpose=purpose,
-            ref=ref,
-            commit=commit,
-            command=command,
-            image=image or config.sandbox.image,
-            runtime=chosen,
-            limits=limits,
-            network=network,
-            setup=setup,
-            warnings=warnings + why + ignored,
-        ),
-        {},
-        [],
-    )
-
-
-def start_build(
-    workspace: Workspace,
-    actor: Actor,
-    commit: str,
-    ref: str,
-    output_image: str,
-    labels: dict[str, str] | None = None,
-) -> Run:
-    """A release build: `[setup]` then `[deploy] build` of the commit, run in /app of a
-    writable root layer (no volumes: a commit of the container keeps only that layer),
-    with the workspace's limits, runtime policy and egress. When it succeeds the agent
-    commits the container to `output_image` before writing its end."""
-    config = load_config(workspace, commit)
-    limits, warnings = effective_limits(config.sandbox, {})
-    chosen, why = policy_runtime(workspace, config.sandbox.runtime)
-    network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
-    steps = [c for c in (config.setup.command, config.deploy.build) if c.strip()]
-    return _queue(
-        workspace,
-        actor,
-        Run(
-            workspace=workspace,
-            purpose=Purpose.BUILD,
-            ref=ref,
-            commit=commit,
-            command=" && ".join(f"({c})" for c in steps) or "true",
-            image=config.sandbox.image,
-            runtime=chosen,
-            limits=limits,
-            network=network,
-            output_image=output_image,
-            output_labels=labels or {},
-            warnings=warnings + why + ignored,
-        ),
-        {},
-        [],
-    )
-
-
-def stop_service(run: Run, reason: str, who: str) -> None:
-    """Ask for a service run's end: queued or preparing ones end at once, running ones
-    are signalled by the agent (SIGTERM, then SIGKILL after the grace period)."""
-    Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
-        stop_reason=reason, stop_requested_by=who
-    )
-    run.refresh_from_db()
-    if run.state in (RunState.QUEUED, RunState.PREPARING):
-        state, message = describe(reason, who=who)
-        run.finish(state, reason, message)
 
 
 def commit_run_changes(run: Run, actor: Actor) -> str:
@@ -356,7 +261,7 @@ def _check_grants(
     return names
 
 
-def _queue(
+def queue_run(
     workspace: Workspace, actor: Actor, run: Run, env: dict[str, str], secret_names: list[str]
 ) -> Run:
     from runs import quotas

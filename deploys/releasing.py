@@ -1,0 +1,257 @@
+"""A release after its approval: the agent commits the build's image →
+`on_build_finished` starts the release's process (a preview of kind "release") →
+`on_process_changed` switches the route once it is healthy, then stops the previous;
+a live release's process that crashes, or an engine restart, is restored; old release
+images are pruned.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.access import Actor
+from accounts.actions import record
+from accounts.models import Membership, Role
+from core import broker
+from deploys.actions import RELEASES_KEPT, fail_deploy
+from deploys.models import DeployRequest, DeployState, Release, Route
+from previews import actions as preview_actions
+from previews.models import LIVE_STATES, Preview, PreviewState
+from runs.models import Purpose, Run
+from workspaces.models import Workspace
+
+
+def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
+    """The build's end: its image becomes a release process, or the deploy fails (the
+    live release, if any, keeps serving)."""
+    if run.purpose != Purpose.BUILD:
+        return
+    deploy = (
+        DeployRequest.objects.select_related("workspace__team", "requested_by", "token")
+        .filter(build_run=run)
+        .first()
+    )
+    if deploy is None or deploy.state != DeployState.BUILDING:
+        return
+    if run.state != "succeeded":
+        fail_deploy(
+            deploy,
+            "build_failed",
+            f"The build ended {run.state} ({run.reason}): "
+            f"{run.message} The live release, if any, still serves; its log says why.",
+        )
+        return
+    release = Release.objects.get(request=deploy)
+    with transaction.atomic():
+        if not deploy.move(
+            DeployState.RELEASING,
+            (DeployState.BUILDING,),
+            built_at=run.finished_at,
+            releasing_at=timezone.now(),
+        ):
+            return
+        actor = Actor(deploy.requested_by, deploy.token) if deploy.requested_by else None
+        if actor is None:
+            fail_deploy(
+                deploy,
+                "requester_gone",
+                "The account that asked for this deploy is gone; ask for it again.",
+            )
+            return
+        process = preview_actions.start_release(
+            deploy.workspace,
+            actor,
+            deploy.commit,
+            deploy.ref,
+            release.image,
+            public=not deploy.workspace.releases_team_only,
+        )
+        Release.objects.filter(pk=release.pk).update(process=process)
+
+
+TYPED_START_FAILURES = ("listening_on_other_port", "process_exited", "not_listening")
+
+
+def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> None:
+    """A release's process became healthy (switch to it), failed to start (the deploy
+    fails; the live one keeps serving) or crashed while live (start it again)."""
+    if preview.kind != "release":
+        return
+    release = (
+        Release.objects.select_related("request__workspace__team", "workspace")
+        .filter(process=preview)
+        .first()
+    )
+    if release is None:
+        return
+    deploy = release.request
+    if preview.state == PreviewState.READY:
+        if deploy.state == DeployState.RELEASING:
+            _switch(release)
+        elif Route.objects.filter(release=release).exists():
+            # Back: the next failure may be retried at once again.
+            Release.objects.filter(pk=release.pk).update(
+                restored_at=timezone.now(), restore_tried_at=None
+            )
+    elif preview.state == PreviewState.FAILED and deploy.state == DeployState.RELEASING:
+        # Why it never came up, typed as the process said it (a wrong port, an exit):
+        # the reviewer and the agent see the same reason the release's process has.
+        reason = preview.reason if preview.reason in TYPED_START_FAILURES else "health_failed"
+        fail_deploy(
+            deploy,
+            reason,
+            f"The release did not become healthy: "
+            f"{preview.message} The live release, if any, still serves.",
+        )
+    elif (
+        preview.state in (PreviewState.CRASHED, PreviewState.FAILED)
+        and Route.objects.filter(release=release).exists()
+    ):
+        restore(release)
+
+
+def _switch(release: Release) -> None:
+    """Point the release host at `release` in one UPDATE, then stop the one before: a
+    request in flight to the old process finishes (the proxy caches its target about a
+    second; the old process gets RELEASE_DRAIN_S before it is stopped)."""
+    from deploys.tasks import stop_release_process
+
+    deploy = release.request
+    now = timezone.now()
+    with transaction.atomic():
+        previous = (
+            Route.objects.select_for_update()
+            .select_related("release__request")
+            .filter(workspace=release.workspace)
+            .first()
+        )
+        if (
+            previous is not None
+            and not release.rollback_of_id
+            and not deploy.confirmed_older
+            and previous.release.request.created_at > deploy.created_at
+        ):
+            # Both were approved, and the newer one went live first: this older one must
+            # not replace it behind everyone's back.
+            if deploy.move(
+                DeployState.SUPERSEDED,
+                (DeployState.RELEASING,),
+                ended_at=now,
+                reason="newer_release_live",
+                message=f"Release {previous.release.number}, from a newer request, "
+                "went live first; this older one was not switched in. "
+                "Ask for it again and confirm, if it should replace it.",
+            ):
+                Release.objects.filter(pk=release.pk).update(ended_at=now)
+                if release.process_id:
+                    # A broker that is down delays it: restore_all's safety net stops it.
+                    transaction.on_commit(
+                        lambda: broker.send(stop_release_process, (release.process_id,))
+                    )
+            return
+        if previous is None:
+            Route.objects.create(workspace=release.workspace, release=release, switched_at=now)
+        else:
+            Route.objects.filter(pk=previous.pk).update(release=release, switched_at=now)
+        deploy.move(DeployState.LIVE, (DeployState.RELEASING,), live_at=now)
+        Release.objects.filter(pk=release.pk).update(live_at=now)
+        if previous is not None and previous.release_id != release.pk:
+            old = Release.objects.select_related("request").get(pk=previous.release_id)
+            Release.objects.filter(pk=old.pk).update(ended_at=now)
+            DeployRequest.objects.filter(pk=old.request_id, state=DeployState.LIVE).update(
+                state=DeployState.ROLLED_BACK if release.rollback_of_id else DeployState.SUPERSEDED,
+                ended_at=now,
+            )
+            if old.process_id:
+                transaction.on_commit(
+                    lambda: broker.send(
+                        stop_release_process, (old.process_id,), countdown=settings.RELEASE_DRAIN_S
+                    )
+                )
+        record(
+            release.workspace.team,
+            None,
+            "deploy.live",
+            f"deploy:{deploy.public_id}",
+            release.workspace.slug,
+            release=release.number,
+            commit=release.commit,
+        )
+        transaction.on_commit(lambda: prune_images(release.workspace))
+
+
+def restore(release: Release) -> None:
+    """The live release's process died (a crash, an engine restart): the same image
+    again, health-checked; the route never moved, so it serves once healthy. Tries back
+    off (2 s, doubling, at most 5 min) so a release that cannot start does not spin."""
+    process = release.process
+    if process is None or process.is_live:
+        return
+    now = timezone.now()
+    wait = min(2 ** min(release.restorations, 8) * 2, 300)
+    if release.restore_tried_at and now < release.restore_tried_at + timedelta(seconds=wait):
+        return
+    actor = _acting_for(release)
+    if actor is None:
+        return
+    Release.objects.filter(pk=release.pk).update(
+        restorations=release.restorations + 1, restore_tried_at=now
+    )
+    preview_actions.restart_preview(process, actor)
+
+
+def _acting_for(release: Release) -> Actor | None:
+    """Who a restore is recorded under: the requester, else an admin of the team."""
+    if release.request.requested_by is not None:
+        return Actor(release.request.requested_by)
+    admin = (
+        Membership.objects.select_related("user")
+        .filter(team=release.workspace.team_id, role=Role.ADMIN)
+        .first()
+    )
+    return Actor(admin.user) if admin else None
+
+
+def restore_all() -> None:
+    """The agent's safety net (every reconcile): a routed release whose process is not
+    live is started again — after an engine restart the first tries may fail; and the
+    process of a release the route moved away from is stopped if its stop task never
+    came (the broker was down when it was sent)."""
+    from deploys.tasks import stop_release_process
+
+    for route in Route.objects.select_related("release__process").exclude(
+        release__process__state__in=LIVE_STATES
+    ):
+        restore(route.release)
+    # Well past the drain time, so the task (sent with that countdown) goes first.
+    overdue = timezone.now() - timedelta(seconds=2 * settings.RELEASE_DRAIN_S + 30)
+    for release in Release.objects.filter(
+        ended_at__lt=overdue, process__state__in=LIVE_STATES
+    ).exclude(process__in=Route.objects.values("release__process")):
+        assert release.process_id is not None
+        stop_release_process(release.process_id)
+
+
+def prune_images(workspace: Workspace) -> None:
+    """Keep the images of the last RELEASES_KEPT releases (and the live one's)."""
+    from sandbox import backend
+
+    live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
+    kept = set(
+        Release.objects.filter(workspace=workspace)
+        .exclude(live_at=None)
+        .order_by("-number")
+        .values_list("image", flat=True)[:RELEASES_KEPT]
+    ) | set(live)
+    # Releases that went live and fell out of the last few, and ones that never did.
+    for old in (
+        Release.objects.filter(workspace=workspace, image_removed_at=None)
+        .exclude(image__in=kept)
+        .exclude(live_at=None, ended_at=None)
+    ):
+        in_use = Preview.objects.filter(image=old.image, state__in=LIVE_STATES).exists()
+        if not in_use:
+            backend.remove_image(old.image)
+            Release.objects.filter(image=old.image).update(image_removed_at=timezone.now())

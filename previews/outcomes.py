@@ -1,0 +1,70 @@
+"""What a preview's (or a release's process's) end means, and what to do next: the
+message each typed reason carries, with the process's last lines of output."""
+
+from typing import Any
+
+from django.conf import settings
+
+from previews.models import Preview
+from runs import logstore
+from runs.models import Run
+
+LAST_LINES = 5  # of the process's own output, in the message of an exit
+
+
+def last_lines(run: Run) -> list[str]:
+    """The process's last lines of output (Berth's own notes left out)."""
+    count = logstore.count(run.public_id)
+    entries = logstore.read(run.public_id, max(0, count - 50), 50)
+    return [e["text"][:300] for e in entries if e["stream"] != "system"][-LAST_LINES:]
+
+
+def describe(reason: str, preview: Preview, **f: Any) -> str:
+    """What a preview's end means, and what to do next."""
+    port, deadline = preview.port, settings.PREVIEW_START_DEADLINE_S
+    idle_min = max(1, round(preview.idle_timeout_s / 60))
+    # A release runs [deploy] of its commit; its fix needs a new deploy, not a restart.
+    section = "[deploy]" if preview.kind == "release" else "[preview]"
+    again = "ask for a deploy again" if preview.kind == "release" else "restart"
+    ports = [str(p) for p in f.get("ports") or []]
+    lines = f.get("last_lines") or []
+    where = " while it was serving" if f.get("crashed") else f" before it answered on port {port}"
+    table = {
+        "setup_failed": "The [setup] command failed, so the app never started; the log says "
+        "why. Fix [setup] in workspace.toml, then restart.",
+        "process_exited": (
+            f"The app exited with code {f.get('exit_code')}{where}"
+            + (
+                ". Its last lines of output:\n" + "\n".join(lines) + "\n"
+                if lines
+                else ", with no output. "
+            )
+            + f"Fix it, then {again}."
+        ),
+        "listening_on_other_port": (
+            f"Nothing listens on port {port}, the port {section} names in workspace.toml, "
+            f"but the app listens on {'ports' if len(ports) > 1 else 'port'} "
+            f"{', '.join(ports)}. Change the line `port = {port}` under {section} in "
+            f"workspace.toml to `port = {ports[0] if ports else port}` (or make the app "
+            f"listen on {port}), then {again}."
+        ),
+        "not_listening": f"The process runs, but nothing listened on port {port} within "
+        f"{deadline} s. Make {section}.command listen on 127.0.0.1:{port} "
+        f"(or 0.0.0.0), or set {section}.port to the port it uses; then "
+        f"{again}.",
+        "health_failed": f"GET {preview.health_path} kept answering "
+        + (f"{f['status']} (not 2xx or 3xx)" if f.get("status") else "with no valid HTTP response")
+        + f" for {deadline} s. Fix the app or {section}.health_path, then "
+        f"{again}.",
+        "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
+        "Restart it to use it again.",
+        "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
+        "superseded": "A newer release took over; this process was stopped once requests "
+        "to it had drained.",
+        "stopped_for_quota": "Stopped to make room: the team reached its limit of "
+        f"{f.get('limit', 'its')} live previews and this one had gone "
+        "longest without a request"
+        + (f" when preview {f['for_preview']} started" if f.get("for_preview") else "")
+        + ". Restart it when you need it (another idle one makes room).",
+    }
+    return table.get(reason) or str(f.get("run_message") or reason)
