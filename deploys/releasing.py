@@ -20,6 +20,7 @@ from deploys.models import DeployRequest, DeployState, Release, Route
 from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from runs.models import Purpose, Run
+from sandbox import backend
 from workspaces.models import Workspace
 
 
@@ -236,8 +237,6 @@ def restore_all() -> None:
 
 def prune_images(workspace: Workspace) -> None:
     """Keep the images of the last RELEASES_KEPT releases (and the live one's)."""
-    from sandbox import backend
-
     live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
     kept = set(
         Release.objects.filter(workspace=workspace)

@@ -1,5 +1,7 @@
+import logging
+
 from django.conf import settings
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -228,8 +230,6 @@ class Run(models.Model):
 
 def _announce_end(run: Run) -> None:
     """The owner's failure to follow is logged, never allowed to undo or block the end."""
-    import logging
-
     for receiver, result in run_finished.send_robust(Run, run=run):
         if isinstance(result, Exception):
             logging.getLogger(__name__).error(
@@ -376,8 +376,6 @@ class TeamCpuDay(models.Model):
 
     @classmethod
     def add(cls, team_id: int, seconds: float) -> None:
-        from django.db import IntegrityError
-
         day = timezone.now().date()
         if cls.objects.filter(team_id=team_id, day=day).update(
             seconds=models.F("seconds") + seconds

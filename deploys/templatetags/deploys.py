@@ -5,7 +5,8 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from deploys.models import DeployRequest, DeployState
+from deploys.actions import release_url
+from deploys.models import DeployRequest, DeployState, Route
 from workspaces.models import Workspace
 
 register = template.Library()
@@ -28,9 +29,6 @@ def pending_deploys(workspace: Workspace) -> SafeString | str:
 @register.simple_tag
 def deploy_status(workspace: Workspace) -> SafeString:
     """One line for the workspace page: what is live, what waits, where to ask."""
-    from deploys.actions import release_url
-    from deploys.models import Route
-
     page = f"/t/{workspace.team.slug}/w/{workspace.slug}/deploys/"
     route = Route.objects.select_related("release").filter(workspace=workspace).first()
     waiting = DeployRequest.objects.filter(workspace=workspace, state=DeployState.REQUESTED).count()
