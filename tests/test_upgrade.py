@@ -136,8 +136,15 @@ def test_an_install_made_before_the_rooms_moved_upgrades_keeping_rows_and_sandbo
         assert deploy["state"] == "live", deploy
         release_url = stack.api("GET", "/workspaces/shop/release").json()["url"]
         serves(stack, preview, release_url)
-        kept_rows, kept_containers = rows(stack), containers(stack)
-        assert len(kept_containers) == 2  # the preview's process and the release's
+        # The preview's process and the release's: the build's container goes once its
+        # end is written, which may be a moment after the deploy says live.
+        kept_containers = wait_for(
+            lambda: containers(stack),
+            timeout=60,
+            what="only the preview's and the release's containers",
+            until=lambda found: len(found) == 2,
+        )
+        kept_rows = rows(stack)
 
         # git pull && make run: Ctrl-C, then this checkout's `manage.py prepare` and
         # supervisord on the same data.
