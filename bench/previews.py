@@ -190,9 +190,10 @@ def bare_preview(i: int) -> float:
     from docker.types import Mount
 
     from previews.probe import probe
-    from runs.models import DepCache, Run
+    from runs.models import DepCache
     from sandbox.docker import _host_config
     from sandbox.engine import engine
+    from sandbox.models import Sandbox
     from sandbox.netns import Namespace, NamespaceGone
     from workspaces.archive import tree_tarball
     from workspaces.models import Workspace
@@ -203,19 +204,24 @@ def bare_preview(i: int) -> float:
     with open_store(workspace) as store:
         tarball = tree_tarball(store, store.branch_head("main") or "")
     t = time.perf_counter()
-    template = Run(
+    name = Sandbox.engine_name(f"bare{i:08d}")
+    template = Sandbox(
+        name=name,
+        image="berth-sandbox:bookworm",
         limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048, "pids": 256, "nofile": 4096},
         runtime="runc",
     )
-    template.public_id = f"bare{i:08d}"
-    name = template.container_name
     engine().volumes.create(name)
     container = engine().containers.create(
         "berth-sandbox:bookworm",
         ["sh", "-c", "/deps/venv/bin/python app.py"],
         name=name,
         **_host_config(
-            template, "runc", Mount("/deps", cache.volume, type="volume", read_only=True)
+            template,
+            "runc",
+            [Mount("/deps", cache.volume, type="volume", read_only=True)],
+            None,
+            None,
         ),
     )
     container.put_archive("/workspace", tarball)

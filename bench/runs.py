@@ -153,9 +153,9 @@ def main() -> None:
         )
         return run
 
-    from runs.models import Run
     from sandbox.docker import _host_config
     from sandbox.engine import engine
+    from sandbox.models import Sandbox
     from workspaces.archive import tree_tarball
     from workspaces.models import Workspace
     from workspaces.store import open_store
@@ -168,18 +168,19 @@ def main() -> None:
         """The same work with docker-py alone: volume, create (same hardening),
         put_archive of the same tree, start, wait, logs, remove; the time of each step."""
         marks = {"begun": time.perf_counter()}
-        template = Run(
+        name = Sandbox.engine_name(f"bare{i:08d}")
+        template = Sandbox(
+            name=name,
+            image="berth-sandbox:bookworm",
             limits={"cpus": 1.0, "memory_mb": 512, "disk_mb": 2048, "pids": 256, "nofile": 4096},
             runtime="runc",
         )
-        template.public_id = f"bare{i:08d}"
-        name = template.container_name
         engine().volumes.create(name)
         container = engine().containers.create(
             "berth-sandbox:bookworm",
             ["sh", "-c", "echo hi"],
             name=name,
-            **_host_config(template, "runc"),
+            **_host_config(template, "runc", [], None, None),
         )
         container.put_archive("/workspace", tarball)
         marks["hydrated"] = time.perf_counter()

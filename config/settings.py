@@ -84,6 +84,9 @@ BERTH_INSTANCE = (
     os.environ.get("BERTH_INSTANCE") or hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:8]
 )
 SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
+# The Docker host a new sandbox is made on (sandbox.models.Sandbox.host): one value until
+# runner agents on several hosts share a database.
+SANDBOX_HOST = os.environ.get("BERTH_SANDBOX_HOST", "local")
 SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/tmp"))  # noqa: S108 (root-only build)
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")

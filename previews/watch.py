@@ -62,7 +62,7 @@ class Watcher:
         # probes before it listens just find nothing yet.
         previews = await _db(
             lambda: list(
-                Preview.objects.select_related("run", "workspace__team").filter(
+                Preview.objects.select_related("run__sandbox", "workspace__team").filter(
                     state__in=LIVE_STATES,
                     run__state__in=(RunState.PREPARING, RunState.RUNNING),
                     run__phase="main",
@@ -136,6 +136,8 @@ class Watcher:
         except NamespaceGone:
             return None
         run_id = preview.run.pk
+        if preview.run.sandbox is not None:
+            await _db(preview.run.sandbox.record_pid)(ns.pid, ns.inode)
         await _db(
             lambda: Preview.objects.filter(pk=preview.pk, run_id=run_id).update(
                 sandbox_pid=ns.pid, sandbox_netns=ns.inode

@@ -11,9 +11,10 @@ from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
 from runs import secrets
-from runs.models import ACTIVE_STATES, Purpose, Run, RunState, Secret
+from runs.models import ACTIVE_STATES, OWNER, Purpose, Run, RunState, Secret
 from runs.outcomes import describe
 from runs.outputs import clean_artifact_paths
+from sandbox import actions as sandboxes
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits, within_bounds
 from workspaces import config as workspace_config
@@ -328,6 +329,8 @@ def cancel_run(run: Run, actor: Actor) -> Run:
         Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
             stop_reason="cancelled_by_user", stop_requested_by=actor.label
         )
+        # The engine loop stops its sandboxes (sandbox.loop).
+        sandboxes.request_stop(OWNER, run.public_id, "cancelled_by_user", actor.label)
         run.refresh_from_db()
         if run.state in (RunState.QUEUED, RunState.PREPARING):
             run.finish(state, "cancelled_by_user", message)

@@ -7,7 +7,6 @@ an agent restart: every step checks what is already done.
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -19,17 +18,23 @@ from accounts.actions import record
 from runs import caches, logstore, outputs, secrets
 from runs.models import Purpose, Run
 from runs.outcomes import EXIT_EGRESS_WAIT, EXIT_NOT_FOUND, describe
+from runs.prepare import commit_release_image, start_main
 from sandbox import backend, diskwatch
+from sandbox.models import Sandbox
 from workspaces.gitstore import Author
 from workspaces.store import open_store
 
 log = logging.getLogger("berth.runner_agent")
 
 
-def _exit_reason(run: Run, facts: dict[str, Any] | None) -> str:
+def _exit_reason(run: Run, facts: dict[str, Any] | None, sandbox: Sandbox | None = None) -> str:
     exit_code = facts.get("exit_code") if facts else None
     if facts is None:
         return "worker_lost"
+    # The first stop asked of the sandbox (a timeout, the disk watch, a cancel), else
+    # one asked of the run before its sandbox was made.
+    if sandbox is not None and sandbox.stop_reason:
+        return sandbox.stop_reason
     if run.stop_reason:
         return run.stop_reason
     if facts.get("oom_killed"):
@@ -47,27 +52,27 @@ def _exit_reason(run: Run, facts: dict[str, Any] | None) -> str:
     return "exit_nonzero"
 
 
-def end_setup(
-    run_id: str, facts: dict[str, Any] | None, disk_note: Callable[[str], str | None] | None = None
-) -> bool:
+def end_setup(sandbox: Sandbox, facts: dict[str, Any] | None, disk_note: str | None = None) -> bool:
     """After the setup container exits: True if the main container was started (the
     run goes on), False if the run ended here (its end is written)."""
-    run = Run.objects.select_related("workspace").filter(public_id=run_id).first()
+    run_id = sandbox.owner_id
+    run = Run.objects.select_related("workspace", "sandbox").filter(public_id=run_id).first()
     if run is None or not run.is_active:
         return False
     if run.phase == "main":
         return True  # done before an agent restart; only the cleanup was left
-    if _exit_reason(run, facts) == "exit_zero":
+    if _exit_reason(run, facts, sandbox) == "exit_zero":
         # What it leaves becomes a cache other runs mount: counted once more, in case
         # it wrote past its caps and exited between two counts of the watch.
-        found = diskwatch.verdict(diskwatch.count_run(run)[1], run)
+        found = diskwatch.verdict(diskwatch.count_sandbox(sandbox)[1], sandbox)
         if found is not None:
-            Run.objects.filter(pk=run.pk, stop_reason="").update(stop_reason=found[0])
-            disk_note = lambda _: found[1]  # noqa: E731
+            sandbox.request_stop(found[0])
+            disk_note = found[1]
     run.refresh_from_db()
-    if _exit_reason(run, facts) != "exit_zero":
+    sandbox.refresh_from_db()
+    if _exit_reason(run, facts, sandbox) != "exit_zero":
         # The command never ran: no outputs.
-        end_run(run_id, facts, read_outputs=False, disk_note=disk_note)
+        end_run(run_id, facts, read_outputs=False, sandbox=sandbox, disk_note=disk_note)
         return False
     size = backend.volume_bytes(run.deps_volume_name) or 0
     cache = caches.keep_filled(run, size)
@@ -84,7 +89,7 @@ def end_setup(
         process_started_at=now,
         setup={**run.setup, "cache": cache.public_id, "size_bytes": size},
     )
-    return backend.start_main(run)  # False if gone: the reconcile marks the run lost
+    return start_main(run)  # False if gone: the reconcile marks the run lost
 
 
 def early_outputs(run_id: str) -> dict[str, Any] | None:
@@ -93,7 +98,7 @@ def early_outputs(run_id: str) -> dict[str, Any] | None:
     read, or where reading has a lasting effect (a commit of the changes): those are
     read by `end_run` itself, once the end is certain."""
     run = (
-        Run.objects.select_related("workspace__team", "requested_by", "token")
+        Run.objects.select_related("workspace__team", "requested_by", "token", "sandbox")
         .filter(public_id=run_id)
         .first()
     )
@@ -108,37 +113,36 @@ def end_run(
     log_bytes: int | None = None,
     read_outputs: bool = True,
     outputs: dict[str, Any] | None = None,
-    disk_note: Callable[[str], str | None] | None = None,
+    sandbox: Sandbox | None = None,
+    disk_note: str | None = None,
 ) -> None:
     """Write the one terminal state of a run whose container exited, with its outputs
     (`outputs`: as `early_outputs` read them already; `disk_note`: the line the disk
     watch has for the log of a run it stopped)."""
     run = (
-        Run.objects.select_related("workspace__team", "requested_by", "token")
+        Run.objects.select_related("workspace__team", "requested_by", "token", "sandbox")
         .filter(public_id=run_id)
         .first()
     )
     if run is None or not run.is_active:
         return
-    reason = _exit_reason(run, facts)
+    reason = _exit_reason(run, facts, sandbox)
     if run.phase == "setup" and reason in ("oom", "exit_nonzero", "command_not_found"):
         reason = "setup_oom" if reason == "oom" else "setup_failed"
     if run.purpose == Purpose.BUILD and reason == "exit_zero" and facts is not None:
         # A build can write past its caps and exit between two counts of the watch:
         # its layer is counted once more, as it would become the image, before that.
-        found = diskwatch.verdict(diskwatch.count_run(run)[1], run)
+        found = diskwatch.verdict(diskwatch.count_sandbox(sandbox)[1], sandbox) if sandbox else None
         if found is not None:
             reason = found[0]
             logstore.note(run_id, found[1])
-    elif reason in ("disk_quota_exceeded", "inode_quota_exceeded") and disk_note is not None:
-        line = disk_note(run_id)
-        if line:
-            logstore.note(run_id, line)
+    elif reason in ("disk_quota_exceeded", "inode_quota_exceeded") and disk_note:
+        logstore.note(run_id, disk_note)
     exit_code = facts.get("exit_code") if facts else None
     state, message = describe(
         reason,
         exit_code=exit_code,
-        who=run.stop_requested_by or "a user",
+        who=(sandbox.stop_requested_by if sandbox else "") or run.stop_requested_by or "a user",
         **{"inodes": settings.SANDBOX_MAX_INODES, **run.limits},
     )
     fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
@@ -151,7 +155,7 @@ def end_run(
         # deploy) finds the image there. The container is removed only after this.
         try:
             started = time.monotonic()
-            backend.commit_release_image(run)
+            commit_release_image(run)
             logstore.note(
                 run_id,
                 f"[build] image committed as {run.output_image} in "
@@ -168,7 +172,7 @@ def end_run(
 def _outputs(run: Run) -> dict[str, Any]:
     """Changes and artifacts of a stopped run; a failure to read them is reported on the
     run, never allowed to keep it from ending."""
-    if run.stop_reason == "inode_quota_exceeded":
+    if run.sandbox is not None and run.sandbox.stop_reason == "inode_quota_exceeded":
         # Stopped for holding too many files: reading them all back would cost the
         # agent more than the run, and could never become a commit anyway.
         changes = outputs.empty_changes()

@@ -37,6 +37,9 @@ class Purpose(models.TextChoices):
     BUILD = "build"
 
 
+# A run's sandboxes are owned under this kind (sandbox.models.Sandbox.owner_kind).
+OWNER = "run"
+
 ACTIVE_STATES = (RunState.QUEUED, RunState.PREPARING, RunState.RUNNING)
 # Long-lived servers another app owns: a preview's process, a release's process.
 SERVICE_PURPOSES = (Purpose.PREVIEW, Purpose.RELEASE)
@@ -86,6 +89,11 @@ class Run(models.Model):
     warnings = models.JSONField(default=list, blank=True)
     # what applied
     isolation = models.JSONField(default=dict, blank=True)
+    # Its main sandbox (the command, a service's process, a build): made when a worker
+    # prepares it. A setup step's sandbox is the run's too (runs.prepare.sandboxes_of).
+    sandbox = models.ForeignKey(
+        "sandbox.Sandbox", models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     # lifecycle and outputs
     state = models.CharField(
         max_length=12, choices=RunState.choices, default=RunState.QUEUED, db_index=True
@@ -93,11 +101,10 @@ class Run(models.Model):
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
-    # Set before the agent signals the container, so the end it records says why,
-    # even if the agent restarts between the signal and the exit.
+    # A stop asked of the run (a cancel, its preview stopped), also asked of its
+    # sandboxes (sandbox.models.Sandbox.stop_reason says which stop came first there).
     stop_reason = models.CharField(max_length=40, blank=True)
     stop_requested_by = models.CharField(max_length=150, blank=True)
-    stop_signalled_at = models.DateTimeField(null=True, blank=True)
     # Which container the run is in: "setup" (fills /deps) or "main" (the command).
     phase = models.CharField(max_length=8, blank=True)
     artifacts = models.JSONField(default=list, blank=True)  # [{path, size, sha256}]
@@ -150,12 +157,8 @@ class Run(models.Model):
 
     @property
     def container_name(self) -> str:
-        """Unique per run and per instance: a redelivered task finds its own container."""
-        return f"berth-{settings.BERTH_INSTANCE}-run-{self.public_id}"
-
-    @property
-    def setup_container_name(self) -> str:
-        return f"{self.container_name}-setup"
+        """The engine's name of its main sandbox (empty before a worker made it)."""
+        return self.sandbox.name if self.sandbox is not None else ""
 
     @property
     def deps_volume_name(self) -> str:

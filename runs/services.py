@@ -3,8 +3,9 @@ wall-clock timeout and no outputs) and a release build; and asking a service to 
 
 from accounts.access import Actor
 from runs.actions import load_config, policy_runtime, queue_run
-from runs.models import ACTIVE_STATES, Purpose, Run, RunState
+from runs.models import ACTIVE_STATES, OWNER, Purpose, Run, RunState
 from runs.outcomes import describe
+from sandbox import actions as sandboxes
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits
 from workspaces.models import Workspace
@@ -99,6 +100,8 @@ def stop_service(run: Run, reason: str, who: str) -> None:
     Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
         stop_reason=reason, stop_requested_by=who
     )
+    # The engine loop stops its sandboxes (sandbox.loop).
+    sandboxes.request_stop(OWNER, run.public_id, reason, who)
     run.refresh_from_db()
     if run.state in (RunState.QUEUED, RunState.PREPARING):
         state, message = describe(reason, who=who)

@@ -13,7 +13,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from core import broker
-from runs import caches, retention, secrets
+from runs import caches, prepare, retention, secrets
 from runs.models import Run, RunState
 from runs.outcomes import describe
 from sandbox import backend
@@ -47,7 +47,7 @@ def prepare_run(run_id: int) -> None:
         if granted:
             Run.objects.filter(pk=run.pk).update(secrets_sealed=secrets.seal(granted))
         env = {**(secrets.unseal(run.env_sealed) if run.env_sealed else {}), **granted}
-        backend.prepare_and_start(
+        prepare.prepare_and_start(
             run,
             env,
             still_wanted=lambda: Run.objects.filter(pk=run.pk, state=RunState.PREPARING).exists(),
@@ -74,8 +74,8 @@ def prepare_run(run_id: int) -> None:
         # removes the container once it has its log.
         run.refresh_from_db()
         if run.reason == "cancelled_by_user":
-            backend.signal_sandbox(run.setup_container_name, "SIGKILL")
-            backend.signal_sandbox(run.container_name, "SIGKILL")
+            for sandbox in prepare.sandboxes_of(run):
+                backend.signal_sandbox(sandbox.name, "SIGKILL")
 
 
 def send_prepare(run_id: int) -> bool:
@@ -124,7 +124,7 @@ def send_again(run_ids: list[int], why: str) -> int:
 def _fail(run: Run, reason: str, **facts: object) -> None:
     state, message = describe(reason, **facts)
     run.finish(state, reason, message)
-    backend.remove_run(run)
+    prepare.remove_run(run)
 
 
 @shared_task(name="runner.tasks.apply_retention", ignore_result=True)

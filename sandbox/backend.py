@@ -1,13 +1,15 @@
-"""The sandbox backend seam: everything that touches the container engine for a run.
+"""The sandbox backend seam: everything that touches the container engine.
 
-One implementation today, the docker SDK: `sandbox.docker` creates and starts a run's
-containers, `sandbox.containers` acts on one by name. The rest of Berth calls only what
+One implementation today, the docker SDK: `sandbox.docker` creates a Sandbox row's
+container, `sandbox.containers` acts on one by name. The rest of Berth calls only what
 this module exports.
 """
 
 from sandbox.containers import (
     cpu_seconds,
+    create_volume,
     engine_runtimes,
+    existing,
     finalize_facts,
     get_workspace_archive,
     remove_image,
@@ -17,34 +19,44 @@ from sandbox.containers import (
     workspace_host_path,
 )
 from sandbox.docker import (
+    RUNTIMES,
     SandboxError,
-    commit_release_image,
-    image_allowed,
-    prepare_and_start,
-    remove_run,
-    start_main,
+    check_image,
+    commit_image,
+    create,
+    egress_on,
+    isolation,
+    registered,
+    remove_volume_if_unlabelled,
+    workspace_mount,
 )
 from sandbox.usage import Usage, count, volume_bytes, volume_path, writable_layer_path
 
 __all__ = [
+    "RUNTIMES",
     "SandboxError",
     "Usage",
-    "commit_release_image",
+    "check_image",
+    "commit_image",
     "count",
     "cpu_seconds",
+    "create",
+    "create_volume",
+    "egress_on",
     "engine_runtimes",
+    "existing",
     "finalize_facts",
     "get_workspace_archive",
-    "image_allowed",
-    "prepare_and_start",
+    "isolation",
+    "registered",
     "remove_image",
-    "remove_run",
     "remove_sandbox",
+    "remove_volume_if_unlabelled",
     "sandbox_pid",
     "signal_sandbox",
-    "start_main",
     "volume_bytes",
     "volume_path",
     "workspace_host_path",
+    "workspace_mount",
     "writable_layer_path",
 ]

@@ -39,6 +39,10 @@ def existing(name: str) -> Any:
         return None
 
 
+def create_volume(name: str, labels: dict[str, str]) -> None:
+    engine().volumes.create(name, labels=labels)
+
+
 def workspace_host_path(name: str) -> str | None:
     """The folder of a run's /workspace volume on this host, when the agent can read it
     (a local engine): reading it there costs a few ms, the engine's archive ~50."""

@@ -16,6 +16,7 @@ from agent.loop import Agent
 from core.ids import new_id
 from runs.models import Run, RunState
 from sandbox.engine import engine, instance_label, resource_name
+from sandbox.models import Sandbox, SandboxKind, SandboxState
 from workspaces import actions as workspace_actions
 
 pytestmark = pytest.mark.docker
@@ -48,35 +49,39 @@ def test_it_removes_this_instances_orphans_but_not_another_instances(transaction
             mine.remove(force=True)
 
 
-def test_one_runs_fault_never_keeps_another_runs_timeout_from_applying(transactional_db, cast):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop")
+def test_one_sandboxs_fault_never_keeps_another_sandboxs_deadline_from_applying(
+    transactional_db, cast
+):
     long_ago = timezone.now() - timedelta(hours=1)
 
-    def running(limits: dict, since=long_ago) -> Run:
-        return Run.objects.create(
-            workspace=workspace,
-            commit="a" * 40,
-            command="sleep 1h",
+    def running(limits: dict, deadline=long_ago) -> Sandbox:
+        public_id = new_id()
+        return Sandbox.objects.create(
+            public_id=public_id,
+            name=Sandbox.engine_name(public_id),
+            kind=SandboxKind.RUN,
+            owner_kind="run",
+            owner_id=new_id(),
             image=settings.SANDBOX_IMAGE,
             runtime="runc",
             limits=limits,
-            state=RunState.RUNNING,
-            hydrated_at=since,
+            state=SandboxState.RUNNING,
+            deadline=deadline,
         )
 
-    # Rows no door makes, that a bug might: a timeout that is not a number, limits
-    # without disk_mb. The overdue run sits between two broken ones, whatever the order.
-    broken = [running({"timeout_s": "soon"})]
+    # Rows no door makes, that a bug might: limits that are not numbers, none at all.
+    # The overdue sandbox sits between two broken ones, whatever the order.
+    broken = [running({"timeout_s": "soon"}, deadline=None)]
     overdue = running({"cpus": 1.0, "timeout_s": 60, "disk_mb": 2048})
-    broken.append(running({"timeout_s": "soon"}))
-    no_disk_limit = running({"timeout_s": 3600}, since=timezone.now())
+    broken.append(running({"timeout_s": "soon"}, deadline=None))
+    not_yet = running({"timeout_s": 3600}, deadline=timezone.now() + timedelta(hours=1))
     asyncio.run(Agent().tick())
     overdue.refresh_from_db()
     assert overdue.stop_reason == "timeout"  # asked to stop, though the others failed
     assert overdue.stop_signalled_at is not None
-    for run in [*broken, no_disk_limit]:
-        run.refresh_from_db()
-        assert run.stop_reason == ""
+    for sandbox in [*broken, not_yet]:
+        sandbox.refresh_from_db()
+        assert sandbox.stop_reason == ""
 
 
 def test_a_run_whose_container_was_made_but_never_started_is_sent_again(transactional_db, cast):
@@ -100,7 +105,7 @@ def test_a_run_whose_container_was_made_but_never_started_is_sent_again(transact
     container = engine().containers.create(
         settings.SANDBOX_IMAGE,
         ["true"],
-        name=run.container_name,
+        name=resource_name("run", run.public_id),
         network_mode="none",
         labels={**instance_label(), "berth.kind": "run", "berth.owner": run.public_id},
     )

@@ -5,7 +5,6 @@ import subprocess
 import time
 
 import pytest
-from django.conf import settings
 
 from accounts.access import Actor
 from runs.models import Run
@@ -334,7 +333,7 @@ def test_killing_the_agent_mid_run_loses_nothing(agent, run_stack):
     assert wait_for_output(agent, run, "line 3")
     run_stack.agent.kill()
     # The run goes on writing while no agent listens: wait until the engine has more.
-    container = engine().containers.get(f"berth-{settings.BERTH_INSTANCE}-run-{run['id']}")
+    container = engine().containers.get(Run.objects.get(public_id=run["id"]).container_name)
     wait_for(lambda: b"line 12" in container.logs(), 30, what="line 12 in the engine's log")
     run_stack.agent.start()
     done = agent.wait(run, timeout=120)

@@ -1,28 +1,28 @@
-"""The runner agent's egress proxies: one per running sandbox whose run has a policy.
+"""The engine loop's egress proxies: one per running sandbox whose network has a policy.
 
 Offered when the engine reports the container's start (the image's wrapper holds the
 command back until the proxy accepts), again after an agent restart (reconcile), and
-withdrawn at its exit. A run's setup and command containers share one budget, so the
-byte and upstream caps are per run; connections to the proxy are counted per sandbox,
-per team and for the whole agent (`descriptor_caps`). Attempts are written in order by
-one writer task per run, in batches (a flood of refusals is a few writes, not one each).
+withdrawn at its exit. The sandboxes of one owner (a run's setup and command) share
+one budget, so the byte and upstream caps are per owner; connections to the proxy are
+counted per sandbox, per team and for the whole agent (`descriptor_caps`). Attempts go
+to the owner in order, from one writer task per owner, in batches (a flood of refusals
+is a few writes, not one each).
 """
 
 import asyncio
-import datetime
 import logging
 import resource
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
-from runs.models import EgressEvent, Run
 from sandbox import backend
 from sandbox.egress.attempts import Attempt, Budget, Gauge
 from sandbox.egress.proxy import Proxy
+from sandbox.models import Sandbox
 from sandbox.netns import Namespace, NamespaceGone
+from sandbox.owners import owner_of
 
 log = logging.getLogger("berth.egress")
 
@@ -68,16 +68,12 @@ def descriptor_caps() -> tuple[int, int]:
     return agent, team
 
 
-def _when(t: float | None) -> datetime.datetime | None:
-    return datetime.datetime.fromtimestamp(t, datetime.UTC) if t is not None else None
-
-
 class Egress:
     def __init__(self, db: Callable[[Any], Any]) -> None:
         self.db = db  # the agent's wrapper that runs ORM code off the loop
-        self.proxies: dict[str, tuple[str, Proxy]] = {}  # container -> (run id, proxy)
-        self.budgets: dict[str, Budget] = {}  # by run id
-        self.queues: dict[str, asyncio.Queue[tuple[str, Attempt] | None]] = {}
+        self.proxies: dict[str, tuple[str, Proxy]] = {}  # container -> (owner key, proxy)
+        self.budgets: dict[str, Budget] = {}  # by owner key ("kind:id")
+        self.queues: dict[str, asyncio.Queue[tuple[Sandbox, Attempt] | None]] = {}
         self.writers: set[asyncio.Task[None]] = set()
         agent_cap, self.team_cap = descriptor_caps()
         self.agent = Gauge(
@@ -87,27 +83,22 @@ class Egress:
         )
         self.teams: dict[int, Gauge] = {}  # by team pk; a gauge lives as long as the agent
 
-    async def offer(self, run_id: str, container: str, phase: str) -> None:
-        if container in self.proxies:
+    async def offer(self, sandbox: Sandbox) -> None:
+        owner = owner_of(sandbox)
+        if sandbox.name in self.proxies or owner is None or not backend.egress_on(sandbox):
             return
-        run = await self.db(
-            lambda: Run.objects.select_related("workspace").filter(public_id=run_id).first()
-        )()
-        if run is None or not run.is_active or run.network.get("mode") != "proxy":
-            return
-        pid = await asyncio.to_thread(backend.sandbox_pid, container)
+        key = f"{sandbox.owner_kind}:{sandbox.owner_id}"
+        pid = await asyncio.to_thread(backend.sandbox_pid, sandbox.name)
         if pid is None:
             return  # exited already: nothing to serve
-        budget = self.budgets.setdefault(
-            run_id,
-            Budget(
-                settings.EGRESS_MAX_BYTES,
-                settings.EGRESS_MAX_CONNECTIONS,
-                used_bytes=run.egress_bytes_up + run.egress_bytes_down,
-            ),
-        )
+        if key not in self.budgets:
+            used = await self.db(lambda: owner.egress_used(sandbox))()
+            self.budgets.setdefault(
+                key,
+                Budget(settings.EGRESS_MAX_BYTES, settings.EGRESS_MAX_CONNECTIONS, used_bytes=used),
+            )
         team = self.teams.setdefault(
-            run.workspace.team_id,
+            sandbox.team_id or 0,
             Gauge(
                 self.team_cap,
                 "team_connection_cap",
@@ -115,32 +106,29 @@ class Egress:
             ),
         )
         proxy = Proxy(
-            list(run.network.get("egress", [])),
-            budget,
-            lambda attempt: self._record(run, phase, attempt),
+            list(sandbox.network.get("egress", [])),
+            self.budgets[key],
+            lambda attempt: self._record(sandbox, key, attempt),
             (team, self.agent),
         )
-        self.proxies[container] = (run_id, proxy)
+        self.proxies[sandbox.name] = (key, proxy)
         try:
             await proxy.listen(Namespace.of_pid(pid))
         except (NamespaceGone, OSError) as e:
-            self.proxies.pop(container, None)
-            log.warning("run %s: egress proxy not offered in %s: %s", run_id, container, e)
+            self.proxies.pop(sandbox.name, None)
+            log.warning("sandbox %s: egress proxy not offered: %s", sandbox.public_id, e)
             return
-        await self.db(
-            lambda: Run.objects.filter(pk=run.pk, egress_offered_at=None).update(
-                egress_offered_at=timezone.now()
-            )
-        )()
+        await self.db(lambda: owner.egress_offered(sandbox))()
 
-    async def withdraw(self, run_id: str, container: str) -> None:
-        if (entry := self.proxies.pop(container, None)) is not None:
+    async def withdraw(self, sandbox: Sandbox) -> None:
+        key = f"{sandbox.owner_kind}:{sandbox.owner_id}"
+        if (entry := self.proxies.pop(sandbox.name, None)) is not None:
             await entry[1].close()
-        if all(owner != run_id for owner, _ in self.proxies.values()):
-            # A next container of the run (the command after setup) starts from the
+        if all(owner != key for owner, _ in self.proxies.values()):
+            # A next sandbox of the owner (the command after setup) starts from the
             # totals written so far.
-            self.budgets.pop(run_id, None)
-            queue = self.queues.pop(run_id, None)
+            self.budgets.pop(key, None)
+            queue = self.queues.pop(key, None)
             if queue is not None:
                 queue.put_nowait(None)  # the writer ends once what is queued is written
 
@@ -151,16 +139,16 @@ class Egress:
             queue.put_nowait(None)
         await asyncio.gather(*self.writers, return_exceptions=True)
 
-    def _record(self, run: Run, phase: str, attempt: Attempt) -> None:
-        queue = self.queues.get(run.public_id)
+    def _record(self, sandbox: Sandbox, key: str, attempt: Attempt) -> None:
+        queue = self.queues.get(key)
         if queue is None:
-            queue = self.queues[run.public_id] = asyncio.Queue()
-            task = asyncio.create_task(self._write(run.pk, queue))
+            queue = self.queues[key] = asyncio.Queue()
+            task = asyncio.create_task(self._write(queue))
             self.writers.add(task)
             task.add_done_callback(self.writers.discard)
-        queue.put_nowait((phase, attempt))
+        queue.put_nowait((sandbox, attempt))
 
-    async def _write(self, run_pk: int, queue: asyncio.Queue[tuple[str, Attempt] | None]) -> None:
+    async def _write(self, queue: asyncio.Queue[tuple[Sandbox, Attempt] | None]) -> None:
         ended = False
         while not ended:
             item = await queue.get()
@@ -172,25 +160,24 @@ class Egress:
                     ended = True
                     break
                 batch.append(more)
-            rows = [
-                EgressEvent(
-                    run_id=run_pk,
-                    phase=p,
-                    method=a.method[:16],
-                    host=a.host[:255],
-                    port=a.port,
-                    address=a.address,
-                    allowed=a.allowed,
-                    reason=a.reason,
-                    bytes_up=a.bytes_up,
-                    bytes_down=a.bytes_down,
-                    started_at=_when(a.started) or timezone.now(),
-                    ended_at=_when(a.ended),
-                    count=a.count,
-                )
-                for p, a in batch
-            ]
+            # In order, each to its sandbox's owner (one owner per queue).
+            sandbox = batch[0][0]
+            owner = owner_of(sandbox)
+            if owner is None:
+                continue
             try:
-                await self.db(lambda r=rows: EgressEvent.record(run_pk, r))()
+                await self.db(lambda b=batch, o=owner: _hand_over(o, b))()
             except Exception:
-                log.exception("recording egress of run %s failed", run_pk)
+                log.exception("recording egress of %s failed", sandbox.owner_id)
+
+
+def _hand_over(owner: Any, batch: list[tuple[Sandbox, Attempt]]) -> None:
+    """Runs of one sandbox at a time, keeping the order they were tried in."""
+    run: list[Attempt] = []
+    current = batch[0][0]
+    for sandbox, attempt in batch:
+        if sandbox.pk != current.pk:
+            owner.egress_attempts(current, run)
+            run, current = [], sandbox
+        run.append(attempt)
+    owner.egress_attempts(current, run)

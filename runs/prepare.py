@@ -1,0 +1,304 @@
+"""A run's sandboxes: made from its inputs, filled with its source, started.
+
+The run owns up to two Sandbox rows (sandbox.models): its setup step's, when the
+dependency cache for its key is a miss, and its main one (the command, a service, or a
+release build), which `Run.sandbox` points to. The sandbox layer makes each container
+as its row says; what goes in and when it starts is decided here.
+"""
+
+import concurrent.futures
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+from docker.types import Mount
+
+from core.errors import BerthError
+from runs import caches, logstore
+from runs.models import OWNER, Purpose, Run
+from sandbox import actions as sandboxes
+from sandbox import backend
+from sandbox.models import Sandbox, SandboxKind
+from workspaces.archive import (
+    SMALL_TREE_BYTES,
+    entries_tar_stream,
+    measure_commit,
+    tree_tar_stream,
+    tree_tarball,
+)
+from workspaces.paths import InvalidPath
+from workspaces.store import open_store
+
+KINDS = {
+    Purpose.RUN: SandboxKind.RUN,
+    Purpose.PREVIEW: SandboxKind.SERVICE,
+    Purpose.RELEASE: SandboxKind.SERVICE,
+    Purpose.BUILD: SandboxKind.BUILD,
+}
+# Engine calls a run's preparation makes side by side (each waits on the engine).
+_BACKGROUND = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="sandbox")
+
+
+def image_allowed(image: str, run: Run | None = None) -> bool:
+    """The operator's list; and a release image only for a release process of its own
+    workspace (another team's built source is never a base for anything)."""
+    if image in settings.ALLOWED_IMAGES:
+        return True
+    return (
+        run is not None
+        and run.purpose == Purpose.RELEASE
+        and image.startswith(f"berth-{settings.BERTH_INSTANCE}-release-{run.workspace.public_id}:")
+    )
+
+
+def _check_image(run: Run) -> str:
+    """The image id the run uses: a replay's recorded id exactly, else the name's."""
+    if not image_allowed(run.image, run):
+        raise backend.SandboxError("image_not_allowed", image=run.image)
+    exact = run.image_id if run.rerun_of_id and run.image_id else ""
+    return backend.check_image(run.image, exact, run.network.get("mode") == "proxy")
+
+
+def _sandbox(run: Run, kind: str, image_id: str = "", volumes: list[str] | None = None) -> Sandbox:
+    return sandboxes.provide(
+        OWNER,
+        run.public_id,
+        kind,
+        team_id=run.workspace.team_id,
+        image=run.image,
+        image_id=image_id,
+        runtime=run.runtime,
+        workdir="/app" if run.purpose in (Purpose.BUILD, Purpose.RELEASE) else "/workspace",
+        limits=run.limits,
+        network=run.network,
+        volumes=volumes or [],
+    )
+
+
+def sandboxes_of(run: Run) -> list[Sandbox]:
+    return sandboxes.of_owner(OWNER, run.public_id)
+
+
+def prepare_and_start(
+    run: Run,
+    env: dict[str, str],
+    still_wanted: Callable[[], bool] = lambda: True,
+    first_delivery: bool = False,
+) -> bool:
+    """Create, hydrate and start the run's sandboxes; True if one is running now.
+
+    1. With a `[setup]` command, the dependency cache for its key is looked up: a hit
+       is mounted read-only at /deps and setup is skipped; a miss creates a setup
+       sandbox first, with a fresh /deps volume it alone may write.
+    2. The main container is created now too (it alone gets the env and secrets), so
+       the agent only has to start it once setup has succeeded.
+    3. The commit's tree goes into the main /workspace volume; the first container
+       is started.
+    Safe to call twice for one run (a redelivered task): a started container is left
+    to the agent, created-but-not-started ones are replaced. The first delivery (the
+    one that moved the run out of `queued`) has nothing to find, and skips the look.
+    """
+    made_before = [] if first_delivery else sandboxes_of(run)
+    found = [c for c in (backend.existing(s.name) for s in made_before) if c is not None]
+    if any(c.status != "created" for c in found):
+        return True
+    for container in found:
+        backend.remove_sandbox(container.name)
+    in_app = run.purpose in (Purpose.BUILD, Purpose.RELEASE)
+    # Read from Git while the engine works on the calls below.
+    source = None if run.purpose == Purpose.RELEASE else _BACKGROUND.submit(_source, run)
+    main = _sandbox(run, KINDS[Purpose(run.purpose)])
+    Run.objects.filter(pk=run.pk).update(sandbox=main)
+    volume = None
+    if not in_app:
+        # The engine answers two calls at once: the volume is made while the image is
+        # checked (a refused image's volume goes with the run's cleanup).
+        volume = _BACKGROUND.submit(backend.create_volume, main.name, labels=main.labels)
+    try:
+        image_id = _check_image(run)
+        runtime_args = backend.registered(backend.RUNTIMES[run.runtime])
+        setup, deps = _deps(run, image_id)
+        from runs.quotas import cpu_weight
+
+        shares = cpu_weight(run)
+    finally:
+        if volume is not None:  # made before any cleanup after a refusal looks for it
+            concurrent.futures.wait([volume])
+    if volume is not None:
+        volume.result()  # the engine's own error, if making it failed
+    first_box = None
+    first = None
+    if setup.get("hit") is False:
+        # No env and no secrets, and a /workspace of its own holding only the key's
+        # files: what setup leaves is shared by later runs of the key (on any branch),
+        # so it must follow from the key alone, not from who asked or what else the
+        # commit holds. The engine makes that volume, labelled, at create.
+        first_box = _sandbox(run, SandboxKind.SETUP, image_id, volumes=[main.name, setup["volume"]])
+        first = backend.create(
+            first_box,
+            setup["command"],
+            {},
+            [Mount("/deps", setup["volume"], type="volume")],
+            shares,
+        )
+    Sandbox.objects.filter(pk=main.pk).update(image_id=image_id)
+    container = backend.create(main, run.command, env, [deps] if deps else [], shares)
+    first = first or container
+    # Checked while the source goes in.
+    checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) if setup.get("hit") else None
+    # The commit is measured (refused past the caps) before anything is copied in.
+    tree = source.result() if source is not None else None
+    # Setup's own /workspace is filled while the run's is.
+    key_files = _BACKGROUND.submit(_put_key_files, run, first) if first is not container else None
+    # A build's source goes into the writable root layer, before start (the tree
+    # becomes /app); a run's into the /workspace volume; a release's is in its image.
+    try:
+        if tree is not None and not container.put_archive("/" if in_app else "/workspace", tree):
+            raise backend.SandboxError("sandbox_failed", detail="the source could not be copied in")
+    finally:
+        # Never left writing into a container the cleanup is removing.
+        if key_files is not None:
+            concurrent.futures.wait([key_files])
+    if key_files is not None:
+        key_files.result()
+    if checked is not None:
+        checked.result()
+    now = timezone.now()
+    # The wall clock covers setup and command alike, from hydration.
+    deadline = None if run.is_service else now + timedelta(seconds=run.timeout_s)
+    Sandbox.objects.filter(owner_kind=OWNER, owner_id=run.public_id).update(deadline=deadline)
+    Run.objects.filter(pk=run.pk).update(
+        image_id=image_id,
+        hydrated_at=now,
+        isolation=backend.isolation(container, runtime_args),
+        setup=setup,
+        phase="setup" if first is not container else "main",
+        setup_done_at=now if setup.get("hit") else None,
+    )
+    if not still_wanted():
+        # Cancelled, or carried to its end by another delivery of this task meanwhile.
+        for box in sandboxes_of(run):
+            sandboxes.remove(box)
+        return False
+    if setup.get("command"):
+        logstore.note(run.public_id, _setup_note(setup))
+    first.start()
+    return True
+
+
+def _source(run: Run) -> bytes | Iterator[bytes]:
+    """The commit's tree as a tar stream: under app/ for a build, else as it is.
+
+    The tree is measured first: an older commit past the caps (made before them, or by
+    hand in the store) ends the run `source_too_large` before anything is copied. A
+    small tree is built here at once (while the engine works on the other calls); a
+    large one is streamed into the engine entry by entry, never held whole."""
+    under = "app" if run.purpose == Purpose.BUILD else ""
+    with open_store(run.workspace) as store:
+        try:
+            size = measure_commit(store, run.commit)
+        except InvalidPath as e:
+            raise backend.SandboxError("source_invalid", detail=e.message) from None
+        except BerthError as e:
+            raise backend.SandboxError("source_too_large", detail=e.message) from None
+        if size.bytes <= SMALL_TREE_BYTES:
+            return tree_tarball(store, run.commit, under=under)
+
+    def stream() -> Iterator[bytes]:
+        with open_store(run.workspace) as store:
+            yield from tree_tar_stream(store, run.commit, under=under)
+
+    return stream()
+
+
+def _put_key_files(run: Run, container: Any) -> None:
+    """Only the `cache_key` entries into the setup container's /workspace."""
+    with open_store(run.workspace) as store:
+        tar = entries_tar_stream(store, caches.key_entries(store, run), caches.KEY_FILES_MTIME)
+        if not container.put_archive("/workspace", tar):
+            raise backend.SandboxError(
+                "sandbox_failed", detail="the key files could not be copied in"
+            )
+
+
+def _setup_note(setup: dict[str, Any]) -> str:
+    key = setup["key"][:12]
+    if setup.get("hit"):
+        return (
+            f"[setup] skipped: the dependency cache for key {key} is filled; /deps is "
+            "mounted read-only"
+        )
+    return f"[setup] no cache for key {key} yet; running: {setup['command']}"
+
+
+def _check_cache_volume(name: str) -> None:
+    """A cache dropped between lookup and create would have been recreated empty by the
+    engine (an unlabelled volume of the same name): never run on that."""
+    if backend.remove_volume_if_unlabelled(name):
+        raise backend.SandboxError(
+            "sandbox_failed", detail="its dependency cache was dropped while the run started"
+        )
+
+
+def _deps(run: Run, image_id: str) -> tuple[dict[str, Any], Mount | None]:
+    """(the run's setup record, the read-only /deps mount of the main container)."""
+    if not run.setup.get("command"):
+        return run.setup, None
+    setup = {**run.setup, "key": caches.cache_key(run, image_id)}
+    cache = caches.find_ready(run, setup["key"])
+    if cache is not None:
+        setup.update(hit=True, volume=cache.volume, cache=cache.public_id)
+    else:
+        setup.update(hit=False, volume=run.deps_volume_name, cache=None)
+        if not caches.volume_exists(run.deps_volume_name):
+            backend.create_volume(
+                run.deps_volume_name,
+                labels={
+                    "berth.instance": settings.BERTH_INSTANCE,
+                    "berth.kind": "deps",
+                    "berth.owner": run.public_id,
+                    "berth.workspace": run.workspace.public_id,
+                },
+            )
+    return setup, Mount("/deps", setup["volume"], type="volume", read_only=True)
+
+
+def start_main(run: Run) -> bool:
+    """Start the main container created by `prepare_and_start` (after setup); False if
+    it is gone. A second call for a started container is harmless."""
+    if run.sandbox is None:
+        return False
+    container = backend.existing(run.sandbox.name)
+    if container is None:
+        return False
+    if container.status == "created":
+        container.start()
+    return True
+
+
+def remove_run(run: Run) -> None:
+    """Everything a run created: its sandboxes with their /workspace volumes, and the
+    /deps volume it filled unless that became the cache for its key."""
+    for box in sandboxes_of(run):
+        sandboxes.remove(box)
+    if caches.volume_exists(run.deps_volume_name) and not caches.is_cache(run.deps_volume_name):
+        caches.remove_volume(run.deps_volume_name)
+
+
+def commit_release_image(run: Run) -> str:
+    """The exited build's root layer as the release image `run.output_image`, labelled
+    with what went in, so the image itself says which commit and build it holds."""
+    assert run.sandbox is not None
+    return backend.commit_image(
+        run.sandbox,
+        run.output_image,
+        {
+            "berth.kind": "release",
+            "berth.workspace": run.workspace.public_id,
+            "berth.commit": run.commit,
+            "berth.build": run.public_id,
+            **{f"berth.{k}": str(v) for k, v in run.output_labels.items()},
+        },
+    )

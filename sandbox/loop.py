@@ -1,0 +1,343 @@
+"""The engine loop: carries every live sandbox of this host to its end (docs/architecture.md).
+
+It reads and writes Sandbox rows alone, and tells their owners through the handlers
+they register (sandbox.owners):
+1. learns of starts and exits from Docker events; a start is told to the owner (who
+   follows the output) and gets the egress proxy its network asks for;
+2. every tick, stops sandboxes past their deadline and those whose stop was asked
+   for (SIGTERM, then SIGKILL after the grace period); off the tick, samples CPU
+   time and counts disk use (sandbox.diskwatch), killing one past its caps at once;
+3. on exit, records the exit on the row, lets the owner write its end, then removes
+   the container and its volume;
+4. at start and every RECONCILE_EVERY_S seconds, reconciles rows and containers both
+   ways: a container without a live row is removed, a live row whose container is
+   gone is marked removed.
+"""
+
+import asyncio
+import contextlib
+import logging
+import threading
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+import docker
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from sandbox import backend
+from sandbox.diskwatch import ROUND_S, DiskWatch
+from sandbox.egress.service import Egress
+from sandbox.engine import engine
+from sandbox.models import LIVE_STATES, Sandbox, SandboxState
+from sandbox.owners import owner_of, registered_kinds
+
+log = logging.getLogger("berth.runner_agent")
+
+RECONCILE_EVERY_S = settings.RUN_RECONCILE_EVERY_S
+EXIT_SIGKILL = 137
+TICK_S = 0.5
+
+
+class Listed(NamedTuple):
+    name: str
+    labels: dict[str, str]
+    status: str  # created, running, exited, dead, ...
+
+
+def _instance_filter() -> dict[str, Any]:
+    return {"label": [f"berth.instance={settings.BERTH_INSTANCE}"]}
+
+
+def listed() -> list[Listed]:
+    """This instance's containers, from the engine's list alone: the SDK's list
+    inspects each one after, and fails when a container goes between the two."""
+    return [
+        Listed(c["Names"][0].lstrip("/"), c.get("Labels") or {}, c.get("State", ""))
+        for c in engine().api.containers(all=True, filters=_instance_filter())
+    ]
+
+
+def db(fn: Any) -> Any:
+    """Run ORM code on a worker thread and close stale connections after it."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(call, thread_sensitive=True)
+
+
+def on_thread(fn: Any) -> Any:
+    """Like `db`, but on a thread of its own: for work that also waits on the engine,
+    which must not hold up every other sandbox's ORM calls."""
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        def body() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                close_old_connections()
+
+        return await asyncio.to_thread(body)
+
+    return call
+
+
+def _row(name: str) -> Sandbox | None:
+    return Sandbox.objects.filter(name=name).first()
+
+
+class EngineLoop:
+    def __init__(self) -> None:
+        self.finalizing: set[str] = set()  # by container name
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.background: set[asyncio.Task[None]] = set()
+        self.egress = Egress(db)
+        self.disk = DiskWatch(db)
+        # Set when a container starts: its owner may want to look at it at once.
+        self.started_event = asyncio.Event()
+        self.oom_seen: set[str] = set()  # containers the engine reported an OOM kill in
+
+    def spawn(self, coro: Any) -> None:
+        """A fire-and-forget task, kept referenced until done (asyncio holds weak refs)."""
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def jobs(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        """The loop's own periodic work, once the event reader runs."""
+        assert self.loop is not None
+        return [
+            asyncio.create_task(self.every(TICK_S, self.tick, stop)),
+            asyncio.create_task(self.every(RECONCILE_EVERY_S, self.reconcile, stop)),
+            # Its own job: a slow count never delays the tick's timeouts.
+            asyncio.create_task(self.every(ROUND_S, self.disk.round, stop)),
+            asyncio.create_task(self.every(settings.RUN_CPU_SAMPLE_S, self.sample_cpu, stop)),
+        ]
+
+    def start_events(self, stop: asyncio.Event) -> asyncio.Task[None]:
+        self.loop = asyncio.get_running_loop()
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        threading.Thread(
+            target=self._watch_events, args=(events, stop), daemon=True, name="docker-events"
+        ).start()
+        return asyncio.create_task(self._consume(events))
+
+    async def every(
+        self, seconds: float, job: Any, stop: asyncio.Event, woken: asyncio.Event | None = None
+    ) -> None:
+        """`job` every `seconds`, or at once when `woken` is set."""
+        while not stop.is_set():
+            if woken is None:
+                await asyncio.sleep(seconds)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), seconds)
+                woken.clear()
+            await self.safely(job)
+
+    async def safely(self, job: Any) -> None:
+        try:
+            await job()
+        except (docker.errors.DockerException, OSError) as e:
+            log.warning("engine unavailable, will retry: %s", e)
+        except Exception:
+            log.exception("%s failed", getattr(job, "__name__", job))
+
+    def _watch_events(self, queue: asyncio.Queue[dict[str, Any]], stop: asyncio.Event) -> None:
+        """Blocking reader of Docker events, on its own thread; reconnects with backoff
+        (and asks for a reconcile, since events may have been missed meanwhile)."""
+        assert self.loop is not None
+        filters = {"type": "container", **_instance_filter(), "event": ["start", "oom", "die"]}
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                for event in engine().events(decode=True, filters=filters):
+                    self.loop.call_soon_threadsafe(queue.put_nowait, event)
+                    delay = 0.5
+            except Exception as e:  # any failure of the stream: reconnect
+                log.warning("docker events stream broke: %s", e)
+            self.loop.call_soon_threadsafe(queue.put_nowait, {"status": "reconcile"})
+            stop_wait = threading.Event()
+            stop_wait.wait(delay)
+            delay = min(delay * 2, 10)
+
+    async def _consume(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+        while True:
+            event = await queue.get()
+            status = event.get("status") or event.get("Action")
+            attrs = (event.get("Actor") or {}).get("Attributes") or {}
+            name = attrs.get("name")
+            try:
+                if status == "reconcile":
+                    await self.reconcile()
+                elif status == "oom" and name:
+                    self.oom_seen.add(name)  # sent before the container's die, if at all
+                elif status in ("start", "die") and name:
+                    sandbox = await db(_row)(name)
+                    if sandbox is None or not sandbox.is_live:
+                        continue  # not ours to carry: the reconcile removes it
+                    if status == "start":
+                        self.started_event.set()
+                        await self.started(sandbox)
+                    else:
+                        self.spawn(self.safely(lambda s=sandbox: self.egress.withdraw(s)))
+                        facts = self._facts_of_die(name, attrs)
+                        self.spawn(self.safely(lambda s=sandbox, f=facts: self.finalize(s, f)))
+            except Exception:
+                log.exception("handling %s of %s failed", status, name)
+
+    async def started(self, sandbox: Sandbox) -> None:
+        await db(sandbox.mark_running)()
+        # First: the sandbox's command waits for its egress proxy.
+        self.spawn(self.safely(lambda: self.egress.offer(sandbox)))
+        owner = owner_of(sandbox)
+        if owner is not None:
+            await owner.started(sandbox)
+
+    def _facts_of_die(self, name: str, attrs: dict[str, str]) -> dict[str, Any] | None:
+        """The exit as the die event tells it, or None to ask the engine. An exit by
+        SIGKILL (137) is always asked about: it may be an OOM kill whose oom event this
+        agent did not see (it restarted in between)."""
+        oom = name in self.oom_seen
+        self.oom_seen.discard(name)
+        code = attrs.get("exitCode", "")
+        if not code.isdigit() or int(code) == EXIT_SIGKILL:
+            return None
+        return {"running": False, "exit_code": int(code), "oom_killed": oom, "status": "exited"}
+
+    async def finalize(self, sandbox: Sandbox, facts: dict[str, Any] | None = None) -> None:
+        """After an exit: the exit on the row, the owner's end, then the sandbox goes.
+        `facts`: the exit code and OOM flag as the die event told them; else the
+        engine is asked (one call less per run, when it is busiest with the exit)."""
+        if sandbox.name in self.finalizing:
+            return
+        self.finalizing.add(sandbox.name)
+        try:
+            if facts is None:
+                facts = await asyncio.to_thread(backend.finalize_facts, sandbox.name)
+            if facts is not None and facts.get("running"):
+                return  # restarted meanwhile: not an exit
+            if facts is not None:
+                await db(sandbox.mark_exited)(facts.get("exit_code"), facts.get("oom_killed"))
+            owner = owner_of(sandbox)
+            if owner is not None:
+                await owner.exited(sandbox, facts, self.disk.note_for(sandbox.public_id))
+            await db(sandbox.refresh_from_db)()
+            if sandbox.state != SandboxState.REMOVED:
+                await on_thread(_remove)(sandbox)
+        finally:
+            self.finalizing.discard(sandbox.name)
+
+    # -- deadlines, stops, CPU -------------------------------------------------------
+
+    async def tick(self) -> None:
+        now = timezone.now()
+        running = await db(lambda: list(Sandbox.objects.filter(state=SandboxState.RUNNING)))()
+        for sandbox in running:
+            try:
+                await self._tick_one(sandbox, now)
+            except (docker.errors.DockerException, OSError):
+                raise  # the engine: `safely` says so once, and the next tick retries
+            except Exception:
+                # One sandbox's fault never keeps the others' deadlines from applying.
+                log.exception("checking sandbox %s failed", sandbox.public_id)
+
+    async def _tick_one(self, sandbox: Sandbox, now: datetime) -> None:
+        if not sandbox.stop_reason and sandbox.deadline and now > sandbox.deadline:
+            await db(sandbox.request_stop)("timeout")
+        if sandbox.stop_reason and sandbox.stop_signalled_at is None:
+            await asyncio.to_thread(backend.signal_sandbox, sandbox.name, "SIGTERM")
+            await db(sandbox.mark_signalled)()
+        elif sandbox.stop_signalled_at and now > sandbox.stop_signalled_at + timedelta(
+            seconds=settings.RUN_STOP_GRACE_S
+        ):
+            await asyncio.to_thread(backend.signal_sandbox, sandbox.name, "SIGKILL")
+
+    async def sample_cpu(self) -> None:
+        """Each running sandbox's CPU time, for its owner's budget; its own job, so a
+        slow engine answer never holds up deadlines and stops."""
+        running = await db(lambda: list(Sandbox.objects.filter(state=SandboxState.RUNNING)))()
+        await asyncio.gather(*(self._sample_cpu(s) for s in running), return_exceptions=True)
+
+    async def _sample_cpu(self, sandbox: Sandbox) -> None:
+        used = await asyncio.to_thread(backend.cpu_seconds, sandbox.name)
+        if used is None or used <= sandbox.cpu_seconds:
+            return
+        grew = used - sandbox.cpu_seconds
+
+        def record() -> None:
+            Sandbox.objects.filter(pk=sandbox.pk).update(cpu_seconds=round(used, 3))
+            sandbox.cpu_seconds = round(used, 3)
+            owner = owner_of(sandbox)
+            if owner is not None:
+                owner.cpu_used(sandbox, grew)
+
+        await db(record)()
+
+    # -- reconcile -----------------------------------------------------------------
+
+    async def reconcile(self) -> None:
+        """Both kinds of orphans: a container without a live row is removed; a live
+        row whose container is gone is marked removed. Owners hear which of theirs
+        have a started container."""
+        containers = await asyncio.to_thread(listed)
+        names = [c.name for c in containers]
+        rows = await db(
+            lambda: {
+                s.name: s
+                for s in Sandbox.objects.filter(name__in=names)
+                | Sandbox.objects.filter(host=settings.SANDBOX_HOST, state__in=LIVE_STATES)
+            }
+        )()
+        carried: dict[str, set[str]] = {}
+        for container in containers:
+            sandbox = rows.get(container.name)
+            if sandbox is None or not sandbox.is_live:
+                if container.name not in self.finalizing:
+                    await asyncio.to_thread(backend.remove_sandbox, container.name)
+                continue
+            if container.status != "created":
+                carried.setdefault(sandbox.owner_kind, set()).add(sandbox.owner_id)
+            if container.status == "running":
+                # After an agent restart: the old follower and proxy died with the agent.
+                await self.started(sandbox)
+            elif container.status in ("exited", "dead"):
+                self.spawn(self.safely(lambda s=sandbox: self.finalize(s)))
+        there = set(names)
+        for sandbox in rows.values():
+            gone = sandbox.name not in there and sandbox.name not in self.finalizing
+            if gone and sandbox.state in (SandboxState.RUNNING, SandboxState.EXITED):
+                await db(sandbox.mark_removed)()
+        await self._reconcile_stray_volumes(there)
+        for kind, owner in registered_kinds().items():
+            await owner.reconciled(carried.get(kind, set()))
+
+    async def _reconcile_stray_volumes(self, containers: set[str]) -> None:
+        """/workspace volumes (named after their sandbox) of no live sandbox."""
+        volumes = await asyncio.to_thread(lambda: engine().volumes.list(filters=_instance_filter()))
+        names = [
+            v.name
+            for v in volumes
+            if (v.attrs.get("Labels") or {}).get("berth.kind") != "deps"
+            and v.name not in containers
+        ]
+        live = await db(
+            lambda: set(
+                Sandbox.objects.filter(name__in=names, state__in=LIVE_STATES).values_list(
+                    "name", flat=True
+                )
+            )
+        )()
+        for name in set(names) - live:
+            await asyncio.to_thread(backend.remove_sandbox, name)
+
+
+def _remove(sandbox: Sandbox) -> None:
+    backend.remove_sandbox(sandbox.name)
+    sandbox.mark_removed()
