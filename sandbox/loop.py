@@ -51,13 +51,20 @@ def _instance_filter() -> dict[str, Any]:
     return {"label": [f"berth.instance={settings.BERTH_INSTANCE}"]}
 
 
+# The kinds of container the loop carries: a sandbox's, and a run's as the release
+# before the Sandbox row named it (adopted by name). Anything else this instance made
+# (a test's, an image build's) is not the loop's to remove.
+CARRIED_KINDS = ("sandbox", "run")
+
+
 def listed() -> list[Listed]:
-    """This instance's containers, from the engine's list alone: the SDK's list
-    inspects each one after, and fails when a container goes between the two."""
-    return [
+    """This instance's sandbox containers, from the engine's list alone: the SDK's
+    list inspects each one after, and fails when a container goes between the two."""
+    found = [
         Listed(c["Names"][0].lstrip("/"), c.get("Labels") or {}, c.get("State", ""))
         for c in engine().api.containers(all=True, filters=_instance_filter())
     ]
+    return [c for c in found if c.labels.get("berth.kind") in CARRIED_KINDS]
 
 
 def db(fn: Any) -> Any:
@@ -172,7 +179,7 @@ class EngineLoop:
             event = await queue.get()
             status = event.get("status") or event.get("Action")
             attrs = (event.get("Actor") or {}).get("Attributes") or {}
-            name = attrs.get("name")
+            name = attrs.get("name") if attrs.get("berth.kind") in CARRIED_KINDS else None
             try:
                 if status == "reconcile":
                     await self.reconcile()
@@ -324,7 +331,7 @@ class EngineLoop:
         names = [
             v.name
             for v in volumes
-            if (v.attrs.get("Labels") or {}).get("berth.kind") != "deps"
+            if (v.attrs.get("Labels") or {}).get("berth.kind") in CARRIED_KINDS
             and v.name not in containers
         ]
         live = await db(
