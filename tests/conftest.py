@@ -7,7 +7,7 @@ from django.test import Client
 
 from accounts import actions
 from accounts.models import ApiToken, Role, Team
-from tests import servers
+from tests.support import servers
 
 
 def pytest_configure(config: pytest.Config) -> None:
