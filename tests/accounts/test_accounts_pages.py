@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from accounts.models import ApiToken, Membership
-from tests.conftest import bearer
+from tests.support.api import bearer
 
 
 def found(pattern: str, text: str) -> str:

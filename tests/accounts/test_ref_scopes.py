@@ -7,8 +7,8 @@ import pytest
 
 from accounts.access import Actor
 from runs.models import Run
-from tests.conftest import bearer
-from tests.runs.test_run_pages import finished_run
+from tests.support.api import bearer
+from tests.support.runs import finished_run
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
 

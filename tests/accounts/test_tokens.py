@@ -10,17 +10,7 @@ from django.utils import timezone
 from accounts import actions
 from accounts.access import Actor
 from accounts.models import ApiToken
-from tests.conftest import bearer
-
-
-def assert_error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert set(body) == {"error"}
-    assert body["error"]["code"] == code
-    assert body["error"]["message"]
-    assert isinstance(body["error"]["details"], dict)
-    return body["error"]
+from tests.support.api import assert_error, bearer
 
 
 def test_it_tells_the_agent_who_it_is(client, cast):

@@ -20,16 +20,14 @@ from websockets.typing import Origin
 from accounts.models import ApiToken
 from config.asgi import application
 from runs.models import Run
-from tests.runs.test_run_logs_doors import (  # noqa: F401 (autouse fixtures)
-    connect,
-    data_dir,
-    fresh_channel_layer,
-    session_cookie,
-    write,
-)
+from tests.support.logs import connect, session_cookie, write
 from workspaces.actions import create_workspace
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Logs in a directory of each test's own, and a channel layer of its own too.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("data_dir", "fresh_channel_layer"),
+]
 
 
 @pytest.fixture

@@ -6,8 +6,7 @@ import urllib.request
 
 import pytest
 
-from tests.accounts.test_tokens import assert_error
-from tests.conftest import bearer
+from tests.support.api import assert_error, bearer
 
 TWENTY_MB = 20 * 1024 * 1024
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.config.test_mcp import session as mcp_session
+from tests.support.mcp import session as mcp_session
 from tests.support.servers import wait_for
 from tests.support.stacks import Stack, stack_with_shop
 

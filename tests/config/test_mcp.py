@@ -3,20 +3,17 @@ stack (Celery worker, runner agent, Docker), in both protocol eras."""
 
 import asyncio
 import base64
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import TextContent
 
 from accounts.access import Actor
 from accounts.models import Activity
 from deploys.models import DeployRequest
 from runs.models import Run
+from tests.support.mcp import Agent, connect, session
 from tests.support.servers import wait_for_async
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
@@ -24,50 +21,6 @@ from workspaces.store import open_store
 pytestmark = pytest.mark.docker
 
 MODES = ["legacy", "2026-07-28"]
-
-
-class Agent:
-    """Tool calls through one MCP client connection; results as (is_error, structured)."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-        self.calls = 0
-
-    async def __call__(self, tool_name: str, /, **args: Any) -> dict[str, Any]:
-        self.calls += 1
-        result = await self.client.call_tool(tool_name, args)
-        assert not result.is_error, (tool_name, args, result.structured_content or result.content)
-        return result.structured_content or {}
-
-    async def error(self, tool_name: str, /, **args: Any) -> dict[str, Any]:
-        """A call that must fail: the API's error object (or the SDK's text, for input it
-        refused before any Berth code ran)."""
-        result = await self.client.call_tool(tool_name, args)
-        assert result.is_error, (tool_name, args, result.structured_content)
-        if result.structured_content:
-            return result.structured_content["error"]
-        first = result.content[0]
-        assert isinstance(first, TextContent)
-        return {"code": "invalid_arguments", "message": first.text}
-
-
-@contextlib.asynccontextmanager
-async def session(server, secret: str, mode: str = "legacy") -> AsyncIterator[Agent]:
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}, timeout=180) as http,
-        Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode=mode) as client,
-    ):
-        yield Agent(client)
-
-
-def connect(
-    server, secret: str, body: Callable[[Agent], Awaitable[Any]], mode: str = "legacy"
-) -> Any:
-    async def main() -> Any:
-        async with session(server, secret, mode) as agent:
-            return await body(agent)
-
-    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("mode", MODES)

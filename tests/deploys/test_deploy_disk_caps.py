@@ -9,16 +9,12 @@ import pytest
 from accounts.access import Actor
 from deploys.models import DeployRequest, Release
 from sandbox.engine import engine
-from tests.conftest import bearer
-from tests.deploys import test_deploys
-from tests.deploys.test_deploys import app, approve
+from tests.support.api import bearer
+from tests.support.deploys import app, approve
 from tests.support.previews import write
 from workspaces import actions as workspace_actions
 
 pytestmark = pytest.mark.docker
-
-# test_deploys' fixture: alice's agent, whose token may ask for a deploy.
-agent = test_deploys.agent
 
 
 def toml(runtime: str, build: str) -> str:

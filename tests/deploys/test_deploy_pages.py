@@ -8,7 +8,7 @@ from accounts.access import Actor
 from accounts.models import Activity
 from deploys import actions
 from deploys.models import DeployRequest
-from tests.conftest import bearer
+from tests.support.api import bearer
 from workspaces import actions as workspace_actions
 
 PAGE = "/t/team-a/w/shop/deploys/"

@@ -13,74 +13,14 @@ import requests
 from accounts.access import Actor
 from accounts.models import Activity
 from deploys.models import DeployRequest, Release
-from tests.conftest import bearer
+from tests.support.api import bearer
+from tests.support.deploys import HOST, PAGE, TOML, app, approve, released, served
 from tests.support.previews import write
-from tests.support.servers import wait_for
+from tests.support.servers import restart_engine, wait_for
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
 
 pytestmark = pytest.mark.docker
-
-HOST = "shop--team-a.apps.localhost"
-PAGE = "/t/team-a/w/shop/deploys/"
-ENDED = {"live", "failed", "rejected", "cancelled"}
-
-
-def app(text: str, health: int = 200) -> str:
-    """The python-http starter's shape: a stdlib server on 127.0.0.1:8000."""
-    return f"""from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = {text!r}.encode()
-        self.send_response({health} if self.path == "/health" else 200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *a):
-        pass
-
-ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
-"""
-
-
-TOML = (
-    '[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
-    '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\n'
-    'health_path = "/health"\n'
-)
-
-
-class Requester:
-    """alice's agent: a token with `deploy:request`, and nothing that approves."""
-
-    def __init__(self, client, secret: str) -> None:
-        self.client, self.headers = client, bearer(secret)
-
-    def ask(self, note: str = "", ref: str | None = None) -> dict:
-        r = self.client.post(
-            "/api/v1/workspaces/shop/deploys",
-            {"note": note, **({"ref": ref} if ref else {})},
-            content_type="application/json",
-            **self.headers,
-        )
-        assert r.status_code == 201, r.content
-        return r.json()
-
-    def get(self, deploy: dict) -> dict:
-        r = self.client.get(f"/api/v1/deploys/{deploy['id']}", **self.headers)
-        assert r.status_code == 200, r.content
-        return r.json()
-
-    def wait(self, deploy: dict, states: set[str] = ENDED, timeout: float = 180) -> dict:
-        return wait_for(
-            lambda: self.get(deploy),
-            timeout,
-            interval=0.2,
-            what=f"deploy {deploy['id']} to be in {states}",
-            until=lambda current: current["state"] in states,
-        )
 
 
 @pytest.fixture
@@ -90,34 +30,6 @@ def shop(cast):
     )
     write(workspace, cast.alice, {"app.py": app("release one"), "workspace.toml": TOML})
     return workspace
-
-
-@pytest.fixture
-def agent(client, cast, shop, run_stack, berth_server) -> Requester:
-    _, secret = cast.token(cast.alice, ["workspace:read", "deploy:request"])
-    return Requester(client, secret)
-
-
-def served(server, path: str = "/") -> requests.Response:
-    """The release host, through the preview gateway (the only door to releases)."""
-    return requests.get(
-        f"http://127.0.0.1:{server.gateway_port}{path}",
-        headers={"Host": HOST},
-        timeout=30,
-        allow_redirects=False,
-    )
-
-
-def approve(signed_in, user, deploy: dict, **extra):
-    return signed_in(user).post(f"{PAGE}{deploy['id']}/approve/", extra, follow=True)
-
-
-def released(agent, signed_in, cast, note: str) -> dict:
-    deploy = agent.ask(note)
-    approve(signed_in, cast.bob, deploy)
-    done = agent.wait(deploy)
-    assert done["state"] == "live", done
-    return done
 
 
 def test_an_agent_asks_only_a_human_reviewer_approves_and_the_approved_commit_ships(
@@ -264,23 +176,6 @@ def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
     assert served(berth_server).text == "release one"
     page = signed_in(cast.carol).get(PAGE).content.decode()
     assert "Started again after its process stopped" in page
-
-
-def restart_engine() -> None:
-    """SIGTERM the Docker engine, then start it the way `make test` does: its containers
-    stop with it (no live-restore), as after a host's engine restart."""
-    import os
-    import signal
-    import subprocess
-    from pathlib import Path
-
-    pid = int(Path("/var/run/docker.pid").read_text())
-    os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, interval=0.1, what="dockerd to stop")
-    root = Path(__file__).resolve().parents[2]
-    subprocess.run(
-        [str(root / "scripts" / "host-setup"), "docker"], check=True, capture_output=True
-    )
 
 
 def test_after_an_engine_restart_the_live_release_is_served_again_within_a_minute(

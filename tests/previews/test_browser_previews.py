@@ -9,8 +9,7 @@ import pytest
 
 from accounts.access import Actor
 from previews.models import Preview
-from tests.runs.test_browser_runs import sign_in_as_carol
-from tests.support.browser import chromium_page
+from tests.support.browser import chromium_page, sign_in_as_carol
 from tests.support.previews import PROBE_APP, probe_toml, write
 from tests.support.servers import wait_for
 from workspaces.actions import create_workspace

@@ -19,15 +19,15 @@ from websockets.typing import Origin
 
 from accounts.access import Actor
 from previews.models import Preview
-from tests.previews import test_previews
-from tests.previews.test_previews import ENDED, both_runtimes, opened
-from tests.runs.test_browser_runs import sign_in_as_carol
 from tests.support import servers
-from tests.support.browser import chromium_page
+from tests.support.browser import chromium_page, sign_in_as_carol
 from tests.support.previews import (
+    ENDED,
     PROBE_APP,
     Browser,
     PreviewAgent,
+    both_runtimes,
+    opened,
     probe_toml,
     write,
 )
@@ -35,13 +35,6 @@ from workspaces.actions import create_workspace
 
 pytestmark = pytest.mark.docker
 
-# test_previews' fixtures: carol's probe workspace, her agent, its ready preview.
-runtime, probe, agent, ready = (
-    test_previews.runtime,
-    test_previews.probe,
-    test_previews.agent,
-    test_previews.ready,
-)
 
 REFUSED = "cross_origin_refused"
 

@@ -24,17 +24,9 @@ from websockets.exceptions import InvalidStatus
 
 from previews import gate
 from previews.models import Preview
-from tests.previews import test_previews
 from tests.support.previews import Browser
 
 pytestmark = pytest.mark.docker
-
-runtime, probe, agent, ready = (
-    test_previews.runtime,
-    test_previews.probe,
-    test_previews.agent,
-    test_previews.ready,
-)
 
 
 def sockets_of(pid: int) -> set[int]:

@@ -8,8 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from previews import gate
-from tests.previews.test_preview_gateway import HOST, get, raw
-from tests.previews.test_preview_gateway import gw as gw  # the fixture, by name
+from tests.support.gateway import HOST, get, raw
 
 OWN = f"http://{HOST}"
 ELSEWHERE = "http://evil12.preview.localhost"  # another preview: the same site

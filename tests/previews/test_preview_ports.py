@@ -9,8 +9,8 @@ import datetime
 import pytest
 
 from accounts.access import Actor
-from tests.config.test_mcp import connect
-from tests.deploys.test_deploys import TOML, Requester, app, approve
+from tests.support.deploys import TOML, Requester, app, approve
+from tests.support.mcp import connect
 from tests.support.previews import PROBE_APP, PreviewAgent, probe_toml, write
 from workspaces import actions as workspace_actions
 

@@ -23,21 +23,12 @@ from websockets.typing import Origin
 from accounts.access import Actor
 from accounts.models import ApiToken, Membership
 from deploys.models import Release
-from tests.previews import test_previews
-from tests.previews.test_previews import both_runtimes
 from tests.support import servers
-from tests.support.previews import PROBE_APP, Browser, PreviewAgent, write
+from tests.support.previews import PROBE_APP, Browser, PreviewAgent, both_runtimes, write
 from workspaces.actions import create_workspace
 
 pytestmark = pytest.mark.docker
 
-# test_previews' fixtures: carol's probe workspace, her agent, its ready preview.
-runtime, probe, agent, ready = (
-    test_previews.runtime,
-    test_previews.probe,
-    test_previews.agent,
-    test_previews.ready,
-)
 
 RECHECK_S = 1  # the periodic check of the `rechecking` pair (the default is 30 s)
 
@@ -258,7 +249,7 @@ def test_a_releases_websockets_end_with_their_viewers_access(
 ):
     """A release's process is a target like a preview's: the same rules.
     berth_server checks every 30 s: what closes these in time is the change's signal."""
-    from tests.deploys.test_deploys import HOST, Requester, released
+    from tests.support.deploys import HOST, Requester, released
 
     shop = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
     write(

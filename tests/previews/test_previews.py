@@ -7,59 +7,25 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 
 from accounts.access import Actor
-from tests.support.previews import PROBE_APP, Browser, PreviewAgent, probe_toml, write
+from tests.support.previews import (
+    ENDED,
+    PROBE_APP,
+    Browser,
+    PreviewAgent,
+    both_runtimes,
+    opened,
+    probe_toml,
+    write,
+)
 from workspaces import actions as workspace_actions
 
 pytestmark = pytest.mark.docker
-
-ENDED = {"failed", "stopped", "crashed"}
-
-
-@pytest.fixture
-def runtime(request) -> str:
-    """runc unless a test asks for both runtimes (`@both_runtimes`)."""
-    return getattr(request, "param", "runc")
-
-
-both_runtimes = pytest.mark.parametrize("runtime", ["runc", "gvisor"], indirect=True)
-
-
-@pytest.fixture
-def probe(cast, runtime):
-    workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Probe", "probe")
-    write(
-        workspace,
-        cast.carol,
-        {"probe_app.py": PROBE_APP, "workspace.toml": probe_toml(runtime=runtime)},
-    )
-    return workspace
-
-
-@pytest.fixture
-def agent(client, cast, probe, run_stack, berth_server) -> PreviewAgent:
-    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "preview"])
-    return PreviewAgent(client, secret, "probe")
-
-
-@pytest.fixture
-def ready(agent) -> Iterator[dict]:
-    preview = agent.wait(agent.start(), {"ready"} | ENDED)
-    assert preview["state"] == "ready", preview
-    yield preview
-    agent.post(preview, "stop")
-
-
-def opened(berth_server, agent, preview) -> Browser:
-    browser = Browser(berth_server)
-    browser.open(agent.link(preview))
-    return browser
 
 
 @both_runtimes
@@ -535,7 +501,7 @@ def test_an_engine_restart_under_a_ready_preview_ends_it_typed_and_restartable(
     """The engine's restart stops every container (no live-restore): the preview ends
     in a typed state that says so, never `ready` with nothing behind it, and a restart
     brings it back."""
-    from tests.deploys.test_deploys import restart_engine
+    from tests.support.servers import restart_engine
 
     restart_engine()
     ended = agent.wait(ready, ENDED, timeout=90)

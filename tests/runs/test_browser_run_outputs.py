@@ -6,9 +6,8 @@ import pytest
 
 from accounts.access import Actor
 from runs import actions
-from tests.runs.test_browser_runs import RUN_TIMEOUT_MS, sign_in_as_carol
-from tests.runs.test_run_outputs_pages import wait_ended, with_artifacts_toml
-from tests.support.browser import chromium_page
+from tests.support.browser import RUN_TIMEOUT_MS, chromium_page, sign_in_as_carol
+from tests.support.runs import wait_ended, with_artifacts_toml
 from workspaces.actions import create_workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]

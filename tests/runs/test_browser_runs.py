@@ -10,7 +10,7 @@ from django.conf import settings
 
 from accounts.access import Actor
 from runs.models import Run
-from tests.support.browser import chromium_page
+from tests.support.browser import RUN_TIMEOUT_MS, chromium_page, sign_in_as_carol
 from workspaces.actions import create_workspace
 from workspaces.store import open_store
 
@@ -18,20 +18,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
 COMMAND = r"printf '\033[31mred\033[0m <b>not bold</b>\n'; python3 -m unittest -v"
 ACTIVE = ("queued", "preparing", "running")
-RUN_TIMEOUT_MS = 120_000
 
 
 @pytest.fixture
 def shop(cast):
     return create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http")
-
-
-def sign_in_as_carol(page, server, next_path: str) -> None:
-    page.goto(f"{server.url}/signin/?next={next_path}")
-    page.fill("input[name=username]", "carol")
-    page.fill("input[name=password]", "carol-password-1")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"**{next_path}")
 
 
 def test_carol_runs_the_tests_and_watches_the_log_live(berth_server, run_stack, cast, shop):

@@ -19,8 +19,8 @@ from runs import caches, logstore, retention
 from runs.models import DepCache, Run, RunState
 from runs.outputs import artifacts_dir
 from sandbox.engine import engine
-from tests.conftest import bearer
-from tests.runs.test_runs import Agent
+from tests.support.api import bearer
+from tests.support.runs import Agent
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from runs.compare import compare_runs
 from runs.models import Run, RunState
-from tests.runs.test_run_outputs_pages import CHANGES
+from tests.support.runs import CHANGES
 
 
 def a_run(**fields) -> Run:

@@ -11,8 +11,8 @@ import pytest
 
 from accounts.access import Actor
 from runs.models import Run
-from tests.runs.test_runs import TERMINAL, Agent
 from tests.support.previews import PROBE_APP, Browser, PreviewAgent, probe_toml, write
+from tests.support.runs import TERMINAL, Agent
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 
@@ -23,16 +23,6 @@ def limits(team, **fields) -> None:
     for name, value in fields.items():
         setattr(team, name, value)
     team.save()
-
-
-@pytest.fixture
-def agents(client, cast, run_stack) -> tuple[Agent, Agent]:
-    """carol's agent on team A's `shop`, charlie's on team B's `shop`."""
-    for team, user in ((cast.team_a, cast.carol), (cast.team_b, cast.charlie)):
-        workspace_actions.create_workspace(team, Actor(user), "Shop", "shop", "python-http")
-    _, a = cast.token(cast.carol, ["workspace:read", "run"])
-    _, b = cast.token(cast.charlie, ["workspace:read", "run"])
-    return Agent(client, a), Agent(client, b)
 
 
 def cancel_all(agent: Agent, runs: list[dict]) -> None:

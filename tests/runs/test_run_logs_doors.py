@@ -12,34 +12,18 @@ import time
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.test import Client
 
 from accounts.access import Actor
-from config.asgi import application
 from runs import logstore
-from runs.logstore import LogWriter
 from runs.models import Run, RunState
-from tests.accounts.test_tokens import assert_error
-from tests.conftest import bearer
+from tests.support.api import assert_error, bearer
+from tests.support.logs import closed_with, connect, session_cookie, write
 from workspaces.actions import create_workspace
 
-
-@pytest.fixture(autouse=True)
-def data_dir(settings, tmp_path):
-    settings.DATA_DIR = tmp_path
-
-
-@pytest.fixture(autouse=True)
-def fresh_channel_layer():
-    """A channel layer per test: each test runs an event loop of its own, and a
-    channels_redis layer shared across loops fails ("bound to a different event loop");
-    daphne has one loop for its life."""
-    channel_layers.backends.clear()
-    yield
-    channel_layers.backends.clear()
+# Logs in a directory of each test's own, and a channel layer of its own too.
+pytestmark = pytest.mark.usefixtures("data_dir", "fresh_channel_layer")
 
 
 @pytest.fixture
@@ -53,15 +37,6 @@ def run(cast) -> Run:
         image=settings.SANDBOX_IMAGE,
         state=RunState.RUNNING,
     )
-
-
-def write(run: Run, lines: list[str], signal: bool = False) -> int:
-    with LogWriter(run.public_id) as w:
-        for line in lines:
-            count = w.append("stdout", f"{line}\n".encode(), None)
-    if signal:
-        logstore.signal(run.public_id, count)
-    return count
 
 
 def finish(run: Run) -> None:
@@ -130,22 +105,6 @@ def test_another_teams_run_is_not_found_and_the_run_scope_is_required(client, ca
 # -- the WebSocket ------------------------------------------------------------------
 
 
-async def connect(
-    run: Run, after: int = 0, secret: str | None = None, cookie: str | None = None
-) -> WebsocketCommunicator:
-    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
-    if secret:
-        headers.append((b"authorization", f"Bearer {secret}".encode()))
-    if cookie:
-        headers.append((b"cookie", cookie.encode()))
-    ws = WebsocketCommunicator(
-        application, f"/ws/runs/{run.public_id}/logs?after={after}", headers=headers
-    )
-    connected, _ = await ws.connect(timeout=5)
-    assert connected
-    return ws
-
-
 async def entries_until(ws: WebsocketCommunicator, seq: int, timeout: float = 10) -> list:
     """Every entry received until `seq`, checking each message's shape and cursor."""
     entries: list[dict] = []
@@ -155,18 +114,6 @@ async def entries_until(ws: WebsocketCommunicator, seq: int, timeout: float = 10
         assert message["next"] == message["entries"][-1]["seq"]
         entries += message["entries"]
     return entries
-
-
-async def closed_with(ws: WebsocketCommunicator) -> int | None:
-    message = await ws.receive_output(timeout=5)
-    assert message["type"] == "websocket.close", message
-    return message.get("code")
-
-
-def session_cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
 @pytest.mark.django_db(transaction=True)

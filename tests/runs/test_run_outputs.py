@@ -9,8 +9,8 @@ from accounts.access import Actor
 from runs.models import Run, Secret
 from runs.secrets import encrypt
 from sandbox.engine import engine
-from tests.conftest import bearer
-from tests.runs.test_runs import Agent
+from tests.support.api import bearer
+from tests.support.runs import Agent
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change

@@ -16,35 +16,13 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.models import Activity
 from runs import actions
-from runs.models import TERMINAL_STATES, Run, RunState, Secret
+from runs.models import Run, RunState, Secret
 from runs.outputs import artifacts_dir
 from runs.secrets import encrypt
-from tests.runs.test_run_pages import RUNS, finished_run
-from tests.support.servers import ROOT, wait_for
+from tests.support.runs import CHANGES, RUNS, finished_run, wait_ended, with_artifacts_toml
 from workspaces import actions as workspace_actions
-from workspaces.changes import Change
 from workspaces.models import Workspace
 
-DIFF = (
-    "--- a/app.py\n+++ b/app.py\n@@ -1,3 +1,3 @@\n def greeting(name):\n"
-    "-    return 'Hello'\n+    return 'Howdy'\n \n"
-    # A removed line that reads like the next file's header must stay in this file.
-    "--- a/notes.md\n+++ b/notes.md\n@@ -1 +1 @@\n--- a/looks-like-a-header\n"
-    "+++ b/so-does-this\n"
-    "--- /dev/null\n+++ b/dist/out.txt\n@@ -0,0 +1 @@\n+built <b>here</b>\n"
-)
-CHANGES = {
-    "added": ["dist/out.txt"],
-    "modified": ["app.py", "notes.md"],
-    "deleted": ["README.md"],
-    "renamed": [{"from": "old.txt", "to": "new.txt"}],
-    "binary": ["logo.png"],
-    "stats": {"files": 6, "additions": 3, "deletions": 2},
-    "diff": DIFF,
-    "truncated": False,
-    "skipped": [{"path": "huge.iso", "why": "larger than 10 MB"}],
-    "skipped_count": 3,
-}
 ARTIFACT = b"built <b>here</b>\x00\xff"
 SETUP = {
     "command": "python3 -m venv /deps/venv",
@@ -348,24 +326,6 @@ def test_the_run_form_grants_secrets_and_asks_for_a_commit(
 
 
 # -- on the real stack -------------------------------------------------------------------
-
-
-def wait_ended(run_id: str, timeout: float = 180) -> Run:
-    return wait_for(
-        lambda: Run.objects.filter(public_id=run_id, state__in=TERMINAL_STATES).first(),
-        timeout=timeout,
-        interval=0.1,
-        what=f"run {run_id} to end",
-    )
-
-
-def with_artifacts_toml(shop, cast) -> None:
-    toml = (
-        ROOT / "workspaces/starters/python-http/workspace.toml"
-    ).read_text() + '\n[artifacts]\npaths = ["dist/"]\n'
-    workspace_actions.commit_changes(
-        shop, Actor(cast.carol), [Change("write", "workspace.toml", toml.encode())], "keep"
-    )
 
 
 @pytest.mark.docker

@@ -4,10 +4,7 @@ Runs are rows made here (or queued through the form, whose task is only sent aft
 commit that these tests never make): the pages must render without the engine.
 """
 
-from datetime import timedelta
-
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from accounts.access import Actor
@@ -15,43 +12,9 @@ from accounts.models import Activity
 from runs import views
 from runs.logstore import LogWriter
 from runs.models import Run, RunState
+from tests.support.runs import RUNS, finished_run, head, make_run
 from workspaces import actions as workspace_actions
 from workspaces.models import Workspace
-from workspaces.store import open_store
-
-RUNS = "/t/team-a/w/shop/runs/"
-
-ISOLATION = {
-    "runtime": "runsc",
-    "user": "1000:1000",
-    "cap_drop": ["ALL"],
-    "cap_add": [],
-    "privileged": False,
-    "security_opt": ["no-new-privileges", "seccomp=berth-sandbox/runsc@sha256:0123456789ab"],
-    "seccomp": {
-        "profile": "berth-sandbox/runsc",
-        "sha256": "0123456789ab" + "0" * 52,
-        "enforced": True,
-        "enforced_by": "runsc --oci-seccomp (inside gVisor)",
-    },
-    "read_only_root": True,
-    "network": "none",
-    "memory_bytes": 512 << 20,
-    "nano_cpus": 1_000_000_000,
-    "pids_limit": 256,
-    "ulimits": {"nofile": 1024},
-    "mounts": [{"target": "/workspace", "type": "volume"}],
-    "init": True,
-}
-LIMITS = {
-    "cpus": 1.0,
-    "memory_mb": 512,
-    "disk_mb": 1024,
-    "timeout_s": 600,
-    "pids": 256,
-    "nofile": 1024,
-    "log_bytes": 10_000_000,
-}
 
 
 @pytest.fixture
@@ -70,54 +33,6 @@ def log_dir(settings, tmp_path):
 @pytest.fixture
 def carol(signed_in, cast):
     return signed_in(cast.carol)
-
-
-def head(workspace: Workspace) -> str:
-    with open_store(workspace) as store:
-        sha = store.branch_head("main")
-    assert sha
-    return sha
-
-
-def make_run(workspace: Workspace, user, **fields) -> Run:
-    fields = {
-        "ref": "main",
-        "commit": head(workspace),
-        "command": "python3 -m unittest",
-        "image": settings.SANDBOX_IMAGE,
-        "limits": LIMITS,
-        "requested_by": user,
-        **fields,
-    }
-    return Run.objects.create(workspace=workspace, **fields)
-
-
-def finished_run(workspace: Workspace, user, **fields) -> Run:
-    t0 = timezone.now() - timedelta(seconds=30)
-    steps = {
-        "queued_at": t0,
-        "started_at": t0 + timedelta(seconds=0.2),
-        "hydrated_at": t0 + timedelta(seconds=1.5),
-        "process_started_at": t0 + timedelta(seconds=1.7),
-        "finished_at": t0 + timedelta(seconds=14),
-    }
-    return make_run(
-        workspace,
-        user,
-        **{
-            "state": RunState.FAILED,
-            "reason": "exit_nonzero",
-            "exit_code": 3,
-            "message": "The command exited with code 3; the log says why.",
-            "isolation": ISOLATION,
-            "warnings": [
-                "workspace.toml asks for [sandbox].cpus = 8; "
-                "this server allows at most 2, so 2 applies."
-            ],
-            **steps,
-            **fields,
-        },
-    )
 
 
 def test_the_runs_tab_lists_recent_runs(carol, cast, shop):

@@ -10,62 +10,12 @@ from django.conf import settings
 from accounts.access import Actor
 from runs.models import Run
 from sandbox.engine import engine
-from tests.conftest import bearer
+from tests.support.runs import TERMINAL, Agent, no_container_left, set_toml, wait_for_output
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 
 pytestmark = pytest.mark.docker
-
-TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "oom_killed", "error", "lost"}
-
-
-class Agent:
-    """An API client acting as carol's agent."""
-
-    def __init__(self, client, secret: str) -> None:
-        self.client, self.headers = client, bearer(secret)
-
-    def run(self, command: str, **body) -> dict:
-        r = self.client.post(
-            "/api/v1/workspaces/shop/runs",
-            {"command": command, **body},
-            content_type="application/json",
-            **self.headers,
-        )
-        assert r.status_code == 202, r.content
-        return r.json()
-
-    def get(self, path: str):
-        return self.client.get(f"/api/v1{path}", **self.headers)
-
-    def wait(self, run: dict, timeout: float = 120) -> dict:
-        return wait_for(
-            lambda: self.get(f"/runs/{run['id']}").json(),
-            timeout,
-            interval=0.1,
-            what=f"run {run['id']} to end",
-            until=lambda current: current["state"] in TERMINAL,
-        )
-
-    def log(self, run: dict, timeout: float = 300) -> list[dict]:
-        entries, after = [], 0
-
-        def read() -> bool:
-            """Every page there is now; True once the log is complete."""
-            nonlocal after
-            while True:
-                page = self.get(f"/runs/{run['id']}/logs?after={after}&limit=5000").json()
-                entries.extend(page["entries"])
-                after = page["next"]
-                if page["complete"] or not page["entries"]:
-                    return page["complete"]
-
-        wait_for(read, timeout, what=f"run {run['id']}'s complete log")
-        return entries
-
-    def output(self, run: dict) -> list[str]:
-        return [e["text"] for e in self.log(run) if e["stream"] != "system"]
 
 
 @pytest.fixture
@@ -79,27 +29,6 @@ def shop(cast):
 def agent(client, cast, shop, run_stack):
     _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
     return Agent(client, secret)
-
-
-def set_toml(shop, cast, text: str) -> None:
-    workspace_actions.commit_changes(
-        shop, Actor(cast.carol), [Change("write", "workspace.toml", text.encode())], "toml"
-    )
-
-
-def no_container_left(run: dict, timeout: float = 20) -> bool:
-    """True once the run's container and volume are gone (the agent removes them at the
-    end; its reconcile catches any a crash left behind)."""
-    name = f"run-{run['id']}"
-    return wait_for(
-        lambda: (
-            not engine().api.containers(all=True, filters={"name": name})
-            and not engine().volumes.list(filters={"name": name})
-        ),
-        timeout,
-        interval=0.1,
-        what=f"{name}'s container and volume to be removed",
-    )
 
 
 def test_echo_hi_succeeds_with_its_log_and_a_pinned_commit(agent, shop, cast):
@@ -237,16 +166,6 @@ def test_a_client_can_wait_for_the_end_instead_of_polling(agent):
         r = agent.get(f"/runs/{run['id']}?wait={bad}")
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid", r.content
     assert agent.get("/runs/nope?wait=5").status_code == 404
-
-
-def wait_for_output(agent, run, text: str, timeout: float = 60) -> bool:
-    """True once a log line equal to `text` is readable through the API."""
-
-    def shown() -> bool:
-        entries = agent.get(f"/runs/{run['id']}/logs?after=0").json()["entries"]
-        return any(e["text"] == text for e in entries)
-
-    return wait_for(shown, timeout, interval=0.1, what=f"{text!r} in run {run['id']}'s log")
 
 
 def test_a_fork_bomb_stops_at_the_pids_limit_and_the_neighbour_still_runs(agent, shop, cast):

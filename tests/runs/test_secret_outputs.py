@@ -14,12 +14,12 @@ from asgiref.sync import async_to_sync
 from accounts.access import Actor
 from runs.models import Run
 from runs.outputs import artifacts_dir
-from tests.config.test_mcp import connect as mcp
-from tests.conftest import bearer
-from tests.runs.test_run_logs_doors import closed_with
-from tests.runs.test_run_logs_doors import connect as watch
-from tests.runs.test_runs import Agent
-from tests.runs.test_secrets import VALUE, alice_api, notes, put  # noqa: F401 (fixtures)
+from tests.support.api import bearer
+from tests.support.logs import closed_with
+from tests.support.logs import connect as watch
+from tests.support.mcp import connect as mcp
+from tests.support.runs import Agent
+from tests.support.secrets import VALUE, put
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 from workspaces.store import open_store

@@ -12,29 +12,11 @@ from accounts.models import Activity, ApiToken
 from runs import actions as run_actions
 from runs.models import Run, Secret
 from runs.secrets import MAX_VALUE_BYTES, decrypt
-from tests.conftest import bearer
-from tests.runs.test_runs import Agent, wait_for_output
-from workspaces import actions as workspace_actions
+from tests.support.api import bearer
+from tests.support.runs import Agent, wait_for_output
+from tests.support.secrets import API, VALUE, put
 
-API = "/api/v1/workspaces/notes/secrets"
 PAGE = "/t/team-a/w/notes/secrets/"
-VALUE = "sk-live-4f9a2c7e1b"
-
-
-@pytest.fixture
-def notes(cast):
-    # No template: no [setup] step, so a run is just the command.
-    return workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Notes", "notes")
-
-
-@pytest.fixture
-def alice_api(client, cast, notes):
-    _, secret = cast.token(cast.alice, ["workspace:read", "workspace:write", "run"])
-    return bearer(secret)
-
-
-def put(client, headers, name: str, body: dict):
-    return client.put(f"{API}/{name}", body, content_type="application/json", **headers)
 
 
 def error_of(response) -> dict:

@@ -17,8 +17,7 @@ from accounts.access import Actor
 from runs.outputs import walk_volume
 from sandbox.engine import engine
 from sandbox.usage import count
-from tests.runs.test_quotas import agents  # noqa: F401 (the fixture: carol on team A, charlie on B)
-from tests.runs.test_runs import TERMINAL, Agent, no_container_left
+from tests.support.runs import TERMINAL, Agent, no_container_left
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change

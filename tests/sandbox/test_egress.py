@@ -7,52 +7,19 @@ The stack's operator settings (tests/support/servers.py): files.test and index.t
 run may move 8 MB and hold 6 connections.
 """
 
-import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from accounts.access import Actor
 from runs.models import EgressEvent
-from tests.runs.test_runs import Agent, set_toml
+from tests.support.egress import policy, run
 from tests.support.registries import Registry
+from tests.support.runs import Agent
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 
 RUNTIMES = ["runc", "gvisor"]
-
-
-class _Files(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        if self.path.startswith("/big/"):
-            size = int(self.path.rsplit("/", 1)[1])
-            self.send_response(200)
-            self.send_header("Content-Length", str(size))
-            self.end_headers()
-            chunk = b"x" * 65536
-            with_left = size
-            try:
-                while with_left > 0:
-                    self.wfile.write(chunk[: min(len(chunk), with_left)])
-                    with_left -= len(chunk)
-            except OSError:
-                pass  # the proxy cut it: what a cap test expects
-            return
-        body = b"hello through the proxy\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Seen-Host", self.headers.get("Host", ""))
-        self.send_header(
-            "X-Seen-Proxy-Authorization", self.headers.get("Proxy-Authorization", "none")
-        )
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
@@ -66,32 +33,6 @@ def shop(cast):
 def agent(client, cast, shop, run_stack):
     _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
     return Agent(client, secret)
-
-
-@pytest.fixture
-def files() -> Iterator[int]:
-    """A host-local HTTP server on 127.0.0.1: sandboxes reach it as files.test:<port>."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    thread.join()
-
-
-def policy(
-    shop, cast, egress: list[str], runtime: str = "runc", ceiling: list[str] | None = None
-) -> None:
-    team = cast.team_a
-    team.egress_ceiling = egress if ceiling is None else ceiling
-    team.save()
-    entries = ", ".join(f'"{e}"' for e in egress)
-    set_toml(shop, cast, f'[sandbox]\nruntime = "{runtime}"\n\n[network]\negress = [{entries}]\n')
-
-
-def run(agent, command: str) -> tuple[dict, str]:
-    done = agent.wait(agent.run(command))
-    return done, "\n".join(agent.output(done))
 
 
 def events(run: dict, at_least: int, timeout: float = 10) -> list[EgressEvent]:

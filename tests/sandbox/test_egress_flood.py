@@ -15,8 +15,8 @@ import pytest
 
 from accounts.access import Actor
 from runs.models import EgressEvent, Run
-from tests.runs.test_runs import Agent, set_toml
-from tests.sandbox.test_egress import files, policy, run  # noqa: F401 (fixtures)
+from tests.support.egress import policy, run
+from tests.support.runs import Agent, set_toml
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 

@@ -13,10 +13,10 @@ from accounts.access import Actor
 from deploys.models import Release
 from sandbox.engine import engine
 from sandbox.hardening import PROFILES
-from tests.conftest import bearer
-from tests.deploys.test_deploys import Requester, app, approve
-from tests.runs.test_runs import Agent
+from tests.support.api import bearer
+from tests.support.deploys import Requester, app, approve
 from tests.support.previews import PROBE_APP, PreviewAgent, probe_toml, write
+from tests.support.runs import Agent
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 

@@ -15,10 +15,10 @@ from accounts.access import Actor
 from deploys.models import Release
 from runs.models import Run
 from sandbox.engine import engine
-from tests.config.test_mcp import connect
-from tests.deploys.test_deploys import Requester, app, approve
-from tests.runs.test_runs import Agent, wait_for_output
+from tests.support.deploys import Requester, app, approve
+from tests.support.mcp import connect
 from tests.support.previews import PROBE_APP, PreviewAgent, write
+from tests.support.runs import Agent, wait_for_output
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 

@@ -61,3 +61,14 @@ def chromium_pages(count: int) -> Iterator[list[Page]]:
             yield pages
         finally:
             browser.close()
+
+
+RUN_TIMEOUT_MS = 120_000
+
+
+def sign_in_as_carol(page, server, next_path: str) -> None:
+    page.goto(f"{server.url}/signin/?next={next_path}")
+    page.fill("input[name=username]", "carol")
+    page.fill("input[name=password]", "carol-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"**{next_path}")

@@ -6,10 +6,11 @@ from http.cookies import SimpleCookie
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
 import requests
 
 from accounts.access import Actor
-from tests.conftest import bearer
+from tests.support.api import bearer
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
@@ -122,3 +123,15 @@ class Browser:
         r = self.get(link)
         assert r.status_code == 302, (r.status_code, r.text[:300])
         return r
+
+
+ENDED = {"failed", "stopped", "crashed"}
+
+
+both_runtimes = pytest.mark.parametrize("runtime", ["runc", "gvisor"], indirect=True)
+
+
+def opened(berth_server, agent, preview) -> Browser:
+    browser = Browser(berth_server)
+    browser.open(agent.link(preview))
+    return browser

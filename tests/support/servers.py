@@ -3,6 +3,7 @@
 import asyncio
 import inspect
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -264,3 +265,14 @@ def runner_agent() -> Iterator[subprocess.Popen]:
     cmd = [sys.executable, "manage.py", "runner_agent"]
     with running(cmd, log_path, ready, "runner agent") as p:
         yield p
+
+
+def restart_engine() -> None:
+    """SIGTERM the Docker engine, then start it the way `make test` does: its containers
+    stop with it (no live-restore), as after a host's engine restart."""
+    pid = int(Path("/var/run/docker.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, interval=0.1, what="dockerd to stop")
+    subprocess.run(
+        [str(ROOT / "scripts" / "host-setup"), "docker"], check=True, capture_output=True
+    )

@@ -8,8 +8,8 @@ import platform
 import pytest
 
 from accounts.models import Activity, Team
-from tests.conftest import bearer
-from tests.runs.test_runs import Agent
+from tests.support.api import bearer
+from tests.support.runs import Agent
 from workspaces import contract
 from workspaces.models import Workspace
 

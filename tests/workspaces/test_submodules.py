@@ -8,8 +8,8 @@ import pytest
 
 from accounts.access import Actor
 from deploys import actions as deploy_actions
-from tests.conftest import bearer
-from tests.workspaces.test_git_http import git, url
+from tests.support.api import bearer
+from tests.support.git import git, url
 from workspaces import actions
 
 FOREIGN = "1234567890abcdef1234567890abcdef12345678"  # no such object here

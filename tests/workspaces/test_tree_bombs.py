@@ -12,9 +12,9 @@ import pytest
 from dulwich.objects import Commit, Tree
 
 from accounts.access import Actor
-from tests.conftest import bearer
-from tests.runs.test_runs import Agent, no_container_left
-from tests.workspaces.test_git_http import git, url
+from tests.support.api import bearer
+from tests.support.git import git, url
+from tests.support.runs import Agent, no_container_left
 from workspaces import actions, treesize
 from workspaces.gitstore import MODE_FILE, MODE_TREE
 from workspaces.store import open_store

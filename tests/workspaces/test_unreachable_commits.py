@@ -10,9 +10,9 @@ import pytest
 
 from accounts.access import Actor
 from runs.models import Run
-from tests.config.test_mcp import connect
-from tests.conftest import bearer
-from tests.workspaces.test_git_http import git, url
+from tests.support.api import bearer
+from tests.support.git import git, url
+from tests.support.mcp import connect
 from workspaces import actions
 from workspaces.store import open_store
 

@@ -4,8 +4,7 @@ import base64
 
 import pytest
 
-from tests.accounts.test_tokens import assert_error
-from tests.conftest import bearer
+from tests.support.api import assert_error, bearer
 
 
 @pytest.fixture
