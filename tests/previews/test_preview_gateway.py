@@ -2,7 +2,7 @@
 runs in this process on its own event loop, in front of a small HTTP server on this
 host standing in for a preview's app (the preview's namespace is this process's own)
 and another standing in for Berth's web process. Previews through the whole stack,
-gateway included, are test_previews.py's."""
+gateway included, are test_previews.py's and test_preview_lifecycle.py's."""
 
 import hashlib
 import json
