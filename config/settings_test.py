@@ -18,7 +18,7 @@ _redis = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
 os.environ["REDIS_URL"] = os.environ.get("TEST_REDIS_URL", urlunsplit(_redis._replace(path="/9")))
 
 # Preview and release hosts are served by a preview gateway on a port of its own
-# (tests.servers starts it next to daphne). Chosen here, once, and handed to every
+# (tests.support.servers starts it next to daphne). Chosen here, once, and handed to every
 # subprocess through the environment, so the test process and the servers agree.
 # TEST_PREVIEW_PORT, like TEST_DATA_DIR, so a dev server's PREVIEW_PORT is never used.
 if not os.environ.get("TEST_PREVIEW_PORT"):
@@ -36,7 +36,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # The test process itself keeps no connection past a request or a task: a helper
 # thread's kept connection would stop PostgreSQL from dropping the test database at
-# the end. The servers it starts keep theirs, as in production (tests.servers).
+# the end. The servers it starts keep theirs, as in production (tests.support.servers).
 if "DB_CONN_MAX_AGE" not in os.environ:
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 

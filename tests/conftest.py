@@ -1,123 +1,16 @@
-from collections.abc import Iterator
+"""The fixtures come from fixture modules, never from test files: the shared ones from
+tests/support/fixtures.py (below), a folder's own from its conftest.py."""
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import User
-from django.test import Client
 
-from accounts import actions
-from accounts.models import ApiToken, Role, Team
-from tests import servers
+# Helpers assert too: their failures read like a test's own.
+pytest.register_assert_rewrite("tests.support")
+
+pytest_plugins = ["tests.support.fixtures"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # The test DATA_DIR holds the SQLite test database and the servers' logs; importing
     # the settings no longer makes it.
     settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-
-
-class Cast:
-    """The test cast: alice admin, bob reviewer, carol member of team A;
-    charlie in team B."""
-
-    def __init__(self) -> None:
-        self.team_a, _ = actions.create_team("team-a", "Team A")
-        self.team_b, _ = actions.create_team("team-b", "Team B")
-        self.alice = self._user("alice", self.team_a, Role.ADMIN)
-        self.bob = self._user("bob", self.team_a, Role.REVIEWER)
-        self.carol = self._user("carol", self.team_a, Role.MEMBER)
-        self.charlie = self._user("charlie", self.team_b, Role.ADMIN)
-
-    @staticmethod
-    def _user(name: str, team: Team, role: str) -> User:
-        user, _ = actions.create_user(team, name, role, None, password=f"{name}-password-1")
-        return user
-
-    def token(
-        self, user: User, scopes: list[str] | None = None, team: Team | None = None, **kwargs
-    ) -> tuple[ApiToken, str]:
-        team = team or (self.team_b if user == self.charlie else self.team_a)
-        return actions.create_token(
-            team, user, f"{user} agent", scopes or list(ApiToken.SCOPES), None, **kwargs
-        )
-
-
-@pytest.fixture
-def cast(db) -> Cast:
-    return Cast()
-
-
-def bearer(secret: str) -> dict[str, str]:
-    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
-
-
-@pytest.fixture
-def signed_in(cast):
-    def client_for(user: User) -> Client:
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return client_for
-
-
-@pytest.fixture(scope="session")
-def _daphne(django_db_setup) -> Iterator[servers.Server]:
-    with servers.daphne() as server:
-        yield server
-
-
-@pytest.fixture
-def berth_server(transactional_db, _daphne) -> servers.Server:
-    """A real daphne serving the test database (data must be committed: transactional)."""
-    return _daphne
-
-
-@pytest.fixture
-def celery_worker(transactional_db, _run_stack):
-    """A real Celery worker on the test database and test Redis."""
-    return _run_stack.worker.proc
-
-
-class Restartable:
-    """A real process for the whole session that a test may SIGKILL and start again."""
-
-    def __init__(self, factory) -> None:
-        self.factory = factory
-        self.start()
-
-    def start(self) -> None:
-        self.context = self.factory()
-        self.proc = self.context.__enter__()
-
-    def stop(self) -> None:
-        self.context.__exit__(None, None, None)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would; `start()` brings it back."""
-        self.proc.kill()
-        self.proc.wait()
-        self.stop()
-
-
-class RunStack:
-    def __init__(self) -> None:
-        self.worker = Restartable(servers.celery_worker)
-        self.agent = Restartable(servers.runner_agent)
-
-    def stop(self) -> None:
-        self.agent.stop()
-        self.worker.stop()
-
-
-@pytest.fixture(scope="session")
-def _run_stack(django_db_setup, _daphne):
-    stack = RunStack()
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture
-def run_stack(transactional_db, _run_stack) -> RunStack:
-    """A real Celery worker and runner agent (and daphne) on the test database."""
-    return _run_stack

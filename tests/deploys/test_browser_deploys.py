@@ -1,0 +1,112 @@
+"""An agent asks, a human approves, in a real Chromium (issue 11, scenario 2): carol makes
+an agent token on the Tokens page; the agent runs the tests and asks for a deploy
+through the API; bob sees the badge, reviews the diff and the passing run, approves;
+the release's address shows the app; carol sees what the agent and bob did."""
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from accounts.access import Actor
+from tests.support.browser import chromium_page
+from tests.support.servers import wait_for
+from workspaces.actions import create_workspace
+
+pytestmark = [pytest.mark.browser, pytest.mark.docker]
+
+OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
+
+
+def api(server, secret: str, method: str, path: str, body: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"{server.url}/api/v1{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def sign_in(page, server, who: str, next_path: str) -> None:
+    page.goto(f"{server.url}/signin/?next={next_path}")
+    page.fill("input[name=username]", who)
+    page.fill("input[name=password]", f"{who}-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"**{next_path}")
+
+
+def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
+    berth_server, run_stack, cast
+):
+    create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http")
+    with chromium_page() as page:
+        sign_in(page, berth_server, "carol", "/t/team-a/tokens/")
+        page.fill("input[name=name]", "shipping agent")
+        for scope in ("workspace:read", "run", "deploy:request"):
+            page.check(f"input[value='{scope}']")
+        page.click("text=Create token")
+        secret = page.input_value("#token-value")
+
+    # The agent's part, through the API: the tests pass, then it asks.
+    run = api(
+        berth_server, secret, "POST", "/workspaces/shop/runs", {"command": "python3 -m unittest"}
+    )
+    run = wait_for(
+        lambda: api(berth_server, secret, "GET", f"/runs/{run['id']}"),
+        120,
+        interval=0.2,
+        what="the tests' run to end",
+        until=lambda run: run["state"] not in ("queued", "preparing", "running"),
+    )
+    assert run["state"] == "succeeded", run
+    asked = api(
+        berth_server, secret, "POST", "/workspaces/shop/deploys", {"note": "the greeting is ready"}
+    )
+    assert asked["state"] == "requested"
+
+    with chromium_page() as page:
+        sign_in(page, berth_server, "bob", "/t/team-a/")
+        badge = page.locator("a:has-text('Deploys to review') .pending-deploys")
+        assert badge.inner_text() == "1"
+        page.click("text=Deploys to review")
+        page.click(f"a:has-text('{asked['id']}')")
+        assert page.inner_text("#deploy-state") == "requested"
+        assert "the greeting is ready" in page.inner_text("#deploy-head")
+        assert "token shipping agent" in page.inner_text("#deploy-head")
+        runs = page.inner_text("#review-runs")
+        assert "python3 -m unittest" in runs and "succeeded" in runs
+        assert page.locator("#failed-runs").count() == 0
+        assert "app.py" in page.inner_text("#review-diff")
+        page.click("#approve")
+        assert "Approved: the release is being built" in page.inner_text(".messages")
+
+        def reviewed() -> tuple[str, str]:
+            """(state, head) as a waiting reviewer reads them, reloading every 500 ms."""
+            page.reload()
+            state, head = page.inner_text("#deploy-state"), page.inner_text("#deploy-head")
+            assert state not in ("failed", "rejected"), head
+            return state, head
+
+        wait_for(
+            reviewed,
+            180,
+            interval=0.5,
+            what="the deploy to be live",
+            until=lambda seen: seen[0] == "live",
+        )
+        page.goto(f"http://shop--team-a.apps.localhost:{berth_server.gateway_port}/")
+        assert page.inner_text("h1") == "Hello, world!"
+
+    with chromium_page() as page:
+        sign_in(page, berth_server, "carol", "/t/team-a/activity/")
+        table = page.inner_text("table")
+        assert "shipping agent (token of carol)" in table and "deploy.requested" in table
+        rows = [r for r in table.splitlines() if "deploy.approved" in r]
+        assert rows and rows[0].split("\t")[1] == "bob"
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        page.goto(f"{berth_server.url}/t/team-a/w/shop/deploys/")
+        assert "Release 1" in page.inner_text("#live-release")
+        page.screenshot(path=str(OUTPUT / "deploys.png"), full_page=True)

@@ -1,0 +1,69 @@
+"""Two people edit one file at once (issue 11, scenario 3): the second save is told the
+branch moved, sees what landed, and may save on top of it; nothing is lost."""
+
+from pathlib import Path
+
+import pytest
+
+from accounts.access import Actor
+from tests.support.browser import chromium_pages
+from workspaces import history
+from workspaces.actions import create_workspace
+from workspaces.store import open_store
+
+pytestmark = pytest.mark.browser
+
+OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
+
+
+def open_app_py(page, server, who: str) -> None:
+    page.goto(f"{server.url}/signin/?next=/t/team-a/w/shop/?path=app.py")
+    page.fill("input[name=username]", who)
+    page.fill("input[name=password]", f"{who}-password-1")
+    page.click("button[type=submit]")
+    page.wait_for_selector(".cm-editor .cm-content")
+
+
+def add_line(page, text: str) -> None:
+    page.click(".cm-content")
+    page.keyboard.press("Control+End")
+    page.keyboard.type(f"\n# {text}\n")
+
+
+def test_the_second_save_sees_what_landed_and_can_save_on_top(berth_server, cast):
+    workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http")
+    with chromium_pages(2) as (carol, bob):
+        open_app_py(carol, berth_server, "carol")
+        open_app_py(bob, berth_server, "bob")
+        add_line(carol, "carol was here")
+        carol.keyboard.press("Control+s")
+        carol.wait_for_selector("#save-status.ok")
+
+        add_line(bob, "bob was here")
+        bob.keyboard.press("Control+s")
+        bob.wait_for_selector("#save-status.error")
+        status = bob.inner_text("#save-status")
+        assert "Not saved: main moved" in status and "Your text is still in the editor" in status
+        assert "bob was here" in bob.inner_text(".cm-content") and bob.is_visible("#dirty")
+        with bob.context.expect_page() as opened:
+            bob.click("#see-changes")
+        diff = opened.value
+        diff.wait_for_load_state()
+        assert "+# carol was here" in diff.inner_text(".diff").replace("\n", "")
+        assert "app.py" in diff.inner_text("main")
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        bob.screenshot(path=str(OUTPUT / "conflict-told.png"))
+
+        bob.click("#save-over")
+        bob.wait_for_selector("#save-status.ok")
+        assert bob.is_hidden("#dirty")
+        bob.screenshot(path=str(OUTPUT / "conflict.png"))
+
+    with open_store(workspace) as store:
+        head = store.branch_head("main")
+        assert head
+        content = history.read_file(store, head, "app.py")["content"]
+        log = history.history(store, head, "app.py", 1, 10)["commits"]
+    # Bob chose to save his text on top: his, after looking at carol's commit.
+    assert "bob was here" in content
+    assert [c["author"]["name"] for c in log[:2]] == ["bob", "carol"]
