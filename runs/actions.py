@@ -11,10 +11,9 @@ from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
 from runs import secrets
-from runs.models import ACTIVE_STATES, OWNER, Purpose, Run, RunState, Secret
+from runs.models import Purpose, Run, RunState, Secret
 from runs.outcomes import describe
 from runs.outputs import clean_artifact_paths
-from sandbox import actions as sandboxes
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits, within_bounds
 from workspaces import config as workspace_config
@@ -185,8 +184,7 @@ def commit_run_changes(run: Run, actor: Actor) -> str:
         )
     with open_store(run.workspace) as store:
         sha = commit_tree(store, run, tree.encode(), actor)
-    Run.objects.filter(pk=run.pk).update(changes_commit=sha)
-    run.changes_commit = sha
+    run.record_changes_commit(sha)
     return sha
 
 
@@ -326,12 +324,7 @@ def cancel_run(run: Run, actor: Actor) -> Run:
         raise Conflict(f"The run already ended ({run.state}).", {"state": run.state})
     state, message = describe("cancelled_by_user", who=actor.label)
     with transaction.atomic():
-        Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
-            stop_reason="cancelled_by_user", stop_requested_by=actor.label
-        )
-        # The engine loop stops its sandboxes (sandbox.loop).
-        sandboxes.request_stop(OWNER, run.public_id, "cancelled_by_user", actor.label)
-        run.refresh_from_db()
+        run.ask_to_stop("cancelled_by_user", actor.label)
         if run.state in (RunState.QUEUED, RunState.PREPARING):
             run.finish(state, "cancelled_by_user", message)
         record(

@@ -83,12 +83,7 @@ def end_setup(sandbox: Sandbox, facts: dict[str, Any] | None, disk_note: str | N
         f"[setup] done in {took:.1f} s; /deps ({size / 1e6:.1f} MB) is "
         "cached for later runs and read-only from now on; running the command",
     )
-    Run.objects.filter(pk=run.pk).update(
-        phase="main",
-        setup_done_at=now,
-        process_started_at=now,
-        setup={**run.setup, "cache": cache.public_id, "size_bytes": size},
-    )
+    run.enter_command({**run.setup, "cache": cache.public_id, "size_bytes": size})
     return start_main(run)  # False if gone: the reconcile marks the run lost
 
 

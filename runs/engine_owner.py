@@ -101,11 +101,7 @@ class RunOwner:
         run = Run.objects.select_related("workspace").filter(public_id=sandbox.owner_id).first()
         if run is None:
             return
-        phase = phase_of(sandbox)
-        by_phase = {**run.cpu_by_phase, phase: round(sandbox.cpu_seconds, 3)}
-        Run.objects.filter(pk=run.pk).update(
-            cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3)
-        )
+        run.record_cpu(phase_of(sandbox), sandbox.cpu_seconds)
         TeamCpuDay.add(run.workspace.team_id, grew)
 
     def egress_used(self, sandbox: Sandbox) -> int:
@@ -117,9 +113,7 @@ class RunOwner:
         return int(used or 0)
 
     def egress_offered(self, sandbox: Sandbox) -> None:
-        Run.objects.filter(public_id=sandbox.owner_id, egress_offered_at=None).update(
-            egress_offered_at=timezone.now()
-        )
+        Run.mark_egress_offered(sandbox.owner_id)
 
     def egress_attempts(self, sandbox: Sandbox, attempts: list[Any]) -> None:
         run_pk = Run.objects.filter(public_id=sandbox.owner_id).values_list("pk", flat=True).first()

@@ -1,4 +1,5 @@
 import logging
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, models, transaction
@@ -7,6 +8,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from core.ids import new_id
+from sandbox import actions as sandboxes
 from workspaces.models import Workspace
 
 # Sent after the commit that wrote a service run's end (kwargs: run).
@@ -229,6 +231,69 @@ class Run(models.Model):
 
                 transaction.on_commit(quotas.admit)
         return ended
+
+    # Field changes that are not state transitions: each in one place, here.
+
+    def ask_to_stop(self, reason: str, who: str) -> None:
+        """Ask for its end (a cancel, its owner stopping a service): the first reason
+        asked stays; its sandboxes are asked too, and the engine loop stops them."""
+        Run.objects.filter(pk=self.pk, state__in=ACTIVE_STATES, stop_reason="").update(
+            stop_reason=reason, stop_requested_by=who
+        )
+        sandboxes.request_stop(OWNER, self.public_id, reason, who)
+        self.refresh_from_db()
+
+    def attach_sandbox(self, sandbox: object) -> None:
+        Run.objects.filter(pk=self.pk).update(sandbox=sandbox)
+
+    def record_hydrated(
+        self, image_id: str, isolation: dict[str, Any], setup: dict[str, Any], in_setup: bool
+    ) -> None:
+        """Its source is in and its containers made: what applied, and which runs first."""
+        now = timezone.now()
+        Run.objects.filter(pk=self.pk).update(
+            image_id=image_id,
+            hydrated_at=now,
+            isolation=isolation,
+            setup=setup,
+            phase="setup" if in_setup else "main",
+            setup_done_at=now if setup.get("hit") else None,
+        )
+
+    def enter_command(self, setup: dict[str, Any]) -> None:
+        """Its setup step succeeded: the command runs from now."""
+        now = timezone.now()
+        Run.objects.filter(pk=self.pk).update(
+            phase="main", setup_done_at=now, process_started_at=now, setup=setup
+        )
+
+    def seal_secrets(self, sealed: str) -> None:
+        Run.objects.filter(pk=self.pk).update(secrets_sealed=sealed)
+
+    @staticmethod
+    def mark_prepare_sent(pk: int) -> None:
+        Run.objects.filter(pk=pk).update(prepare_sent_at=timezone.now())
+
+    def record_changes_commit(self, sha: str) -> None:
+        Run.objects.filter(pk=self.pk).update(changes_commit=sha)
+        self.changes_commit = sha
+
+    def expire_outputs(self) -> None:
+        Run.objects.filter(pk=self.pk).update(outputs_expired_at=timezone.now())
+
+    def record_cpu(self, phase: str, used: float) -> None:
+        """CPU time its `phase` container used so far; cpu_seconds sums the phases."""
+        by_phase = {**self.cpu_by_phase, phase: round(used, 3)}
+        Run.objects.filter(pk=self.pk).update(
+            cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3)
+        )
+        self.cpu_by_phase = by_phase
+
+    @staticmethod
+    def mark_egress_offered(public_id: str) -> None:
+        Run.objects.filter(public_id=public_id, egress_offered_at=None).update(
+            egress_offered_at=timezone.now()
+        )
 
 
 def _announce_end(run: Run) -> None:

@@ -18,6 +18,7 @@ from docker.types import Mount
 from core.errors import BerthError
 from runs import caches, logstore
 from runs.models import OWNER, Purpose, Run
+from runs.quotas import cpu_weight
 from sandbox import actions as sandboxes
 from sandbox import backend
 from sandbox.models import Sandbox, SandboxKind
@@ -110,7 +111,7 @@ def prepare_and_start(
     # Read from Git while the engine works on the calls below.
     source = None if run.purpose == Purpose.RELEASE else _BACKGROUND.submit(_source, run)
     main = _sandbox(run, KINDS[Purpose(run.purpose)])
-    Run.objects.filter(pk=run.pk).update(sandbox=main)
+    run.attach_sandbox(main)
     volume = None
     if not in_app:
         # The engine answers two calls at once: the volume is made while the image is
@@ -120,8 +121,6 @@ def prepare_and_start(
         image_id = _check_image(run)
         runtime_args = backend.registered(backend.RUNTIMES[run.runtime])
         setup, deps = _deps(run, image_id)
-        from runs.quotas import cpu_weight
-
         shares = cpu_weight(run)
     finally:
         if volume is not None:  # made before any cleanup after a refusal looks for it
@@ -165,17 +164,13 @@ def prepare_and_start(
         key_files.result()
     if checked is not None:
         checked.result()
-    now = timezone.now()
     # The wall clock covers setup and command alike, from hydration.
-    deadline = None if run.is_service else now + timedelta(seconds=run.timeout_s)
-    Sandbox.objects.filter(owner_kind=OWNER, owner_id=run.public_id).update(deadline=deadline)
-    Run.objects.filter(pk=run.pk).update(
-        image_id=image_id,
-        hydrated_at=now,
-        isolation=backend.isolation(container, runtime_args),
-        setup=setup,
-        phase="setup" if first is not container else "main",
-        setup_done_at=now if setup.get("hit") else None,
+    if not run.is_service:
+        sandboxes.set_deadline(
+            OWNER, run.public_id, timezone.now() + timedelta(seconds=run.timeout_s)
+        )
+    run.record_hydrated(
+        image_id, backend.isolation(container, runtime_args), setup, first is not container
     )
     if not still_wanted():
         # Cancelled, or carried to its end by another delivery of this task meanwhile.

@@ -23,6 +23,6 @@ def apply(days: int | None = None) -> list[str]:
         for path in logstore.paths(run.public_id):
             path.unlink(missing_ok=True)
         shutil.rmtree(artifacts_dir(run.public_id), ignore_errors=True)
-        Run.objects.filter(pk=run.pk).update(outputs_expired_at=timezone.now())
+        run.expire_outputs()
         done.append(run.public_id)
     return done

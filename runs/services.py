@@ -3,9 +3,8 @@ wall-clock timeout and no outputs) and a release build; and asking a service to 
 
 from accounts.access import Actor
 from runs.actions import load_config, policy_runtime, queue_run
-from runs.models import ACTIVE_STATES, OWNER, Purpose, Run, RunState
+from runs.models import Purpose, Run, RunState
 from runs.outcomes import describe
-from sandbox import actions as sandboxes
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits
 from workspaces.models import Workspace
@@ -97,12 +96,7 @@ def start_build(
 def stop_service(run: Run, reason: str, who: str) -> None:
     """Ask for a service run's end: queued or preparing ones end at once, running ones
     are signalled by the agent (SIGTERM, then SIGKILL after the grace period)."""
-    Run.objects.filter(pk=run.pk, state__in=ACTIVE_STATES, stop_reason="").update(
-        stop_reason=reason, stop_requested_by=who
-    )
-    # The engine loop stops its sandboxes (sandbox.loop).
-    sandboxes.request_stop(OWNER, run.public_id, reason, who)
-    run.refresh_from_db()
+    run.ask_to_stop(reason, who)
     if run.state in (RunState.QUEUED, RunState.PREPARING):
         state, message = describe(reason, who=who)
         run.finish(state, reason, message)

@@ -45,7 +45,7 @@ def prepare_run(run_id: int) -> None:
         # encrypted there; the env values are cleared when the run ends.
         granted = secrets.values_for(run.workspace_id, run.secret_names)
         if granted:
-            Run.objects.filter(pk=run.pk).update(secrets_sealed=secrets.seal(granted))
+            run.seal_secrets(secrets.seal(granted))
         env = {**(secrets.unseal(run.env_sealed) if run.env_sealed else {}), **granted}
         prepare.prepare_and_start(
             run,
@@ -91,7 +91,7 @@ def send_prepare(run_id: int) -> bool:
     so a send that got through but was not recorded costs one extra delivery at most."""
     if not broker.send(prepare_run, (run_id,)):
         return False
-    Run.objects.filter(pk=run_id).update(prepare_sent_at=timezone.now())
+    Run.mark_prepare_sent(run_id)
     return True
 
 

@@ -38,6 +38,11 @@ def remove(sandbox: Sandbox) -> None:
     sandbox.mark_removed()
 
 
+def set_deadline(owner_kind: str, owner_id: str, deadline: Any) -> None:
+    """Past it the engine loop stops each of the owner's sandboxes ("timeout")."""
+    Sandbox.objects.filter(owner_kind=owner_kind, owner_id=owner_id).update(deadline=deadline)
+
+
 def request_stop(owner_kind: str, owner_id: str, reason: str, by: str = "") -> list[Sandbox]:
     """Ask the engine loop to stop every live sandbox of the owner; returns them."""
     live = [s for s in of_owner(owner_kind, owner_id) if s.state in LIVE_STATES]

@@ -90,6 +90,38 @@ def containers(stack: Stack) -> set[str]:
     return set(listed.split())
 
 
+def sandboxes(stack: Stack) -> dict[str, tuple[str, str, str]]:
+    """Sandbox rows by name: (kind, owner id, state)."""
+    db = sqlite3.connect(f"file:{stack.data_dir / 'berth.sqlite3'}?mode=ro", uri=True, timeout=5)
+    try:
+        return {
+            name: (kind, owner, state)
+            for name, kind, owner, state in db.execute(
+                "SELECT name, kind, owner_id, state FROM sandbox_sandbox"
+            )
+        }
+    finally:
+        db.close()
+
+
+def container_names(stack: Stack) -> set[str]:
+    listed = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--format",
+            "{{.Names}}",
+            "--filter",
+            f"label=berth.instance={stack.instance}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return set(listed.split())
+
+
 def serves(stack: Stack, preview: dict, release_url: str) -> None:
     """The preview (through a ticket link, as a teammate opens it) and the release (a
     public host) answer with the app's page."""
@@ -171,6 +203,15 @@ def test_an_install_made_before_the_rooms_moved_upgrades_keeping_rows_and_sandbo
             timeout=30,
             what=f"only the containers of before: {kept_containers}",
         )
+        # Both kept containers were adopted by their names as Sandbox rows of their runs,
+        # carried as running; the new run's sandbox was named from its row and is gone.
+        boxes = sandboxes(stack)
+        kept_names = container_names(stack)
+        assert len(kept_names) == 2 and kept_names <= set(boxes), (kept_names, boxes)
+        assert [boxes[n][0] for n in kept_names] == ["service", "service"], boxes
+        assert [boxes[n][2] for n in kept_names] == ["running", "running"], boxes
+        new = [b for n, b in boxes.items() if b[1] == run["id"]]
+        assert [b[2] for b in new] == ["removed"], boxes
         assert stack.api("GET", f"/previews/{preview['id']}").json()["state"] == "ready"
         assert stack.api("GET", f"/deploys/{deploy['id']}").json()["state"] == "live"
         serves(stack, preview, release_url)

@@ -28,19 +28,22 @@ MB = 1024 * 1024
 CGROUP = Path("/sys/fs/cgroup")
 
 
-def cgroup_limits(container_name: str) -> dict[str, Any]:
-    """The CPU quota (in CPUs), memory limit (bytes) and process limit of a running
-    container, from its cgroup on the host (v1 here; v2 where the host has it). None
-    means unlimited."""
+def cgroup_limits(run_id: str) -> dict[str, Any]:
+    """The CPU quota (in CPUs), memory limit (bytes) and process limit of the run's
+    running container, from its cgroup on the host (v1 here; v2 where the host has it).
+    None means unlimited."""
 
     def running_pid() -> int:
+        name = Run.objects.select_related("sandbox").get(public_id=run_id).container_name
+        if not name:  # queued: the worker has not made its sandbox yet
+            return 0
         try:
-            state = engine().api.inspect_container(container_name)["State"]
-        except docker.errors.NotFound:  # queued: the worker has not made it yet
+            state = engine().api.inspect_container(name)["State"]
+        except docker.errors.NotFound:  # made, its container not yet
             return 0
         return int(state["Pid"]) if state["Running"] else 0
 
-    pid = wait_for(running_pid, timeout=60, what=f"{container_name} to run")
+    pid = wait_for(running_pid, timeout=60, what=f"run {run_id}'s container to run")
     paths: dict[str, str] = {}
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
@@ -106,7 +109,7 @@ def test_a_runs_limits_read_back_from_its_cgroup(agent, shop, cast, settings, ru
     run = agent.run("ulimit -n; echo started; exec sleep 300")
     assert wait_for_output(agent, run, "started", timeout=120)
     container = Run.objects.get(public_id=run["id"]).container_name
-    assert cgroup_limits(container) == applied
+    assert cgroup_limits(run["id"]) == applied
     host = engine().api.inspect_container(container)["HostConfig"]
     assert host["NanoCpus"] == round(applied["cpus"] * 1e9)
     # The sandbox's own view of its open-file limit.
@@ -160,7 +163,7 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
     previews = PreviewAgent(client, secret, "shop")
     preview = previews.start()
     process = wait_for(lambda: previews.get(preview)["run"], timeout=60, what="its process")
-    assert cgroup_limits(Run.objects.get(public_id=process).container_name) == expected
+    assert cgroup_limits(process) == expected
     preview = previews.wait(preview, {"ready", "failed", "stopped", "crashed"}, timeout=180)
     assert any("[sandbox].cpus = 1e-10" in w for w in preview["warnings"]) is (cpus == "1e-10")
     if must_come_up:
@@ -177,8 +180,9 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
         lambda: requester.get(deploy)["build_run"], timeout=60, what="the build to be queued"
     )
     build = Run.objects.get(public_id=build_id)
-    assert cgroup_limits(build.container_name) == expected
+    assert cgroup_limits(build.public_id) == expected
     assert any("[sandbox].cpus = 1e-10" in w for w in build.warnings) is (cpus == "1e-10")
+    build.refresh_from_db()
     engine().containers.get(build.container_name).exec_run(["touch", "/tmp/go"], user="1000:1000")
     release = wait_for(
         lambda: (
@@ -189,7 +193,7 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
         timeout=300,
         what="the release's process",
     )
-    assert cgroup_limits(release.process.run.container_name) == expected
+    assert cgroup_limits(release.process.run.public_id) == expected
     done = requester.wait(deploy, timeout=300)
     if must_come_up:
         assert done["state"] == "live", (done["reason"], done["message"])

@@ -74,17 +74,24 @@ def set_toml(shop, cast, text: str) -> None:
 
 
 def no_container_left(run: dict, timeout: float = 20) -> bool:
-    """True once the run's container and volume are gone (the agent removes them at the
-    end; its reconcile catches any a crash left behind)."""
-    name = f"run-{run['id']}"
+    """True once every container and volume of the run is gone (the agent removes them at
+    the end; its reconcile catches any a crash left behind), and its Sandbox rows say so.
+    Found by the run's owner label, whatever the sandboxes are named; and the run must
+    have had a sandbox, so a run that never made one cannot pass by having none."""
+    from sandbox.models import Sandbox, SandboxState
+
+    boxes = Sandbox.objects.filter(owner_kind="run", owner_id=run["id"])
+    assert boxes.exists(), f"run {run['id']} never had a sandbox"
+    owned = {"label": [f"berth.owner={run['id']}", "berth.kind=sandbox"]}
     return wait_for(
         lambda: (
-            not engine().api.containers(all=True, filters={"name": name})
-            and not engine().volumes.list(filters={"name": name})
+            not engine().api.containers(all=True, filters=owned)
+            and not engine().volumes.list(filters=owned)
+            and not boxes.exclude(state=SandboxState.REMOVED).exists()
         ),
         timeout,
         interval=0.1,
-        what=f"{name}'s container and volume to be removed",
+        what=f"run {run['id']}'s containers and volumes to be removed",
     )
 
 
