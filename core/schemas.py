@@ -58,3 +58,23 @@ def answers(ok: Any, *errors: int, status: int = 200) -> dict[int, Any]:
     if unknown:
         raise ValueError(f"not an error status of the API: {sorted(unknown)}")
     return {status: ok, **{code: ErrorOut for code in sorted({*EVERY_OPERATION, *errors})}}
+
+
+# core.errors.QuotaExceeded: every 429 says when to ask again (config.api sets it).
+RETRY_AFTER = {
+    "description": "seconds to wait before asking again",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 0},
+}
+
+
+def declare_headers(schema: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAPI schema with the Retry-After header declared on every 429 answer (ninja
+    declares no response headers of its own)."""
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            quota = responses.get(429, responses.get("429"))
+            if quota is not None:
+                quota["headers"] = {"Retry-After": RETRY_AFTER}
+    return schema

@@ -4,7 +4,7 @@ MCP tools both answer them (core.schemas)."""
 from datetime import datetime
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
 from core.schemas import In, Out, Timestamp
@@ -15,6 +15,10 @@ from deploys.models import DeployRequest, Release, Route
 
 
 class DeployIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"ref": "main", "note": "Ship the new greeting"}]}
+    )
+
     ref: str | None = Field(None, max_length=200)
     note: str = Field("", max_length=5000, description="for the reviewer")
 

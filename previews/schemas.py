@@ -4,7 +4,7 @@ MCP tools both answer them (core.schemas)."""
 from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
 from core.schemas import In, Out, Timestamp
@@ -16,12 +16,16 @@ from runs.schemas import EgressOut, LogPage, SetupOut
 
 
 class PreviewIn(In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ref": "main", "follow": True}]})
+
     ref: str | None = Field(None, max_length=200)
     follow: bool = Field(False, description="restart on each new commit of the branch")
     idle_timeout_s: int | None = Field(None, ge=1, le=7 * 24 * 3600)
 
 
 class PublicIn(In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"public": False}]})
+
     public: bool
 
 

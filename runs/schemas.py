@@ -19,6 +19,10 @@ from workspaces.schemas import DiffStats
 class RunIn(In):
     # Anything not listed (privileged, binds, network_mode, cap_add, user, ...) is a 422,
     # never passed on to the engine.
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"command": "python -m pytest -q", "timeout_s": 120}]}
+    )
+
     command: str = Field(min_length=1, max_length=100_000)
     ref: str | None = Field(None, max_length=200)
     # Bounds are checked by the action (sandbox.limits): a 422 naming the bound, the same
@@ -31,11 +35,15 @@ class RunIn(In):
 
 
 class RerunIn(In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"env": {"DEBUG": "1"}}]})
+
     env: dict[str, str] = Field(default_factory=dict, max_length=100)
 
 
 class SecretIn(In):
     # The byte limit (MAX_VALUE_BYTES) is checked by the action, which names it.
+    model_config = ConfigDict(json_schema_extra={"examples": [{"value": "s3cret"}]})
+
     value: str = Field(max_length=1 << 20)
 
 

@@ -4,7 +4,7 @@ the JSON API and the MCP tools both answer them (core.schemas)."""
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from core.schemas import ErrorObject, In, Out
 from workspaces.actions import CommitResult
@@ -15,6 +15,10 @@ from workspaces.store import open_store
 
 
 class WorkspaceIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"name": "Shop", "template": "python-http"}]}
+    )
+
     name: str = Field(max_length=100)
     slug: str | None = Field(None, max_length=30)
     template: str | None = Field(
@@ -23,6 +27,12 @@ class WorkspaceIn(In):
 
 
 class ChangeIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"op": "write", "path": "NOTES.md", "content": "# Notes\n"}]
+        }
+    )
+
     op: Literal["write", "delete", "rename"]
     path: str = Field(max_length=4096)
     content: str | None = Field(None, description="the new content (op write)")
@@ -31,6 +41,17 @@ class ChangeIn(In):
 
 
 class CommitIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "message": "Add notes",
+                    "changes": [{"op": "write", "path": "NOTES.md", "content": "# Notes\n"}],
+                }
+            ]
+        }
+    )
+
     branch: str | None = None
     message: str = Field(max_length=10_000)
     base_commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
@@ -38,6 +59,10 @@ class CommitIn(In):
 
 
 class FileIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"content": "# Notes\n", "message": "Add notes"}]}
+    )
+
     content: str
     encoding: Literal["utf-8", "base64"] = "utf-8"
     message: str | None = Field(None, max_length=10_000)
@@ -46,6 +71,8 @@ class FileIn(In):
 
 
 class BranchIn(In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "feature", "from": "main"}]})
+
     name: str = Field(max_length=200)
     from_ref: str | None = Field(None, alias="from")
 
