@@ -225,7 +225,11 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
     """A new process for the preview, from its pinned commit (or `commit`, when a
     followed branch moved); a live process is stopped first."""
     with transaction.atomic():
-        preview = Preview.objects.select_for_update().select_related("run").get(pk=preview.pk)
+        # Only the preview's row is locked: its run is a nullable join, which PostgreSQL
+        # cannot lock FOR UPDATE.
+        preview = (
+            Preview.objects.select_for_update(of=("self",)).select_related("run").get(pk=preview.pk)
+        )
         _end_process(preview, actor.label)
         if commit:
             config = runner_actions.load_config(preview.workspace, commit)

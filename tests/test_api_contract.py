@@ -122,3 +122,32 @@ def _body(content: dict | None) -> str:
         return ""
     raw = base64.b64decode(content["$base64"]) if "$base64" in content else b""
     return raw[:300].decode("utf-8", "replace")
+
+
+# What the contract run found on PostgreSQL (SQLite neither enforces a column's length
+# nor locks rows): each was a 500.
+
+
+def test_a_branch_name_at_its_limit_is_created_and_deleted(client, cast):
+    _, secret = cast.token(cast.alice)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    r = client.post("/api/v1/workspaces", {"name": "Shop"}, "application/json", **auth)
+    assert r.status_code == 201, r.content
+    name = "b" * 200  # the longest a branch may be; its Activity target is longer
+    r = client.post("/api/v1/workspaces/shop/branches", {"name": name}, "application/json", **auth)
+    assert r.status_code == 201, r.content
+    r = client.delete(f"/api/v1/workspaces/shop/branches/{name}", **auth)
+    assert r.status_code == 204, r.content
+
+
+def test_a_preview_restarts_whether_or_not_it_has_a_process(client, cast):
+    _, secret = cast.token(cast.alice)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    body = {"name": "Shop", "template": "python-http"}
+    assert client.post("/api/v1/workspaces", body, "application/json", **auth).status_code == 201
+    r = client.post("/api/v1/workspaces/shop/previews", {}, "application/json", **auth)
+    assert r.status_code == 202, r.content
+    # Locks the preview's row, not its run's (a nullable join PostgreSQL cannot lock).
+    r = client.post(f"/api/v1/previews/{r.json()['id']}/restart", **auth)
+    assert r.status_code == 202, r.content
+    assert r.json()["restarts"] == 1
