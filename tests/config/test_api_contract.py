@@ -2,7 +2,7 @@
 daphne, sends every operation the schema's examples, its coverage cases and fuzzed
 input, with a cast token (every scope, team A) and a seeded workspace, and every answer
 must be one the schema declares: status, content type, headers and body
-(tests/schemathesis.toml holds the checks, phases, seed and limits)."""
+(tests/config/schemathesis.toml holds the checks, phases, seed and limits)."""
 
 import base64
 import json
@@ -33,7 +33,7 @@ def test_every_answer_of_the_api_is_one_its_schema_declares(berth_server, cast):
 
 
 def seed(api: str, secret: str) -> dict[str, str]:
-    """What the operations' path parameters point at (tests/schemathesis.toml names
+    """What the operations' path parameters point at (tests/config/schemathesis.toml names
     them): the workspace `shop` with a run (cancelled: nothing waits on it), a preview
     and a deploy request, and the workspace `scratch` for the one delete of a workspace."""
     auth = {"Authorization": f"Bearer {secret}"}
