@@ -24,6 +24,9 @@ def record(
     team: Team, actor: Actor | None, verb: str, target: str = "", workspace: str = "", **detail: Any
 ) -> Activity:
     """Write the audit row of an action; `actor` None means the operator (a command)."""
+    # A name a door accepts (a branch of 200 characters) with its kind's prefix can be
+    # longer than the column: the row keeps its start (PostgreSQL would refuse it whole).
+    target = target[: Activity._meta.get_field("target").max_length]
     row = Activity.objects.create(
         team=team,
         user=actor.user if actor else None,

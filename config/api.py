@@ -7,11 +7,13 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.schema import OpenAPISchema
 
 from accounts.api import router as accounts_router
 from accounts.auth import TokenAuth
 from config.middleware import too_large
 from core.errors import BerthError, QuotaExceeded, error_response
+from core.schemas import declare_headers
 from deploys.api import router as deploys_router
 from previews.api import router as previews_router
 from runs.api import router as runs_router
@@ -22,7 +24,17 @@ from workspaces.api import router as workspaces_router
 
 log = logging.getLogger(__name__)
 
-api = NinjaAPI(
+
+class BerthAPI(NinjaAPI):
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        declare_headers(schema)
+        return schema
+
+
+api = BerthAPI(
     title="Berth API",
     version="1",
     description="Workspaces, runs, previews and deploys for people and agents. "

@@ -11,8 +11,6 @@ After approval: a build run (runs.services.start_build); what follows, until the
 points at the new release, is in deploys.releasing.
 """
 
-from typing import Any
-
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -337,46 +335,6 @@ def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) 
             workspace.slug,
             team_only=team_only,
         )
-
-
-def deploy_summary(deploy: DeployRequest, port: str = "") -> dict[str, Any]:
-    def iso(value: Any) -> str | None:
-        return value.isoformat() if value else None
-
-    release = deploy.releases.order_by("-number").first()
-    return {
-        "id": deploy.public_id,
-        "workspace": deploy.workspace.slug,
-        "ref": deploy.ref,
-        "commit": deploy.commit,
-        "note": deploy.note,
-        "state": deploy.state,
-        "reason": deploy.reason or None,
-        "message": deploy.message or None,
-        "requested_by": {
-            "user": deploy.requested_by.username if deploy.requested_by else None,
-            "token": deploy.token.name if deploy.token else None,
-        },
-        "approvals": [a.user.username for a in deploy.approvals.select_related("user")],
-        "approvals_required": deploy.workspace.team.approvals_required,
-        "build_run": deploy.build_run.public_id if deploy.build_run else None,
-        "release": release.number if release else None,
-        "url": f"/t/{deploy.workspace.team.slug}/w/{deploy.workspace.slug}/deploys/"
-        f"{deploy.public_id}/",
-        "release_url": release_url(deploy.workspace, port),
-        "timings": {
-            k: iso(getattr(deploy, k))
-            for k in (
-                "created_at",
-                "approved_at",
-                "building_at",
-                "built_at",
-                "releasing_at",
-                "live_at",
-                "ended_at",
-            )
-        },
-    }
 
 
 def release_host(workspace: Workspace) -> str:

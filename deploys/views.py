@@ -19,6 +19,7 @@ from core.errors import BerthError, NotFound
 from deploys import actions
 from deploys.access import access_deploy
 from deploys.models import PENDING, DeployRequest, Release, Route
+from deploys.schemas import DeployOut
 from previews.models import LIVE_STATES, Preview
 from runs.models import Purpose, Run
 from workspaces import history
@@ -119,7 +120,7 @@ def review_page(
             failed_runs=[r for r in runs if r.state != "succeeded" and not r.is_active],
             preview=preview,
             c=summary,
-            summary=actions.deploy_summary(deploy),
+            summary=DeployOut.of(deploy),
             approvals=list(deploy.approvals.select_related("user")),
             can_review=membership.can_review and deploy.requested_by_id != membership.user_id,
             own=deploy.requested_by_id == membership.user_id,

@@ -225,7 +225,11 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
     """A new process for the preview, from its pinned commit (or `commit`, when a
     followed branch moved); a live process is stopped first."""
     with transaction.atomic():
-        preview = Preview.objects.select_for_update().select_related("run").get(pk=preview.pk)
+        # Only the preview's row is locked: its run is a nullable join, which PostgreSQL
+        # cannot lock FOR UPDATE.
+        preview = (
+            Preview.objects.select_for_update(of=("self",)).select_related("run").get(pk=preview.pk)
+        )
         _end_process(preview, actor.label)
         if commit:
             config = runner_actions.load_config(preview.workspace, commit)
@@ -392,65 +396,3 @@ def on_branch_moved(
         .exclude(commit=sha)
     ):
         restart_preview(preview, actor, commit=sha)
-
-
-def preview_summary(preview: Preview, port: str = "") -> dict[str, Any]:
-    """The preview as the API and pages show it."""
-
-    def iso(value: Any) -> str | None:
-        return value.isoformat() if value else None
-
-    run = preview.run
-    idle = preview.idle_for() if preview.state == PreviewState.READY else None
-    timings = {
-        "queued_at": iso(run.queued_at) if run else None,
-        "hydrated_at": iso(run.hydrated_at) if run else None,
-        "setup_done_at": iso(run.setup_done_at) if run else None,
-        "process_started_at": iso(run.process_started_at) if run else None,
-        "ready_at": iso(preview.ready_at),
-        "ended_at": iso(preview.ended_at),
-    }
-    usable = (
-        (preview.ready_at - run.queued_at).total_seconds() if run and preview.ready_at else None
-    )
-    return {
-        "id": preview.public_id,
-        "workspace": preview.workspace.slug,
-        "ref": preview.ref,
-        "commit": preview.commit,
-        "follow": preview.follow,
-        "command": preview.command,
-        "port": preview.port,
-        "health_path": preview.health_path,
-        "state": preview.state,
-        "reason": preview.reason or None,
-        "message": preview.message or None,
-        "exit_code": preview.exit_code,
-        "public": preview.public,
-        "url": preview.url(port),
-        "health": {
-            "last_status": preview.last_health_status,
-            "checked_at": iso(preview.last_health_at),
-        },
-        "idle": {
-            "timeout_s": preview.idle_timeout_s,
-            "last_request_at": iso(preview.last_request_at),
-            "idle_s": round(idle.total_seconds()) if idle else None,
-        },
-        "timings": timings,
-        "time_until_usable_s": usable,
-        "run": run.public_id if run else None,
-        "setup": runner_actions.run_summary(run)["setup"] if run else None,
-        "runtime": run.runtime if run else None,
-        "isolation": run.isolation if run else {},
-        "network": run.network if run else {},
-        "egress": runner_actions.egress_summary(run) if run else None,
-        "warnings": run.warnings if run else [],
-        "restarts": preview.restarts,
-        "log_url": f"/api/v1/previews/{preview.public_id}/logs",
-        "requested_by": {
-            "user": preview.requested_by.username if preview.requested_by else None,
-            "token": preview.token.name if preview.token else None,
-        },
-        "created_at": iso(preview.created_at),
-    }

@@ -2,10 +2,8 @@
 at it with a fetch through the preview gateway (previews.fetch), stop it."""
 
 import asyncio
-from typing import Any
 
 from channels.db import database_sync_to_async
-from pydantic import BaseModel, Field
 
 from accounts.auth import actor_of
 from core.errors import Conflict, Invalid
@@ -15,54 +13,10 @@ from previews.access import access_preview, managed_preview
 from previews.fetch import fetch
 from previews.links import ticket_url
 from previews.models import Preview, PreviewState
-from runs import logstore
+from previews.schemas import AgentPreview, FetchOut
 from workspaces.mcp import workspace_for
 
 MAX_WAIT_S = 120
-FETCH_BODY_CAP = 256 * 1024
-TAIL = 50
-
-
-class PreviewOut(BaseModel):
-    id: str
-    workspace: str
-    commit: str
-    state: str = Field(description="starting, ready, failed, stopped or crashed")
-    reason: str | None
-    message: str | None = Field(description="why it is not up, and what to do")
-    exit_code: int | None
-    url: str = Field(description="the preview's own address (a browser needs a link)")
-    link: str | None = Field(description="a short-lived, single-use URL that opens it")
-    time_until_usable_s: float | None
-    log_tail: list[str] = Field(description=f"the last {TAIL} lines of its process log")
-
-
-class FetchOut(BaseModel):
-    status: int
-    headers: dict[str, str]
-    body: str = Field(description="the body as text (UTF-8, invalid bytes replaced)")
-    truncated: bool = Field(description=f"true when the body passed {FETCH_BODY_CAP} bytes")
-
-
-def _out(preview: Preview, link: str | None = None) -> PreviewOut:
-    summary = actions.preview_summary(preview)
-    tail: list[str] = []
-    if preview.run is not None:
-        count = logstore.count(preview.run.public_id)
-        tail = [e["text"] for e in logstore.read(preview.run.public_id, max(0, count - TAIL), TAIL)]
-    return PreviewOut(
-        id=preview.public_id,
-        workspace=preview.workspace.slug,
-        commit=preview.commit,
-        state=preview.state,
-        reason=preview.reason or None,
-        message=preview.message or None,
-        exit_code=preview.exit_code,
-        url=summary["url"],
-        link=link,
-        time_until_usable_s=summary["time_until_usable_s"],
-        log_tail=tail,
-    )
 
 
 async def _wait_settled(public_id: str, seconds: float) -> None:
@@ -88,7 +42,7 @@ def _reload(public_id: str) -> Preview:
 @tool()
 async def start_preview(
     ctx: Ctx, workspace: str, ref: str | None = None, wait_seconds: int = 60
-) -> PreviewOut:
+) -> AgentPreview:
     """Start the app of a commit with workspace.toml's [preview] command and port, and
     wait up to wait_seconds (default 60, max 120) until it answers its health check or
     fails: not_listening, health_failed, listening_on_other_port (the app listens, but on
@@ -105,32 +59,32 @@ async def start_preview(
     public_id = await database_sync_to_async(start)()
     await _wait_settled(public_id, max(0, min(wait_seconds, MAX_WAIT_S)))
 
-    def answer() -> PreviewOut:
+    def answer() -> AgentPreview:
         preview = _reload(public_id)
         link = ticket_url(preview, actor, "")[0] if preview.is_live else None
-        return _out(preview, link)
+        return AgentPreview.of_preview(preview, link)
 
     return await database_sync_to_async(answer)()
 
 
 @tool()
-async def get_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
+async def get_preview(ctx: Ctx, preview_id: str) -> AgentPreview:
     """A preview's state, why it is not up if it is not, and its log tail. Instant."""
     actor = await actor_of(ctx)
     return await database_sync_to_async(
-        lambda: _out(_reload(access_preview(actor, preview_id).public_id))
+        lambda: AgentPreview.of_preview(_reload(access_preview(actor, preview_id).public_id))
     )()
 
 
 @tool()
-async def stop_preview(ctx: Ctx, preview_id: str) -> PreviewOut:
+async def stop_preview(ctx: Ctx, preview_id: str) -> AgentPreview:
     """Stop a preview (its source stays in Git; its process and memory go). Instant."""
     actor = await actor_of(ctx)
 
-    def stop() -> PreviewOut:
+    def stop() -> AgentPreview:
         preview = managed_preview(actor, preview_id)
         actions.stop_preview(preview, actor)
-        return _out(_reload(preview.public_id))
+        return AgentPreview.of_preview(_reload(preview.public_id))
 
     return await database_sync_to_async(stop)()
 
@@ -169,8 +123,8 @@ async def fetch_preview(
         return preview.host, gate.viewer_cookie_for(preview.public_id, actor.user.pk, None)
 
     host, cookie = await database_sync_to_async(target)()
-    got = await fetch(host, cookie, method, path, (body or "").encode(), FETCH_BODY_CAP)
-    out_headers: dict[str, Any] = {}
+    got = await fetch(host, cookie, method, path, (body or "").encode(), FetchOut.BODY_CAP)
+    out_headers: dict[str, str] = {}
     for name, value in got.headers:
         key = name.decode("latin-1").lower()
         out_headers[key] = (out_headers[key] + ", " if key in out_headers else "") + value.decode(
@@ -179,6 +133,6 @@ async def fetch_preview(
     return FetchOut(
         status=got.status,
         headers=out_headers,
-        body=bytes(got.body[:FETCH_BODY_CAP]).decode("utf-8", "replace"),
+        body=bytes(got.body[: FetchOut.BODY_CAP]).decode("utf-8", "replace"),
         truncated=got.truncated,
     )

@@ -22,6 +22,7 @@ from previews import actions
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
+from previews.schemas import PreviewOut
 from runs import logstore
 from workspaces.models import Workspace
 from workspaces.views import clone_url, urls_of, workspace_page
@@ -75,7 +76,7 @@ def context(request: HttpRequest, preview: Preview) -> dict[str, Any]:
         "urls": urls_of(workspace),
         "tab": "previews",
         "clone_url": clone_url(request, workspace),
-        "summary": actions.preview_summary(preview, request.get_port()),
+        "summary": PreviewOut.of(preview, request.get_port()),
         "ws_path": f"/ws/previews/{preview.public_id}/logs",
         "log_start": max(0, logstore.count(run.public_id) - 20_000) if run else 0,
     }

@@ -157,19 +157,3 @@ def evict(max_bytes: int | None = None) -> list[str]:
         evicted.append(cache.public_id)
         log.info("evicted dependency cache %s (%d bytes)", cache.key[:12], cache.size_bytes)
     return evicted
-
-
-def cache_summary(cache: DepCache) -> dict[str, object]:
-    return {
-        "id": cache.public_id,
-        "key": cache.key,
-        "image_id": cache.image_id,
-        "size_bytes": cache.size_bytes,
-        "created_at": cache.created_at.isoformat(),
-        "last_used_at": cache.last_used_at.isoformat(),
-        "built_by": cache.built_by.public_id if cache.built_by else None,
-        # Shared across branches: say which one (and commit) filled it.
-        "built_from": {"ref": cache.built_by.ref, "commit": cache.built_by.commit}
-        if cache.built_by
-        else None,
-    }

@@ -1,7 +1,5 @@
 """JSON API doors onto a workspace's dependency caches: list them, and (admins) drop one."""
 
-from typing import Any
-
 from django.conf import settings
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
@@ -9,8 +7,10 @@ from ninja import Router
 
 from accounts.access import require_team_admin
 from core.errors import NotFound
+from core.schemas import answers
 from runs import caches
 from runs.models import DepCache
+from runs.schemas import CacheOut, CachesOut
 from workspaces.api import actor_of, workspace_for
 from workspaces.models import Workspace
 
@@ -35,12 +35,9 @@ def totals(rows: list[tuple[DepCache, bool]]) -> dict[str, int]:
     }
 
 
-def caches_out(workspace: Workspace) -> dict[str, Any]:
+def caches_out(workspace: Workspace) -> CachesOut:
     rows = caches_of(workspace)
-    return {
-        "caches": [{**caches.cache_summary(c), "in_use": used} for c, used in rows],
-        **totals(rows),
-    }
+    return CachesOut(caches=[CacheOut.of(c, used) for c, used in rows], **totals(rows))
 
 
 def cache_of(workspace: Workspace, public_id: str) -> DepCache:
@@ -56,14 +53,18 @@ def cache_of(workspace: Workspace, public_id: str) -> DepCache:
     return cache
 
 
-@router.get("/workspaces/{slug}/caches", summary="The workspace's dependency caches")
-def list_caches(request: HttpRequest, slug: str) -> dict[str, Any]:
+@router.get(
+    "/workspaces/{slug}/caches",
+    response=answers(CachesOut, 403, 404),
+    summary="The workspace's dependency caches",
+)
+def list_caches(request: HttpRequest, slug: str) -> CachesOut:
     return caches_out(workspace_for(request, slug, "workspace:read"))
 
 
 @router.delete(
     "/workspaces/{slug}/caches/{cache_id}",
-    response={204: None},
+    response=answers(None, 403, 404, 409, status=204),
     summary="Drop a dependency cache (team admins): the next run runs setup",
 )
 def drop_cache(request: HttpRequest, slug: str, cache_id: str) -> HttpResponse:

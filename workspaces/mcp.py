@@ -1,13 +1,11 @@
 """MCP tools onto workspaces: who am I, workspaces, files, history, diffs. Thin doors:
 the same access helper and actions as the JSON API (core.mcp registers them)."""
 
-from typing import Any, Literal
-
 from channels.db import database_sync_to_async
-from pydantic import BaseModel, Field
 
 from accounts.access import Actor
 from accounts.auth import actor_of
+from accounts.schemas import MeOut
 from core.errors import Invalid
 from core.mcp import Ctx, tool
 from workspaces import actions, history
@@ -15,86 +13,17 @@ from workspaces.access import access_workspace
 from workspaces.changes import Change
 from workspaces.models import Workspace
 from workspaces.paths import clean_dir, clean_path
+from workspaces.schemas import (
+    ChangeIn,
+    CommitOut,
+    FileOut,
+    FlatCompareOut,
+    HistoryOut,
+    TreeOut,
+    WorkspaceList,
+    WorkspaceOut,
+)
 from workspaces.store import open_store
-
-
-class TeamOut(BaseModel):
-    slug: str
-    name: str
-
-
-class WhoAmI(BaseModel):
-    user: str
-    token: str
-    team: TeamOut
-    scopes: list[str]
-    workspaces: list[str] = Field(
-        description="workspaces this token is limited to; empty: every workspace of the team"
-    )
-
-
-class WorkspaceOut(BaseModel):
-    slug: str
-    name: str
-    default_branch: str
-    head: str | None
-    template: str | None
-    web_url: str = Field(description="where a person sees it in Berth")
-
-
-class WorkspaceList(BaseModel):
-    workspaces: list[WorkspaceOut]
-
-
-class Entry(BaseModel):
-    name: str
-    path: str
-    type: str
-    size: int | None = None
-
-
-class Listing(BaseModel):
-    commit: str
-    path: str
-    entries: list[Entry]
-
-
-class FileOut(BaseModel):
-    path: str
-    commit: str
-    encoding: str | None = None
-    content: str | None = None
-    size: int | None = None
-    type: str | None = None
-    target: str | None = Field(None, description="a symlink's target (never followed)")
-
-
-class ChangeIn(BaseModel):
-    op: Literal["write", "delete", "rename"]
-    path: str = Field(max_length=4096)
-    content: str | None = Field(None, description="the new content (op write)")
-    encoding: Literal["utf-8", "base64"] = "utf-8"
-    to: str | None = Field(None, max_length=4096, description="the new path (op rename)")
-
-
-class CommitOut(BaseModel):
-    commit: str
-    branch: str
-    parent: str | None
-    files: list[str]
-    warnings: list[dict[str, Any]]
-
-
-class HistoryOut(BaseModel):
-    commits: list[dict[str, Any]]
-
-
-class DiffOut(BaseModel):
-    base: str
-    head: str
-    commits: list[dict[str, Any]]
-    files: list[dict[str, Any]]
-    stats: dict[str, int]
 
 
 def workspace_for(actor: Actor, slug: str, scope: str) -> Workspace:
@@ -102,33 +31,13 @@ def workspace_for(actor: Actor, slug: str, scope: str) -> Workspace:
     return access_workspace(actor, actor.token.team, slug, scope)
 
 
-def _out(w: Workspace) -> WorkspaceOut:
-    with open_store(w) as store:
-        head = store.branch_head(w.default_branch)
-    return WorkspaceOut(
-        slug=w.slug,
-        name=w.name,
-        default_branch=w.default_branch,
-        head=head,
-        template=w.template or None,
-        web_url=f"/t/{w.team.slug}/w/{w.slug}/",
-    )
-
-
 @tool()
-async def whoami(ctx: Ctx) -> WhoAmI:
+async def whoami(ctx: Ctx) -> MeOut:
     """Who this token is: its person, team, scopes and workspace limits. Instant. Call it
     first to learn which workspaces you may use (then list_workspaces)."""
     actor = await actor_of(ctx)
-    token = actor.token
-    assert token is not None
-    return WhoAmI(
-        user=actor.user.username,
-        token=token.name,
-        team=TeamOut(slug=token.team.slug, name=token.team.name),
-        scopes=list(token.scopes),
-        workspaces=list(token.workspaces),
-    )
+    assert actor.token is not None
+    return await database_sync_to_async(MeOut.of)(actor.token)
 
 
 @tool()
@@ -142,7 +51,7 @@ async def list_workspaces(ctx: Ctx) -> WorkspaceList:
         qs = Workspace.objects.filter(team=actor.token.team).select_related("team")
         if actor.token.workspaces:
             qs = qs.filter(slug__in=actor.token.workspaces)
-        return [_out(w) for w in qs]
+        return [WorkspaceOut.of(w) for w in qs]
 
     return WorkspaceList(workspaces=await database_sync_to_async(listed)())
 
@@ -159,27 +68,28 @@ async def create_workspace(
     def create() -> WorkspaceOut:
         assert actor.token is not None
         actor.require_scope("workspace:write")
-        return _out(actions.create_workspace(actor.token.team, actor, name, slug, template))
+        return WorkspaceOut.of(
+            actions.create_workspace(actor.token.team, actor, name, slug, template)
+        )
 
     return await database_sync_to_async(create)()
 
 
 @tool()
-async def list_files(ctx: Ctx, workspace: str, path: str = "", ref: str | None = None) -> Listing:
+async def list_files(ctx: Ctx, workspace: str, path: str = "", ref: str | None = None) -> TreeOut:
     """The entries of one folder at a branch, tag or commit (default: the default
     branch's head). Instant. Next: read_file."""
     actor = await actor_of(ctx)
 
-    def listing() -> Listing:
+    def listing() -> TreeOut:
         w = workspace_for(actor, workspace, "workspace:read")
         folder = clean_dir(path)
         with open_store(w) as store:
             commit = store.resolve(ref or w.default_branch)
-            entries = [
-                Entry(name=e["name"], path=e["path"], type=e["type"], size=e["size"])
-                for e in store.list_dir(commit, folder)
-            ]
-        return Listing(commit=commit, path=folder, entries=entries)
+            entries = store.list_dir(commit, folder)
+        return TreeOut.model_validate(
+            {"ref": ref or w.default_branch, "commit": commit, "path": folder, "entries": entries}
+        )
 
     return await database_sync_to_async(listing)()
 
@@ -197,7 +107,7 @@ async def read_file(ctx: Ctx, workspace: str, path: str, ref: str | None = None)
             commit = store.resolve(ref or w.default_branch)
             info = history.read_file(store, commit, clean)
         info.pop("raw", None)
-        return FileOut(**{k: v for k, v in info.items() if k in FileOut.model_fields})
+        return FileOut.model_validate(info)
 
     return await database_sync_to_async(read)()
 
@@ -224,13 +134,7 @@ async def write_files(
         result = actions.commit_changes(
             w, actor, [_change(c) for c in changes], message, branch, base_commit
         )
-        return CommitOut(
-            commit=result.sha,
-            branch=result.branch,
-            parent=result.parent,
-            files=list(result.files),
-            warnings=list(result.warnings),
-        )
+        return CommitOut.of(result)
 
     return await database_sync_to_async(commit)()
 
@@ -256,27 +160,21 @@ async def history_of(
         with open_store(w) as store:
             commit = store.resolve(ref or w.default_branch)
             found = history.history(store, commit, clean_dir(path), 1, max(1, min(limit, 100)))
-        return HistoryOut(commits=found["commits"])
+        return HistoryOut.model_validate(found)
 
     return await database_sync_to_async(read)()
 
 
 @tool()
-async def diff(ctx: Ctx, workspace: str, base: str, head: str) -> DiffOut:
+async def diff(ctx: Ctx, workspace: str, base: str, head: str) -> FlatCompareOut:
     """What `head` has that `base` does not (refs or commits): its commits and the
     per-file unified diffs. Instant."""
     actor = await actor_of(ctx)
 
-    def compare() -> DiffOut:
+    def compare() -> FlatCompareOut:
         w = workspace_for(actor, workspace, "workspace:read")
         with open_store(w) as store:
             out = history.compare(store, store.resolve(base), store.resolve(head))
-        return DiffOut(
-            base=out["base"],
-            head=out["head"],
-            commits=out["commits"],
-            files=out["diff"]["files"],
-            stats=out["diff"]["stats"],
-        )
+        return FlatCompareOut.model_validate({**out, **out.pop("diff")})
 
     return await database_sync_to_async(compare)()

@@ -1,0 +1,252 @@
+"""The contract of workspaces: workspaces, their files, commits, branches and diffs, as
+the JSON API and the MCP tools both answer them (core.schemas)."""
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from core.schemas import ErrorObject, In, Out
+from workspaces.actions import CommitResult
+from workspaces.models import Workspace
+from workspaces.store import open_store
+
+# -- requests ---------------------------------------------------------------------------
+
+
+class WorkspaceIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"name": "Shop", "template": "python-http"}]}
+    )
+
+    name: str = Field(max_length=100)
+    slug: str | None = Field(None, max_length=30)
+    template: str | None = Field(
+        None, description='a starter: "python-http", "node-http" or "static-site"'
+    )
+
+
+class ChangeIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"op": "write", "path": "NOTES.md", "content": "# Notes\n"}]
+        }
+    )
+
+    op: Literal["write", "delete", "rename"]
+    path: str = Field(max_length=4096)
+    content: str | None = Field(None, description="the new content (op write)")
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    to: str | None = Field(None, max_length=4096, description="the new path (op rename)")
+
+
+class CommitIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "message": "Add notes",
+                    "changes": [{"op": "write", "path": "NOTES.md", "content": "# Notes\n"}],
+                }
+            ]
+        }
+    )
+
+    branch: str | None = None
+    message: str = Field(max_length=10_000)
+    base_commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    changes: list[ChangeIn] = Field(max_length=1000)
+
+
+class FileIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"content": "# Notes\n", "message": "Add notes"}]}
+    )
+
+    content: str
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    message: str | None = Field(None, max_length=10_000)
+    branch: str | None = None
+    base_commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+
+
+class BranchIn(In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "feature", "from": "main"}]})
+
+    name: str = Field(max_length=200)
+    from_ref: str | None = Field(None, alias="from")
+
+
+# -- workspaces -------------------------------------------------------------------------
+
+
+class WorkspaceOut(Out):
+    id: str
+    slug: str
+    name: str
+    team: str
+    default_branch: str
+    template: str | None
+    head: str | None = Field(description="the default branch's head commit")
+    created_at: datetime
+    git_url: str
+    web_url: str = Field(description="where a person sees it in Berth")
+
+    @classmethod
+    def of(cls, w: Workspace, base: str = "") -> "WorkspaceOut":
+        """`base`: the origin the URLs start with (the request's; none for MCP, whose
+        client knows the server it speaks to)."""
+        with open_store(w) as store:
+            head = store.branch_head(w.default_branch)
+        return cls(
+            id=w.public_id,
+            slug=w.slug,
+            name=w.name,
+            team=w.team.slug,
+            default_branch=w.default_branch,
+            template=w.template or None,
+            head=head,
+            created_at=w.created_at,
+            git_url=f"{base}/git/{w.team.slug}/{w.slug}.git",
+            web_url=f"{base}/t/{w.team.slug}/w/{w.slug}/",
+        )
+
+
+class WorkspaceList(Out):
+    workspaces: list[WorkspaceOut]
+
+
+class BranchOut(Out):
+    name: str
+    commit: str
+    default: bool
+
+
+# -- files ------------------------------------------------------------------------------
+
+
+class EntryOut(Out):
+    name: str
+    path: str
+    type: Literal["file", "dir", "symlink", "submodule"]
+    mode: str
+    sha: str
+    size: int | None = Field(description="bytes (files and symlinks)")
+
+
+class TreeOut(Out):
+    ref: str
+    commit: str
+    path: str
+    entries: list[EntryOut]
+
+
+class FileOut(Out):
+    path: str
+    commit: str = Field(description="the commit read: the base_commit of a later write")
+    sha: str
+    mode: str
+    type: Literal["file", "symlink", "submodule"]
+    size: int | None
+    content: str | None
+    encoding: Literal["utf-8", "base64"] | None
+    target: str | None = Field(None, description="a symlink's target (never followed)")
+
+
+class CommitOut(Out):
+    """What a write made: one commit."""
+
+    commit: str
+    branch: str
+    parent: str | None
+    files: list[str]
+    warnings: list[ErrorObject] = Field(
+        description="what is wrong in what was committed (a workspace.toml runs refuse)"
+    )
+
+    @classmethod
+    def of(cls, result: CommitResult) -> "CommitOut":
+        return cls(
+            commit=result.sha,
+            branch=result.branch,
+            parent=result.parent,
+            files=list(result.files),
+            warnings=[ErrorObject.model_validate(w) for w in result.warnings],
+        )
+
+
+# -- history and diffs ------------------------------------------------------------------
+
+
+class AuthorOut(Out):
+    name: str
+    email: str
+
+
+class CommitSummary(Out):
+    sha: str
+    message: str
+    title: str
+    author: AuthorOut
+    authored_at: int = Field(description="seconds since the epoch")
+    parents: list[str]
+
+
+class HistoryOut(Out):
+    commits: list[CommitSummary]
+    page: int
+    per_page: int
+    has_more: bool
+
+
+class FileDiff(Out):
+    status: str = Field(description="added, deleted, modified, renamed or copied")
+    path: str
+    old_path: str | None
+    additions: int
+    deletions: int
+    binary: bool
+    too_large: bool
+    patch: str = Field(description="unified diff; empty when binary or too large")
+    submodule: bool = Field(False, description="a submodule's commit changed")
+
+
+class DiffStats(Out):
+    files: int
+    additions: int
+    deletions: int
+
+
+class DiffOut(Out):
+    files: list[FileDiff]
+    stats: DiffStats
+
+
+class ContractChangeOut(Out):
+    """A change of the execution contract (workspaces.contract)."""
+
+    kind: Literal["changed", "became_invalid", "became_valid", "still_invalid"]
+    message: str
+    section: str | None
+    key: str | None
+    old: Any
+    new: Any
+
+
+class CommitDetail(CommitSummary):
+    diff: DiffOut
+    contract_changes: list[ContractChangeOut]
+
+
+class CommitRange(Out):
+    base: str
+    head: str
+    commits: list[CommitSummary] = Field(description="what head has that base has not")
+
+
+class CompareOut(CommitRange):
+    diff: DiffOut
+
+
+class FlatCompareOut(DiffOut, CommitRange):
+    """A compare with the diff's files and stats at the top (MCP `diff`)."""
