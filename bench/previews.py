@@ -245,12 +245,14 @@ def bare_preview(i: int) -> float:
 
 def wrk(args: list[str], prefix: list[str] | None = None) -> tuple[float, float, float]:
     """(requests/s, p50 ms, p99 ms) of one wrk run."""
-    out = subprocess.run(
+    run = subprocess.run(
         [*(prefix or []), "wrk", "-t1", "-c32", "-d8s", "--latency", *args],
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout
+    )
+    if run.returncode:
+        raise SystemExit(f"wrk {args} failed ({run.returncode}): {run.stdout} {run.stderr}")
+    out = run.stdout
 
     def latency(pct: str) -> float:
         m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)$", out, re.M)
