@@ -414,12 +414,13 @@ class Client(Answering, asyncio.Protocol):
         upstream.transport.write(self._head(ex))
         if ex.route is not None and ex.route.kind == "app":
             return  # a question: the body waits for the verdict (`decided`)
-        for piece in ex.pending:
-            upstream.write_body(piece, ex.chunked)
-        ex.pending.clear()
-        ex.pending_size = 0
-        self._resume("buffer")
-        if ex.ended:
+        if ex.pending:
+            for piece in ex.pending:
+                upstream.write_body(piece, ex.chunked)
+            ex.pending.clear()
+            ex.pending_size = 0
+            self._resume("buffer")
+        if ex.ended and ex.chunked:
             upstream.end_body(ex.chunked)
 
     def _head(self, ex: Exchange) -> bytes:
