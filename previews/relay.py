@@ -6,6 +6,12 @@ the side toward the app is previews.relay_upstream, a WebSocket is previews.tunn
 Framing is previews.framing's. Backpressure both ways: a side whose send buffer
 passes HIGH_WATER stops the other side's reading until it drains, so a 50 MB answer
 never sits in memory.
+
+A client repeats itself on a kept connection (the same request for the same page, an
+app the same answer): a read whose bytes are the connection's last request again, from
+where a request starts, takes what llhttp made of them then (`Client._replay`, and
+`Upstream._replay` for answers) instead of a Python call per header. Only the parsing
+is skipped: every such request is routed, checked and rewritten as any other.
 """
 
 import asyncio
