@@ -337,6 +337,9 @@ def main() -> None:
         while "runner agent started" not in (DATA_DIR / "agent.log").read_text():
             assert time.monotonic() < deadline, "agent did not start"
             time.sleep(0.1)
+        while "preview gateway serving" not in (DATA_DIR / "gateway.log").read_text():
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.1)
         # Warm-up: fills the dependency cache, first connections, first containers.
         _, warm = berth_preview(client, "app")
         stop(client, warm)
