@@ -60,17 +60,30 @@ class Exchange:
         "version",
     )
 
-    def __init__(self) -> None:
-        self.target = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.host = ""
-        self.hosts = 0
-        self.cookie = b""
+    def __init__(self, parsed: Parsed | None = None) -> None:
+        self.headers: list[tuple[bytes, bytes]]
+        if parsed is None:
+            self.target = b""
+            self.headers = []
+            self.host = ""
+            self.hosts = 0
+            self.cookie = b""
+            self.fetch_meta = False  # an Origin or Sec-Fetch-* header came (refusal)
+            self.method = b""
+            self.version = "1.1"
+        else:  # a request as llhttp parsed it before (`parsed`)
+            (
+                self.target,
+                self.headers,
+                self.host,
+                self.hosts,
+                self.cookie,
+                self.fetch_meta,
+                self.method,
+                self.version,
+            ) = parsed
         self.length = 0
         self.chunked = self.expect = self.upgrade = False
-        self.fetch_meta = False  # an Origin or Sec-Fetch-* header came (headers.refusal)
-        self.method = b""
-        self.version = "1.1"
         self.keep_alive = True
         self.ended = self.answered = self.counted = self.retried = False
         self.pending: list[bytes] = []
@@ -102,22 +115,6 @@ class Exchange:
             self.method,
             self.version,
         )
-
-    @classmethod
-    def of(cls, parsed: Parsed) -> "Exchange":
-        """A request as llhttp parsed it before (Exchange.parsed)."""
-        ex = cls()
-        (
-            ex.target,
-            ex.headers,
-            ex.host,
-            ex.hosts,
-            ex.cookie,
-            ex.fetch_meta,
-            ex.method,
-            ex.version,
-        ) = parsed
-        return ex
 
 
 def chunk(data: bytes) -> bytes:

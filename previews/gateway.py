@@ -120,6 +120,7 @@ class Gateway:
         self.idle: dict[Any, list[Any]] = {}
         self.hosts: dict[str, tuple[str | None, tuple[str, str] | None, str]] = {}
         self.routes: dict[str, Route] = {}  # into each cached target (`into`)
+        self.cookies: dict[bytes, str | None] = {}  # Cookie headers' preview cookies
         # Read once: Django's settings object costs a lookup per attribute per request.
         self.max_connections = settings.PREVIEW_MAX_CONNECTIONS
         self.max_body = settings.PREVIEW_MAX_BODY_BYTES
@@ -179,7 +180,7 @@ class Gateway:
         if t is None or not t.ready or ex.upgrade:
             return APP  # typed pages, the hold, WebSockets (and their watch): ask
         if not t.public:
-            value = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
+            value = self._viewer_value(ex.cookie)
             if not value:
                 return APP
             seen = self.lookups.viewers.get((t.public_id, value))
@@ -188,6 +189,18 @@ class Gateway:
             if not seen[1]:
                 return APP
         return self.admit(ex, t)
+
+    def _viewer_value(self, cookie: bytes) -> str | None:
+        """The preview cookie's value in a Cookie header (once per distinct header)."""
+        if not cookie:
+            return None
+        try:
+            return self.cookies[cookie]
+        except KeyError:
+            if len(self.cookies) > CACHED:
+                self.cookies.clear()
+            value = self.cookies[cookie] = viewer_cookie(parse_cookies(cookie))
+            return value
 
     def admit(self, ex: Any, t: gate.Target) -> Route:
         """The route into `t`'s sandbox, unless it is at its connection cap or the

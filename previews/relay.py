@@ -132,7 +132,7 @@ class Client(Answering, asyncio.Protocol):
         (the Exchange's parsed fields) are taken as they were, and the rest goes on as
         from llhttp's callbacks (`_headed`, `_ended`): most clients repeat the same
         request on a connection, and this skips a Python call per header."""
-        ex = self.parsing = Exchange.of(parsed)
+        ex = self.parsing = Exchange(parsed)
         self.begun += 1
         try:
             self._headed(ex)
