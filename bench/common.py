@@ -1,5 +1,7 @@
 """Helpers shared by the benchmarks (no side effects on import)."""
 
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -47,3 +49,44 @@ def timed(fn: Callable[[], object], runs: int) -> list[float]:
 
 def p95(values: list[float]) -> float:
     return sorted(values)[max(0, round(0.95 * len(values)) - 1)]
+
+
+# -- CPU per request: what a throughput figure is made of on a machine of few cores ----
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the processes `pids` have used (the gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / HZ
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU of this process's waited-for children (a wrk run's own)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def in_namespace(pid: int) -> dict[str, list[int]]:
+    """The processes in the network namespace of `pid`, by command name."""
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return {}
+    found: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "ns" / "net") == ns:
+                found.setdefault((entry / "comm").read_text().strip(), []).append(int(entry.name))
+        except OSError:
+            continue
+    return found

@@ -43,7 +43,12 @@ os.environ.update(
     PYTHONUNBUFFERED="1",
 )
 
-from bench.common import start_daphne  # noqa: E402
+from bench.common import (  # noqa: E402
+    children_cpu_seconds,
+    cpu_seconds,
+    in_namespace,
+    start_daphne,
+)
 
 BIN = Path(sys.executable).parent
 PORT = 18768
@@ -243,14 +248,33 @@ def bare_preview(i: int) -> float:
     return took
 
 
-def wrk(args: list[str], prefix: list[str] | None = None) -> tuple[float, float, float]:
-    """(requests/s, p50 ms, p99 ms) of one wrk run."""
-    out = subprocess.run(
+Row = tuple[float, float, float, dict[str, float]]
+
+
+def wrk(
+    args: list[str],
+    prefix: list[str] | None = None,
+    app: list[int] | None = None,
+    proxy: list[int] | None = None,
+) -> Row:
+    """(requests/s, p50 ms, p99 ms, CPU µs per request) of one wrk run; the CPU used
+    by the `app`'s processes, the `proxy`'s and wrk's own, over the requests made."""
+    before = cpu_seconds(app or []), cpu_seconds(proxy or []), children_cpu_seconds()
+    run = subprocess.run(
         [*(prefix or []), "wrk", "-t1", "-c32", "-d8s", "--latency", *args],
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout
+    )
+    if run.returncode:
+        raise SystemExit(f"wrk {args} failed ({run.returncode}): {run.stdout} {run.stderr}")
+    out = run.stdout
+    after = cpu_seconds(app or []), cpu_seconds(proxy or []), children_cpu_seconds()
+    done = re.search(r"(\d+) requests in", out)
+    assert done, out
+    cpu = {
+        who: (b - a) / int(done.group(1)) * 1e6
+        for who, a, b in zip(("app", "proxy", "wrk"), before, after, strict=True)
+    }
 
     def latency(pct: str) -> float:
         m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)$", out, re.M)
@@ -261,7 +285,7 @@ def wrk(args: list[str], prefix: list[str] | None = None) -> tuple[float, float,
     assert rate, out
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     assert not errors, out
-    return float(rate.group(1)), latency("50"), latency("99")
+    return float(rate.group(1)), latency("50"), latency("99"), cpu
 
 
 def main() -> None:
@@ -313,6 +337,9 @@ def main() -> None:
         while "runner agent started" not in (DATA_DIR / "agent.log").read_text():
             assert time.monotonic() < deadline, "agent did not start"
             time.sleep(0.1)
+        while "preview gateway serving" not in (DATA_DIR / "gateway.log").read_text():
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.1)
         # Warm-up: fills the dependency cache, first connections, first containers.
         _, warm = berth_preview(client, "app")
         stop(client, warm)
@@ -332,6 +359,7 @@ def main() -> None:
         from previews.models import Preview
 
         pid = Preview.objects.get(public_id=fast["id"]).sandbox_pid
+        assert pid, "the preview has no sandbox process"
         gateway, direct, ceiling, nginx = [], [], [], []
         inside = ["nsenter", f"--net=/proc/{pid}/ns/net"]
         if shutil.which("nginx"):
@@ -361,6 +389,9 @@ def main() -> None:
             except OSError:
                 assert time.monotonic() < deadline, "the trivial daphne did not start"
                 time.sleep(0.1)
+        # The app: every process in the sandbox's namespace but nginx and wrk's own.
+        sandbox = in_namespace(pid)
+        app = [p for name, pids in sandbox.items() if name not in ("nginx", "wrk") for p in pids]
         for _ in range(args.rounds if args.only != "a" else 0):
             gateway.append(
                 wrk(
@@ -370,13 +401,16 @@ def main() -> None:
                         "-H",
                         f"Cookie: {cookie}",
                         f"http://127.0.0.1:{GATEWAY}/",
-                    ]
+                    ],
+                    app=app,
+                    proxy=[procs[1].pid],
                 )
             )
-            direct.append(wrk(["http://127.0.0.1:8000/"], inside))
-            ceiling.append(wrk([f"http://127.0.0.1:{PORT + 1}/"]))
+            direct.append(wrk(["http://127.0.0.1:8000/"], inside, app=app))
+            ceiling.append(wrk([f"http://127.0.0.1:{PORT + 1}/"], proxy=[trivial.pid]))
             if shutil.which("nginx"):
-                nginx.append(wrk([f"http://127.0.0.1:{NGINX_PORT}/"], inside))
+                workers = in_namespace(pid).get("nginx", [])
+                nginx.append(wrk([f"http://127.0.0.1:{NGINX_PORT}/"], inside, app, workers))
         stop(client, client.call("GET", f"/api/v1/previews/{fast['id']}"))
     finally:
         for proc in procs:
@@ -419,7 +453,10 @@ def report_b(
     print(
         f"\n(b) small GETs, 32 keep-alive connections, wrk -d8s, {args.rounds} rounds alternating\n"
     )
-    print(f"{'path':34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'':61}{'CPU µs per request':>26}")
+    print(
+        f"{'path':34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'app':>8} {'proxy':>8} {'wrk':>8}"
+    )
     for label, rows in (
         ("through the preview gateway", gateway),
         ("direct, inside the sandbox netns", direct),
@@ -428,14 +465,17 @@ def report_b(
     ):
         if not rows:
             continue
+        cpu = " ".join(f"{med(r[3][who] for r in rows):8.1f}" for who in ("app", "proxy", "wrk"))
         print(
             f"{label:34} {med(r[0] for r in rows):10.0f} {med(r[1] for r in rows):8.2f} "
-            f"{med(r[2] for r in rows):8.2f}"
+            f"{med(r[2] for r in rows):8.2f} {cpu}"
         )
     share = med(r[0] for r in gateway) / med(r[0] for r in direct)
     added = med(r[1] for r in gateway) - med(r[1] for r in direct)
+    rounds = " ".join(f"{g[0] / d[0]:.0%}" for g, d in zip(gateway, direct, strict=True))
     print(
-        f"\ngateway throughput = {share:.0%} of direct; added p50 latency = {added:.2f} ms; "
+        f"\ngateway throughput = {share:.0%} of direct (round by round: {rounds}); added p50 "
+        f"latency = {added:.2f} ms; "
         f"{med(r[0] for r in gateway) / med(r[0] for r in ceiling):.1f}x daphne serving a "
         "trivial app"
     )
@@ -443,6 +483,25 @@ def report_b(
         share = med(r[0] for r in nginx) / med(r[0] for r in direct)
         added = med(r[1] for r in nginx) - med(r[1] for r in direct)
         print(f"nginx proxying in the same place: {share:.0%} of direct, {added:.2f} ms added p50")
+        print(
+            f"gateway throughput = {med(r[0] for r in gateway) / med(r[0] for r in nginx):.0%} "
+            "of nginx's in the same place"
+        )
+    # What the CPU allows: direct, the app alone holds one core (wrk has the other);
+    # through a proxy, the app, the proxy and wrk share this machine's cores, so a proxy's
+    # share of direct is bounded by what the three use per request together.
+    cores = os.cpu_count() or 1
+    app = med(r[3]["app"] for r in direct)
+    print(
+        f"CPU bounds on {cores} cores: direct <= {1e6 / app:.0f}/s (the app's {app:.1f} µs "
+        "per request on one core)",
+        end="",
+    )
+    for label, rows in (("gateway", gateway), ("nginx", nginx)):
+        if rows:
+            used = sum(med(r[3][who] for r in rows) for who in ("app", "proxy", "wrk"))
+            print(f"; {label} <= {cores * 1e6 / used:.0f}/s ({used:.1f} µs per request)", end="")
+    print()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ CRLF = b"\r\n"
 FRAMING = {b"content-length", b"transfer-encoding"}
 ASKED_NOT = {b"expect", b"sec-websocket-key", b"sec-websocket-extensions"}
 
+# What llhttp made of a request that had no body and kept its connection (Exchange's
+# `parsed`): target, headers, host, hosts, cookie, fetch_meta, method, version.
+Parsed = tuple[bytes, list[tuple[bytes, bytes]], str, int, bytes, bool, bytes, str]
+
 
 class Exchange:
     """One request from the client and the state of its answer."""
@@ -38,6 +42,7 @@ class Exchange:
         "counted",
         "ended",
         "expect",
+        "fetch_meta",
         "headers",
         "host",
         "hosts",
@@ -55,16 +60,30 @@ class Exchange:
         "version",
     )
 
-    def __init__(self) -> None:
-        self.target = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.host = ""
-        self.hosts = 0
-        self.cookie = b""
+    def __init__(self, parsed: Parsed | None = None) -> None:
+        self.headers: list[tuple[bytes, bytes]]
+        if parsed is None:
+            self.target = b""
+            self.headers = []
+            self.host = ""
+            self.hosts = 0
+            self.cookie = b""
+            self.fetch_meta = False  # an Origin or Sec-Fetch-* header came (refusal)
+            self.method = b""
+            self.version = "1.1"
+        else:  # a request as llhttp parsed it before (`parsed`)
+            (
+                self.target,
+                self.headers,
+                self.host,
+                self.hosts,
+                self.cookie,
+                self.fetch_meta,
+                self.method,
+                self.version,
+            ) = parsed
         self.length = 0
         self.chunked = self.expect = self.upgrade = False
-        self.method = b""
-        self.version = "1.1"
         self.keep_alive = True
         self.ended = self.answered = self.counted = self.retried = False
         self.pending: list[bytes] = []
@@ -72,6 +91,30 @@ class Exchange:
         self.route: Route | None = None
         self.upstream: Upstream | None = None
         self.tail = b""
+
+    def parsed(self) -> Parsed | None:
+        """What llhttp made of this request, when that is all there is to it: no body,
+        no Expect, no upgrade, and the connection kept (a request a client repeats); taken
+        as its head is read, before routing changes anything."""
+        if (
+            self.length
+            or self.chunked
+            or self.expect
+            or self.upgrade
+            or not self.keep_alive
+            or self.tail
+        ):
+            return None
+        return (
+            self.target,
+            self.headers,
+            self.host,
+            self.hosts,
+            self.cookie,
+            self.fetch_meta,
+            self.method,
+            self.version,
+        )
 
 
 def chunk(data: bytes) -> bytes:

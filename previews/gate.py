@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote
 
@@ -56,7 +57,7 @@ class Target:
     ns: Namespace | None
     run_id: str | None
 
-    @property
+    @cached_property  # asked of every request to the preview: a Target never changes
     def ready(self) -> bool:
         return self.state == PreviewState.READY and self.ns is not None
 

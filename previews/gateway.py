@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -51,25 +50,41 @@ log = logging.getLogger("berth.previews")
 KEEP_IDLE = 64  # idle upstream connections kept per sandbox (and to the web process)
 
 
-@dataclass(frozen=True)
 class Route:
     """Where one request goes: the sandbox of `target`, the web process (to ask it what
-    to do), or an answer of the gateway's own (`status`, `code`, `message`)."""
+    to do), or an answer of the gateway's own (`status`, `code`, `message`).
 
-    kind: str  # "sandbox" | "app" | "answer"
-    target: gate.Target | None = None
-    status: int = 0
-    code: str = ""
-    message: str = ""
-    title: str = ""
+    A plain class with its pool key worked out once: a route into a ready preview is
+    made once per cached target (Gateway.into), not once per request."""
 
-    @property
-    def key(self) -> Any:
-        """Which kept connections serve this route: the sandbox's port, or the app's."""
-        if self.kind == "sandbox":
-            assert self.target is not None
-            return (self.target.ns, self.target.port)
-        return "app"
+    __slots__ = ("code", "key", "kind", "message", "status", "target", "title")
+
+    def __init__(
+        self,
+        kind: str,  # "sandbox" | "app" | "answer"
+        target: gate.Target | None = None,
+        status: int = 0,
+        code: str = "",
+        message: str = "",
+        title: str = "",
+    ) -> None:
+        self.kind = kind
+        self.target = target
+        self.status = status
+        self.code = code
+        self.message = message
+        self.title = title
+        # Which kept connections serve this route: the sandbox's port (its namespace
+        # by pid and inode: plain ints hash in C), or the app's.
+        if kind == "sandbox":
+            assert target is not None and target.ns is not None
+            self.key: Any = (target.ns.pid, target.ns.inode, target.port)
+        else:
+            self.key = "app"
+
+    def about(self, target: gate.Target) -> "Route":
+        """The same answer, about `target` (its frame-ancestors)."""
+        return Route(self.kind, target, self.status, self.code, self.message, self.title)
 
 
 APP = Route("app")
@@ -90,6 +105,9 @@ MISDIRECTED = Route(
     "or a release's address, or Berth's own port for Berth.",
 )
 LOOK_UP = ""  # a release host whose route is not known lately
+TICKET_PATH = gate.TICKET_PATH.encode()
+TICKET_QUERY = TICKET_PATH + b"?"
+CACHED = 10_000  # entries a memo of the gateway's keeps before it starts again
 
 
 class Gateway:
@@ -100,6 +118,9 @@ class Gateway:
         self.lookups = Lookups()
         self.key = gate.gateway_key()
         self.idle: dict[Any, list[Any]] = {}
+        self.hosts: dict[str, tuple[str | None, tuple[str, str] | None, str]] = {}
+        self.routes: dict[str, Route] = {}  # into each cached target (`into`)
+        self.cookies: dict[bytes, str | None] = {}  # Cookie headers' preview cookies
         # Read once: Django's settings object costs a lookup per attribute per request.
         self.max_connections = settings.PREVIEW_MAX_CONNECTIONS
         self.max_body = settings.PREVIEW_MAX_BODY_BYTES
@@ -124,13 +145,16 @@ class Gateway:
 
     def decide(self, ex: Any) -> Route | None:
         """The route from what the caches know now; None when a lookup is needed first."""
-        public_id = self._public_id(ex.host)
+        named = self._named(ex.host)
+        public_id = named[0] if named[0] is not None else self._released(named[1])
         if public_id is MISDIRECTED:
             return MISDIRECTED
+        target = ex.target
         if (
             public_id is None
-            or not ex.target.startswith(b"/")
-            or ex.target.split(b"?", 1)[0] == gate.TICKET_PATH.encode()
+            or not target.startswith(b"/")
+            or target == TICKET_PATH
+            or target.startswith(TICKET_QUERY)
         ):
             return APP  # nothing released there, or a request the web process answers
         if public_id == LOOK_UP:
@@ -145,21 +169,18 @@ class Gateway:
             # goes on as the preview was (at most 2 s ago), so a busy preview's
             # requests do not all stall on one lookup each second.
             asyncio.get_running_loop().create_task(self._refresh(public_id))
-        if t is not None and not t.public and self.guard:
+        # A request without Origin or Sec-Fetch-* (ex.fetch_meta) is never refused
+        # (previews.headers.refusal): the rules are read only when there is one.
+        if ex.fetch_meta and t is not None and not t.public and self.guard:
             # Here too, not only in the web process it hands the rest to: a refused
             # WebSocket then gets Berth's error shape, which daphne cannot give it.
-            why = refusal(
-                ex.headers,
-                ex.method.decode("latin-1"),
-                ex.upgrade,
-                own_origin(self.scheme, ex.host),
-            )
+            why = refusal(ex.headers, ex.method.decode("latin-1"), ex.upgrade, named[2])
             if why is not None:
                 return Route("answer", t, 403, REFUSED, why, "Refused: a request from another site")
         if t is None or not t.ready or ex.upgrade:
             return APP  # typed pages, the hold, WebSockets (and their watch): ask
         if not t.public:
-            value = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
+            value = self._viewer_value(ex.cookie)
             if not value:
                 return APP
             seen = self.lookups.viewers.get((t.public_id, value))
@@ -169,14 +190,35 @@ class Gateway:
                 return APP
         return self.admit(ex, t)
 
+    def _viewer_value(self, cookie: bytes) -> str | None:
+        """The preview cookie's value in a Cookie header (once per distinct header)."""
+        if not cookie:
+            return None
+        try:
+            return self.cookies[cookie]
+        except KeyError:
+            if len(self.cookies) > CACHED:
+                self.cookies.clear()
+            value = self.cookies[cookie] = viewer_cookie(parse_cookies(cookie))
+            return value
+
     def admit(self, ex: Any, t: gate.Target) -> Route:
         """The route into `t`'s sandbox, unless it is at its connection cap or the
         request's body is past the cap."""
         if self.lookups.open.get(t.public_id, 0) >= self.max_connections:
-            return replace(BUSY, target=t)  # the target: its answer's frame-ancestors
+            return BUSY.about(t)  # the target: its answer's frame-ancestors
         if ex.length > self.max_body:
-            return replace(self.too_large, target=t)
-        return Route("sandbox", t)
+            return self.too_large.about(t)
+        return self.into(t)
+
+    def into(self, t: gate.Target) -> Route:
+        """The route into `t`'s sandbox: one per cached target, kept as long as it is."""
+        route = self.routes.get(t.public_id)
+        if route is None or route.target is not t:
+            if len(self.routes) > CACHED:
+                self.routes.clear()
+            route = self.routes[t.public_id] = Route("sandbox", t)
+        return route
 
     def verdict(self, ex: Any, value: bytes) -> gate.Target:
         """The web process said "serve it": the target it named, remembered as the
@@ -214,14 +256,19 @@ class Gateway:
                 await self.lookups.viewer(viewer_cookie(parse_cookies(ex.cookie)), t)
         return self.decide(ex) or APP  # a cache that expired meanwhile: the slow road
 
-    def _public_id(self, host: str) -> Any:
-        """The preview (or release process) a host names: its public id; None for a
-        release host with nothing released; LOOK_UP for one not looked up lately;
-        MISDIRECTED for a host that is neither."""
-        public_id = self.lookups.preview_of(host)
-        if public_id is not None:
-            return public_id
-        release = self.lookups.release_of(host)
+    def _named(self, host: str) -> tuple[str | None, tuple[str, str] | None, str]:
+        """What a host names (a preview's public id, or a release host's workspace and
+        team) and the origin its pages have: worked out once per host, not per request."""
+        named = self.hosts.get(host)
+        if named is None:
+            if len(self.hosts) > CACHED:
+                self.hosts.clear()
+            preview = self.lookups.preview_of(host)
+            release = self.lookups.release_of(host) if preview is None else None
+            named = self.hosts[host] = (preview, release, own_origin(self.scheme, host))
+        return named
+
+    def _released(self, release: tuple[str, str] | None) -> Any:
         if not release:
             return MISDIRECTED
         cached = self.lookups.routes.get(release)
@@ -265,7 +312,8 @@ class Gateway:
 
     def forget_namespace(self, ns: Namespace) -> None:
         self.lookups.targets.clear()
-        for key in [k for k in self.idle if k != "app" and k[0] == ns]:
+        self.routes.clear()
+        for key in [k for k in self.idle if k != "app" and k[:2] == (ns.pid, ns.inode)]:
             for upstream in self.idle.pop(key):
                 upstream.close()
 

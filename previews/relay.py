@@ -6,6 +6,12 @@ the side toward the app is previews.relay_upstream, a WebSocket is previews.tunn
 Framing is previews.framing's. Backpressure both ways: a side whose send buffer
 passes HIGH_WATER stops the other side's reading until it drains, so a 50 MB answer
 never sits in memory.
+
+A client repeats itself on a kept connection (the same request for the same page, an
+app the same answer): a read whose bytes are the connection's last request again, from
+where a request starts, takes what llhttp made of them then (`Client._replay`, and
+`Upstream._replay` for answers) instead of a Python call per header. Only the parsing
+is skipped: every such request is routed, checked and rewritten as any other.
 """
 
 import asyncio
@@ -17,10 +23,10 @@ import httptools
 from django.conf import settings
 
 from previews import tunnel
-from previews.framing import Exchange, request_header_block
+from previews.framing import Exchange, Parsed, request_header_block
 from previews.gateway import Gateway, Route
 from previews.relay_answers import BACKLOG, Answering
-from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, Upstream
+from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, MEMO_MAX, Upstream
 from sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
@@ -47,6 +53,12 @@ class Client(Answering, asyncio.Protocol):
         self.no_more = False  # no further request will be read: close once all are answered
         self.lingering = False  # answered and ended our side; discarding what still comes
         self.in_head = True  # reading a request's line and headers
+        self.at_start = True  # llhttp is where a request starts (nothing of one read yet)
+        self.begun = 0  # requests llhttp has begun on this connection
+        # This connection's last request, when it came whole in one read with nothing
+        # after it and no body: those bytes, and what llhttp made of them (`_replay`).
+        self.memo: tuple[bytes, Parsed | None] = (b"", None)
+        self.head: Parsed | None = None  # the last request's, as its head was read
         self.head_size = 0
         self.raw_head = 0
         self.last = 0.0
@@ -72,6 +84,11 @@ class Client(Answering, asyncio.Protocol):
         self.last = self.loop.time()
         if self.no_more or self.lingering:
             return
+        memo = self.memo
+        if self.at_start and memo[1] is not None and data == memo[0]:
+            self._replay(memo[1])
+            return
+        fresh, begun = self.at_start, self.begun
         if self.in_head:
             # llhttp keeps a header it has not seen the end of: bound what it may keep.
             self.raw_head += len(data)
@@ -97,6 +114,34 @@ class Client(Answering, asyncio.Protocol):
                 )
         except httptools.HttpParserError as e:
             self._refuse(400, "bad_request", f"This is not HTTP/1.1 the gateway can read ({e}).")
+        else:
+            # One whole request, begun and ended in this read, with nothing after it.
+            if (
+                fresh
+                and self.at_start
+                and self.begun == begun + 1
+                and self.head is not None
+                and len(data) <= MEMO_MAX
+            ):
+                self.memo = (data, self.head)
+
+    def _replay(self, parsed: Parsed) -> None:
+        """A request whose bytes are those of this connection's last one, which came
+        whole in one read and was parsed from where a request starts, as this one is:
+        llhttp, a state machine, would make the same of them. So its callbacks' results
+        (the Exchange's parsed fields) are taken as they were, and the rest goes on as
+        from llhttp's callbacks (`_headed`, `_ended`): most clients repeat the same
+        request on a connection, and this skips a Python call per header."""
+        ex = self.parsing = Exchange(parsed)
+        self.begun += 1
+        try:
+            self._headed(ex)
+            self._ended(ex)
+        except Exception as e:  # as llhttp reports a callback's fault (data_received)
+            log.error("preview gateway: handling a request failed", exc_info=e)
+            self._refuse(
+                500, "gateway_error", "The preview gateway failed on this request; try again."
+            )
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Unreadable input: the requests read before it are answered in order, then
@@ -180,6 +225,8 @@ class Client(Answering, asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.parsing = Exchange()
         self.in_head = True
+        self.at_start = False
+        self.begun += 1
         self.head_size = 0
 
     def on_url(self, url: bytes) -> None:
@@ -207,6 +254,8 @@ class Client(Answering, asyncio.Protocol):
             ex.chunked = True  # llhttp refuses any coding not ending in chunked
         elif name == b"expect":
             ex.expect = True
+        elif name == b"origin" or name.startswith(b"sec-fetch-"):
+            ex.fetch_meta = True
 
     def on_headers_complete(self) -> None:
         ex = self.parsing
@@ -225,6 +274,11 @@ class Client(Answering, asyncio.Protocol):
             ex.keep_alive = False
         if ex.hosts != 1:
             ex.host = ""  # none or several: the web process answers that
+        self.head = ex.parsed()  # before routing changes anything (an Expect answered)
+        self._headed(ex)
+
+    def _headed(self, ex: Exchange) -> None:
+        """A request's head is read: it joins the queue, and goes on if it is first."""
         self.queue.append(ex)
         if len(self.queue) == 1:
             self._dispatch(ex)
@@ -251,7 +305,10 @@ class Client(Answering, asyncio.Protocol):
                 self._pause("buffer")
 
     def on_message_complete(self) -> None:
-        ex = self.parsing
+        self.at_start = True
+        self._ended(self.parsing)
+
+    def _ended(self, ex: Exchange) -> None:
         ex.ended = True
         self.in_head = True
         if ex.upstream is not None and ex.route is not None and ex.route.kind == "sandbox":
@@ -363,12 +420,13 @@ class Client(Answering, asyncio.Protocol):
         upstream.transport.write(self._head(ex))
         if ex.route is not None and ex.route.kind == "app":
             return  # a question: the body waits for the verdict (`decided`)
-        for piece in ex.pending:
-            upstream.write_body(piece, ex.chunked)
-        ex.pending.clear()
-        ex.pending_size = 0
-        self._resume("buffer")
-        if ex.ended:
+        if ex.pending:
+            for piece in ex.pending:
+                upstream.write_body(piece, ex.chunked)
+            ex.pending.clear()
+            ex.pending_size = 0
+            self._resume("buffer")
+        if ex.ended and ex.chunked:
             upstream.end_body(ex.chunked)
 
     def _head(self, ex: Exchange) -> bytes:

@@ -113,7 +113,8 @@ class Answering:
             return
         if upstream.mode == "chunked":
             self.write(b"0\r\n\r\n")
-        self.flush()  # before the connection may close, or the next answer start
+        if self.out is not None:
+            self.flush()  # before the connection may close, or the next answer start
         upstream.ex = None
         upstream.client = None
         if not ex.ended:
@@ -264,10 +265,11 @@ class Answering:
         if self.close_after or (self.no_more and not self.queue):
             self._close(unread=not ex.ended)
             return
-        self._resume("upstream")  # that upstream's buffer is not this client's business now
-        self._resume("buffer")
-        if len(self.queue) <= BACKLOG:
-            self._resume("backlog")
+        if self.paused:
+            self._resume("upstream")  # that upstream's buffer is not this client's now
+            self._resume("buffer")
+            if len(self.queue) <= BACKLOG:
+                self._resume("backlog")
         if self.queue:
             self._dispatch(self.queue[0])
 

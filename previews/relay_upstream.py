@@ -21,6 +21,10 @@ log = logging.getLogger("berth.previews")
 
 HIGH_WATER = 256 * 1024
 MAX_RAW_HEAD = 1024 * 1024  # bytes read while an answer's head is incomplete
+MEMO_MAX = 16 * 1024  # the longest read kept to be recognised again (Upstream.memo)
+# What llhttp made of an answer (Upstream.memo): status, reason, headers, whether it
+# keeps the connection, and the body's pieces.
+Answer = tuple[int, bytes, list[tuple[bytes, bytes]], bool, tuple[bytes, ...]]
 
 
 class Upstream(asyncio.Protocol):
@@ -40,9 +44,17 @@ class Upstream(asyncio.Protocol):
         self.keep = True
         self.mode = "raw"
         self.reason = b""
+        self.status = 0
+        self.keep_alive = True
         self.headers: list[tuple[bytes, bytes]] = []
         self.headed = False  # the answer's head has been read
         self.raw_head = 0
+        self.at_start = True  # llhttp is where an answer starts
+        self.begun = 0  # answers llhttp has begun on this connection
+        # What llhttp made of the last answer that came whole in one read from where an
+        # answer starts, with nothing after it, and those bytes (`_replay`).
+        self.memo: tuple[bytes, Answer | None] = (b"", None)
+        self.seen: list[bytes] = []  # the answer's body as llhttp hands it over
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -100,18 +112,55 @@ class Upstream(asyncio.Protocol):
                 self._broken(client, "its answer's headers are too large")
                 return
         client.batch()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as e:
-            client.flush()
-            self._broken(client, str(e))
-            return
+        memo = self.memo
+        if self.at_start and memo[1] is not None and data == memo[0]:
+            try:
+                self._replay(memo[1])
+            except Exception as e:  # as llhttp reports a callback's fault
+                client.flush()
+                self._broken(client, str(e))
+                return
+        else:
+            fresh, begun = self.at_start, self.begun
+            self.seen = []  # this read's pieces only: an answer to keep comes in one read
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError as e:
+                client.flush()
+                self._broken(client, str(e))
+                return
+            if (
+                fresh
+                and self.at_start
+                and self.begun == begun + 1
+                and not self.skip
+                and self.keep
+                and len(data) <= MEMO_MAX
+            ):
+                self.memo = (
+                    data,
+                    (self.status, self.reason, self.headers, self.keep_alive, tuple(self.seen)),
+                )
         client.flush()
         if self.done:
             # Only now, with the whole read parsed: bytes after the answer mean the
             # connection is not to be reused (on_message_begin said so).
             self.done = False
             client.respond_end(self)
+
+    def _replay(self, answer: "Answer") -> None:
+        """An answer whose bytes are those of the last one this connection parsed whole
+        from where an answer starts, as this one is: llhttp, a state machine, would call
+        back with the same again, so what it called back with then is called again
+        (the head, the body's pieces, the end), as the callbacks below would."""
+        status, reason, headers, keep_alive, body = answer
+        self.on_message_begin()
+        self.reason = reason
+        self.headers = headers
+        self._headed(status, keep_alive)
+        for piece in body:
+            self.on_body(piece)
+        self.on_message_complete()
 
     def _broken(self, client: "Client", why: str) -> None:
         self.keep = False
@@ -139,8 +188,11 @@ class Upstream(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.done:
             self.keep = False  # a second answer to one request
+        self.at_start = False
+        self.begun += 1
         self.headers = []
         self.reason = b""
+        self.seen = []
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
@@ -149,7 +201,10 @@ class Upstream(asyncio.Protocol):
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
+        self._headed(self.parser.get_status_code(), self.parser.should_keep_alive())
+
+    def _headed(self, status: int, keep_alive: bool) -> None:
+        self.status, self.keep_alive = status, keep_alive
         if status < 200:
             # Interim answers (103 Early Hints) are dropped: the final answer follows.
             # Neither the app nor the web process is sent an Expect (the gateway
@@ -157,15 +212,17 @@ class Upstream(asyncio.Protocol):
             self.skip = True
             return
         self.headed = True
-        self.keep = self.keep and self.parser.should_keep_alive()
+        self.keep = self.keep and keep_alive
         if self.client is not None and not self.done:
             self.client.respond_head(self, status, self.reason, self.headers)
 
     def on_body(self, body: bytes) -> None:
+        self.seen.append(body)
         if not self.skip and not self.done and self.client is not None:
             self.client.respond_body(self, body)
 
     def on_message_complete(self) -> None:
+        self.at_start = True
         if self.skip:
             self.skip = False
             return

@@ -7,6 +7,7 @@ gateway included, are test_previews.py's and test_preview_lifecycle.py's."""
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 
@@ -55,6 +56,55 @@ def test_everything_else_goes_to_the_web_process_naming_the_real_client(gw):
     r = get(gw, gate.TICKET_PATH + "?t=x")
     assert r.json()["web"] is True
     assert r.headers["Set-Cookie"] == f"{gate.COOKIE_LAX}=set-by-berth; Path=/"
+
+
+def read_answer(s: socket.socket) -> tuple[bytes, bytes]:
+    """One answer with a Content-Length off a kept connection: its head and body."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += s.recv(65536)
+    head, _, body = got.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length: *(\d+)", head)
+    assert length, head
+    while len(body) < int(length.group(1)):
+        body += s.recv(65536)
+    return head, body
+
+
+def test_a_request_and_an_answer_repeated_on_a_connection_are_checked_and_rewritten_each_time(
+    gw,
+):
+    """The same bytes again on a connection (a client repeating its request, an app
+    its answer) skip llhttp's callbacks (previews.relay, previews.relay_upstream), never
+    the rules: each repeat is checked against the caches and rewritten both ways."""
+    request = (
+        b"GET /same HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer berth_x\r\n"
+        b"X-Forwarded-For: 6.6.6.6\r\nCookie: %s=good; sessionid=s; mine=kept\r\n\r\n"
+        % (HOST.encode(), gate.COOKIE_LAX.encode())
+    )
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s:
+        for _ in range(3):
+            s.sendall(request)
+            head, body = read_answer(s)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            seen = json.loads(body)
+            assert "authorization" not in seen and seen["cookie"] == "mine=kept"
+            assert seen["x-forwarded-for"] == "127.0.0.1"
+            lines = head.lower().split(b"\r\n")
+            cookies = [h for h in lines if h.startswith(b"set-cookie")]
+            assert cookies == [b"set-cookie: own=1; path=/"]
+            assert b"content-security-policy: frame-ancestors 'none'" in lines
+        wait_for(
+            lambda: [u for kept in list(gw.idle.values()) for u in kept if u.memo[1]],
+            10,
+            0.01,
+            "the app's repeated answer to be recognised",
+        )
+        # The viewer's access withdrawn: the same bytes are the web process's to answer.
+        gw.lookups.viewers[("abc123", "good")] = (time.monotonic() + 3600, False)
+        s.sendall(request)
+        _, body = read_answer(s)
+        assert json.loads(body)["web"] is True
 
 
 def test_pipelined_requests_are_answered_in_order(gw):

@@ -99,6 +99,15 @@ class App(BaseHTTPRequestHandler):
                     if key in query
                 ],
             )
+        elif self.path == "/same":
+            # The same bytes for the same request (no Date), in one write: an answer
+            # the gateway sees again on a kept connection.
+            body = json.dumps({k.lower(): v for k, v in self.headers.items()}).encode()
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Frame-Options: DENY\r\n"
+                b"Set-Cookie: own=1; Path=/\r\nSet-Cookie: x=1; Domain=localhost\r\n\r\n%s"
+                % (len(body), body)
+            )
         elif self.path == "/identity":
             self.send_response(200)
             self.send_header("Transfer-Encoding", "identity")
