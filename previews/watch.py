@@ -13,11 +13,8 @@ polling: the process's exit ends its run, and previews.actions.on_run_finished f
 import asyncio
 import logging
 from datetime import timedelta
-from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from django.utils import timezone
 
 from previews import actions
@@ -26,6 +23,7 @@ from previews.probe import probe
 from runs.models import RunState
 from sandbox import backend
 from sandbox.egress.policy import PROXY_PORT
+from sandbox.loop import db as _db
 from sandbox.netns import Namespace, NamespaceGone, listening_ports
 
 log = logging.getLogger("berth.runner_agent")
@@ -34,16 +32,6 @@ log = logging.getLogger("berth.runner_agent")
 # taken for a mistake in workspace.toml (servers bind within milliseconds of starting;
 # one that opens an admin port first and its main port later gets 3 s to do so).
 WRONG_PORT_AFTER_S = 3.0
-
-
-def _db(fn: Any) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            close_old_connections()
-
-    return sync_to_async(call, thread_sensitive=True)
 
 
 class Watcher:
