@@ -102,6 +102,7 @@ def _row(name: str) -> Sandbox | None:
 class EngineLoop:
     def __init__(self) -> None:
         self.finalizing: set[str] = set()  # by container name
+        self.known: dict[str, Sandbox] = {}  # live rows by container name, from their start
         self.loop: asyncio.AbstractEventLoop | None = None
         self.background: set[asyncio.Task[None]] = set()
         self.egress = Egress(db)
@@ -186,7 +187,8 @@ class EngineLoop:
                 elif status == "oom" and name:
                     self.oom_seen.add(name)  # sent before the container's die, if at all
                 elif status in ("start", "die") and name:
-                    sandbox = await db(_row)(name)
+                    # Its row as seen at its start (a die follows it), else asked for.
+                    sandbox = self.known.get(name) or await db(_row)(name)
                     if sandbox is None or not sandbox.is_live:
                         continue  # not ours to carry: the reconcile removes it
                     if status == "start":
@@ -200,12 +202,13 @@ class EngineLoop:
                 log.exception("handling %s of %s failed", status, name)
 
     async def started(self, sandbox: Sandbox) -> None:
-        await db(sandbox.mark_running)()
+        self.known[sandbox.name] = sandbox
         # First: the sandbox's command waits for its egress proxy.
         self.spawn(self.safely(lambda: self.egress.offer(sandbox)))
         owner = owner_of(sandbox)
         if owner is not None:
-            await owner.started(sandbox)
+            await owner.started(sandbox)  # its output followed from the first line
+        await db(sandbox.mark_running)()
 
     def _facts_of_die(self, name: str, attrs: dict[str, str]) -> dict[str, Any] | None:
         """The exit as the die event tells it, or None to ask the engine. An exit by
@@ -230,6 +233,8 @@ class EngineLoop:
                 facts = await asyncio.to_thread(backend.finalize_facts, sandbox.name)
             if facts is not None and facts.get("running"):
                 return  # restarted meanwhile: not an exit
+            # As it is now: a stop asked for while it ran says why it ended.
+            await db(sandbox.refresh_from_db)()
             if facts is not None:
                 await db(sandbox.mark_exited)(facts.get("exit_code"), facts.get("oom_killed"))
             owner = owner_of(sandbox)
@@ -240,6 +245,7 @@ class EngineLoop:
                 await on_thread(_remove)(sandbox)
         finally:
             self.finalizing.discard(sandbox.name)
+            self.known.pop(sandbox.name, None)
 
     # -- deadlines, stops, CPU -------------------------------------------------------
 
@@ -321,6 +327,7 @@ class EngineLoop:
             gone = sandbox.name not in there and sandbox.name not in self.finalizing
             if gone and sandbox.state in (SandboxState.RUNNING, SandboxState.EXITED):
                 await db(sandbox.mark_removed)()
+                self.known.pop(sandbox.name, None)
         await self._reconcile_stray_volumes(there)
         for kind, owner in registered_kinds().items():
             await owner.reconciled(carried.get(kind, set()))
