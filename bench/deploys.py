@@ -166,7 +166,7 @@ def deploy(
     def ms(a: datetime | None, b: datetime | None) -> float:
         return (b - a).total_seconds() * 1000 if a and b else float("nan")
 
-    from runs import logstore
+    from logs import logstore
 
     commit_s = next(
         (

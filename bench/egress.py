@@ -106,7 +106,8 @@ def start(cmd: list[str], name: str) -> subprocess.Popen:
 def sandboxed(
     workspace: object, actor: object, port: int, n: int, command: str = ""
 ) -> list[float]:
-    from runs import actions, logstore
+    from logs import logstore
+    from runs import actions
     from runs.models import Run
 
     command = command or "; ".join([f"{CURL} http://files.test:{port}/50m"] * n)

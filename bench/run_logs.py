@@ -31,7 +31,7 @@ from bench.common import start_daphne  # noqa: E402
 AGENT = """
 import sys, time, django
 django.setup()
-from runs import logstore
+from logs import logstore
 run_id, total = sys.argv[1], int(sys.argv[2])
 with logstore.LogWriter(run_id) as w:
     signalled = 0.0
@@ -86,7 +86,7 @@ def new_run() -> str:
 
 
 def finish(run_id: str) -> None:
-    from runs import logstore
+    from logs import logstore
     from runs.models import Run
 
     Run.objects.get(public_id=run_id).finish("succeeded", "exit_zero", "Exited with 0.", 0)
@@ -156,7 +156,7 @@ def main() -> None:
     token = setup_instance()
     port = 18766
     server = start_daphne(port)
-    from runs.logstore import LogWriter
+    from logs.logstore import LogWriter
 
     try:
         replayed = new_run()

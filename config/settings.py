@@ -286,7 +286,7 @@ ALLOWED_IMAGES = envlist("ALLOWED_IMAGES", SANDBOX_IMAGE)
 RUN_RECONCILE_EVERY_S = envint("RUN_RECONCILE_EVERY_S", 30)
 RUN_STALE_QUEUED_S = envint("RUN_STALE_QUEUED_S", 120)
 
-# Run logs (runs/logstore.py): stdout+stderr kept per run, and the longest single entry
+# Run logs (logs/logstore.py): stdout+stderr kept per run, and the longest single entry
 # (a longer chunk is split). Past the total, one marker says so and output is dropped.
 RUN_LOG_MAX_BYTES = envint("RUN_LOG_MAX_BYTES", 10 * 1024 * 1024)
 RUN_LOG_MAX_LINE = envint("RUN_LOG_MAX_LINE", 16 * 1024)

@@ -19,6 +19,7 @@ from accounts.actions import record
 from accounts.models import Team
 from core import fanout
 from core.errors import Conflict, Invalid, QuotaExceeded
+from logs import logstore
 from previews import gate
 from previews.models import (
     LIVE_STATES,
@@ -29,7 +30,7 @@ from previews.models import (
 )
 from previews.outcomes import describe, last_lines
 from runs import actions as runner_actions
-from runs import logstore, services
+from runs import services
 from runs.models import Purpose, Run
 from runs.quotas import Limits
 from workspaces.models import Workspace
@@ -322,7 +323,7 @@ def _announce(preview: Preview) -> None:
 def mark_ready(preview: Preview, status: int) -> bool:
     now = timezone.now()
     # No log line here: while the process runs, the agent's follower is the log's one
-    # writer (runs.logstore). What happened is on the preview; its end is logged.
+    # writer (logs.logstore). What happened is on the preview; its end is logged.
     moved = preview.move(
         PreviewState.READY,
         (PreviewState.STARTING,),

@@ -23,8 +23,8 @@ from django.core import signing
 from django.utils import timezone
 
 from accounts.models import ApiToken, Membership
+from logs import logstore
 from previews.models import Preview, PreviewState, PreviewTicket
-from runs import logstore
 from sandbox.netns import Namespace
 
 COOKIE = "berth_preview"  # SameSite=None; Secure; Partitioned: works in iframes

@@ -5,8 +5,8 @@ from typing import Any
 
 from django.conf import settings
 
+from logs import logstore
 from previews.models import Preview
-from runs import logstore
 from runs.models import Run
 
 LAST_LINES = 5  # of the process's own output, in the message of an exit

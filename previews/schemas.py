@@ -8,8 +8,8 @@ from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
 from core.schemas import In, Out, Timestamp
+from logs import logstore
 from previews.models import Preview, PreviewState
-from runs import logstore
 from runs.schemas import EgressOut, LogPage, SetupOut
 
 # -- requests ---------------------------------------------------------------------------

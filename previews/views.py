@@ -18,12 +18,12 @@ from django.views.decorators.http import require_POST
 from accounts.access import Actor, require_team_admin
 from accounts.models import Membership
 from core.errors import BerthError, NotFound
+from logs import logstore
 from previews import actions
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
 from previews.schemas import PreviewOut
-from runs import logstore
 from workspaces.models import Workspace
 from workspaces.views import clone_url, urls_of, workspace_page
 

@@ -21,7 +21,7 @@ from accounts.access import Actor
 from accounts.auth import authenticate_bearer
 from accounts.socket_access import AccessCheckedConsumer
 from core.errors import BerthError, Invalid, NotFound
-from runs import logstore
+from logs import logstore
 from runs.access import access_run
 from runs.models import Run
 

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from runs import caches, logstore, outputs, secrets
+from logs import logstore
+from runs import caches, outputs, secrets
 from runs.models import Purpose, Run
 from runs.outcomes import EXIT_EGRESS_WAIT, EXIT_NOT_FOUND, describe
 from runs.prepare import commit_release_image, start_main

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 from django.utils import timezone
 
-from runs import caches, ending, quotas, tasks
-from runs.follow import Follower
+from logs.follow import Follower
+from runs import caches, ending, quotas, secrets, tasks
 from runs.models import ACTIVE_STATES, DepCache, EgressEvent, Run, RunState, TeamCpuDay
 from runs.outcomes import describe
 from runs.prepare import remove_run
@@ -29,6 +29,20 @@ log = logging.getLogger("berth.runner_agent")
 # A queued run no worker has picked up by then is sent again (the task is idempotent).
 STALE_PREPARING = timedelta(seconds=settings.RUN_STALE_QUEUED_S)
 RUNNING_GRACE = timedelta(seconds=15)  # a just-started run may not be listed yet
+
+
+def masker_of(run_id: str) -> secrets.Masker:
+    """The values the run was granted (sealed on the run when it was prepared), masked
+    before a line is stored (a value split across two 16 KB pieces of one long line is
+    the one case this cannot see). Asked on the follower's own thread."""
+    try:
+        sealed = (
+            Run.objects.filter(public_id=run_id).values_list("secrets_sealed", flat=True).first()
+        )
+        values = secrets.unseal(sealed or "")
+    finally:
+        connection.close()  # that thread asks nothing more of the database
+    return secrets.Masker(values.values())
 
 
 def phase_of(sandbox: Sandbox) -> str:
@@ -50,7 +64,7 @@ class RunOwner:
         current = self.followers.get(container)
         if current is not None and current.is_alive():
             return
-        follower = Follower(run_id, container, self.loop)
+        follower = Follower(run_id, container, self.loop, lambda: masker_of(run_id))
         self.followers[container] = follower
         follower.start()
 

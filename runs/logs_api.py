@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from ninja import Field, Router
 
 from core.schemas import answers
-from runs import logstore
+from logs import logstore
 from runs.access import access_run
 from runs.models import Run
 from runs.schemas import LogEntry, LogPage

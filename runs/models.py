@@ -215,7 +215,7 @@ class Run(models.Model):
         if ended:
             # Whoever wrote the end (agent, task, cancel, reconcile), log watchers hear
             # of it: they re-read the run and send `end`.
-            from runs import logstore
+            from logs import logstore
 
             public_id = self.public_id
             transaction.on_commit(

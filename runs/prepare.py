@@ -16,7 +16,8 @@ from django.utils import timezone
 from docker.types import Mount
 
 from core.errors import BerthError
-from runs import caches, logstore
+from logs import logstore
+from runs import caches
 from runs.models import OWNER, Purpose, Run
 from runs.quotas import cpu_weight
 from sandbox import actions as sandboxes

@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from runs import logstore
+from logs import logstore
 from runs.models import TERMINAL_STATES, Run
 from runs.outputs import artifacts_dir
 

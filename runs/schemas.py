@@ -9,7 +9,8 @@ from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
 from core.schemas import In, Out, Timestamp
-from runs import logstore, quotas
+from logs import logstore
+from runs import quotas
 from runs.models import DepCache, EgressEvent, Run, Secret
 from workspaces.schemas import DiffStats
 

@@ -20,7 +20,8 @@ from django.views.decorators.http import require_POST
 from accounts.access import Actor
 from accounts.models import Membership
 from core.errors import BerthError, Conflict, NotFound
-from runs import actions, logstore, quotas
+from logs import logstore
+from runs import actions, quotas
 from runs.access import access_run
 from runs.durations import took
 from runs.forms import RunForm

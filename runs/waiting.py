@@ -8,7 +8,7 @@ import asyncio
 from channels.db import database_sync_to_async
 
 from core import fanout
-from runs import logstore
+from logs import logstore
 from runs.models import ACTIVE_STATES, Run
 
 MAX_WAIT_S = 120

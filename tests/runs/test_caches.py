@@ -15,7 +15,8 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.models import Activity
 from core.ids import new_id
-from runs import caches, logstore, retention
+from logs import logstore
+from runs import caches, retention
 from runs.models import DepCache, Run, RunState
 from runs.outputs import artifacts_dir
 from sandbox.engine import engine

@@ -6,8 +6,8 @@ import tracemalloc
 
 import pytest
 
-from runs import logstore
-from runs.logstore import LogWriter
+from logs import logstore
+from logs.logstore import LogWriter
 
 
 @pytest.fixture(autouse=True)

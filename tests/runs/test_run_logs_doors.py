@@ -16,7 +16,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from accounts.access import Actor
-from runs import logstore
+from logs import logstore
 from runs.models import Run, RunState
 from tests.support.api import assert_error, bearer
 from tests.support.logs import closed_with, connect, session_cookie, write
@@ -187,7 +187,7 @@ def test_a_member_watching_an_ended_run_gets_it_all_then_the_end(cast, run):
 AGENT = """
 import sys, time, django
 django.setup()
-from runs import logstore
+from logs import logstore
 run_id, total = sys.argv[1], int(sys.argv[2])
 with logstore.LogWriter(run_id) as w:
     signalled = 0.0

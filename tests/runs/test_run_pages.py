@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.models import Activity
+from logs.logstore import LogWriter
 from runs import views
-from runs.logstore import LogWriter
 from runs.models import Run, RunState
 from tests.support.runs import RUNS, finished_run, head, make_run
 from workspaces import actions as workspace_actions

@@ -6,8 +6,8 @@ from django.conf import settings
 from django.test import Client
 
 from config.asgi import application
-from runs import logstore
-from runs.logstore import LogWriter
+from logs import logstore
+from logs.logstore import LogWriter
 from runs.models import Run
 
 

@@ -12,15 +12,13 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
 import docker
-from django.db import connection
 
-from runs import logstore, secrets
-from runs.models import Run
+from logs import logstore
 from sandbox.engine import engine
 
 log = logging.getLogger("berth.runner_agent")
@@ -101,9 +99,19 @@ def _frames(blocks: Iterator[bytes]) -> Iterator[tuple[int, bytes] | None]:
 
 
 class Follower(threading.Thread):
-    def __init__(self, run_id: str, container: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        container: str,
+        loop: asyncio.AbstractEventLoop,
+        masker: Callable[[], Any] | None = None,
+    ) -> None:
+        """`masker`: called once, when following starts, for what masks each piece of
+        output before it is stored (an object with `bytes(data) -> data`)."""
         super().__init__(name=f"follow-{run_id}", daemon=True)
         self.run_id, self.container, self.loop = run_id, container, loop
+        self.make_masker = masker
+        self.masker: Any = None
         self.done = threading.Event()
         self.count = 0
         self.bytes = 0
@@ -121,21 +129,6 @@ class Follower(threading.Thread):
             self._signal(self.count)
             self.done.set()
 
-    def _masker(self) -> secrets.Masker:
-        """The values the run was granted (sealed on the run when it was prepared),
-        masked before a line is stored (a value split across two 16 KB pieces of one
-        long line is the one case this cannot see)."""
-        try:
-            sealed = (
-                Run.objects.filter(public_id=self.run_id)
-                .values_list("secrets_sealed", flat=True)
-                .first()
-            )
-            values = secrets.unseal(sealed or "")
-        finally:
-            connection.close()  # this thread asks nothing more of the database
-        return secrets.Masker(values.values())
-
     def _follow(self, writer: logstore.LogWriter) -> None:
         response = self._logs(writer, follow=True)
         if response is None:
@@ -145,7 +138,7 @@ class Follower(threading.Thread):
         api._disable_socket_timeout(api._get_raw_response_socket(response))
         # Asked for only now: the engine takes a while to answer the request above
         # (longer than a short command runs), and nothing is read before this.
-        self.masker = self._masker()
+        self.masker = self.make_masker() if self.make_masker else None
         writer.batching = True
         self._store(response, writer)
         # Docker 20.10's follow stream can end before it has sent a flood's last lines
