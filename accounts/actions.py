@@ -155,22 +155,27 @@ def set_team_gvisor_policy(team: Team, actor: Actor, required: bool) -> Team:
     return team
 
 
-def set_approvals_required(team: Team, actor: Actor, count: int) -> Team:
-    """How many distinct reviewers must approve each deploy of the team (admins decide;
-    requests already approved are not affected)."""
+def set_approvals_required(
+    team: Team, actor: Actor, count: int, allow_self_approval: bool = False
+) -> Team:
+    """How many distinct reviewers must approve each deploy of the team, and whether
+    the person who asked for a deploy or a sandbox contract (or whose token did) may
+    approve it themselves, confirming it (admins decide; what was approved stays)."""
     if not 1 <= count <= 10:
         raise Invalid("Deploys need between 1 and 10 approvals.", {"field": "approvals_required"})
     with transaction.atomic():
-        before = team.approvals_required
+        before = (team.approvals_required, team.allow_self_approval)
         team.approvals_required = count
-        team.save(update_fields=["approvals_required"])
+        team.allow_self_approval = allow_self_approval
+        team.save(update_fields=["approvals_required", "allow_self_approval"])
         record(
             team,
             actor,
             "team.policy_changed",
             f"team:{team.slug}",
             approvals_required=count,
-            before=before,
+            allow_self_approval=allow_self_approval,
+            before={"approvals_required": before[0], "allow_self_approval": before[1]},
         )
     return team
 

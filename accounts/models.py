@@ -28,6 +28,9 @@ class Team(models.Model):
     cpu_seconds_per_day = models.PositiveIntegerField(null=True, blank=True)
     # Distinct reviewers whose approval a deploy needs (deploys.actions.approve_deploy).
     approvals_required = models.PositiveSmallIntegerField(default=1)
+    # Whether the person who asked (or whose token asked) for a deploy or a sandbox
+    # contract may approve it themselves, confirming it on the page (recorded).
+    allow_self_approval = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -184,7 +184,10 @@ def approvals_policy(request: HttpRequest, membership: Membership) -> HttpRespon
     raw = request.POST.get("approvals_required", "")
     try:
         team = actions.set_approvals_required(
-            membership.team, Actor(membership.user), int(raw) if raw.isdigit() else 0
+            membership.team,
+            Actor(membership.user),
+            int(raw) if raw.isdigit() else 0,
+            request.POST.get("allow_self_approval") == "on",
         )
     except Invalid as e:
         messages.error(request, f"Not saved: {e.message}")
@@ -192,7 +195,12 @@ def approvals_policy(request: HttpRequest, membership: Membership) -> HttpRespon
         messages.success(
             request,
             f"Each deploy now needs {team.approvals_required} "
-            f"approval{'s' if team.approvals_required > 1 else ''}.",
+            f"approval{'s' if team.approvals_required > 1 else ''}; "
+            + (
+                "whoever asked may approve their own request, confirming it."
+                if team.allow_self_approval
+                else "nobody approves their own request."
+            ),
         )
     return redirect("members", team=membership.team.slug)
 

@@ -21,6 +21,7 @@ from runs.caches_api import router as caches_router
 from runs.logs_api import router as logs_router
 from runs.secrets_api import router as secrets_router
 from workspaces.api import router as workspaces_router
+from workspaces.review_api import router as reviews_router
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
 
 api.add_router("/", accounts_router)
 api.add_router("/", workspaces_router)
+api.add_router("/", reviews_router)
 api.add_router("/", logs_router)
 api.add_router("/", runs_router)
 api.add_router("/", secrets_router)

@@ -25,7 +25,7 @@ from previews import actions as preview_actions
 from previews.models import Preview
 from runs import actions as runner_actions
 from runs import services
-from workspaces.models import Workspace
+from workspaces.models import ContractReview, Workspace
 from workspaces.store import open_store, pin_commit
 
 RELEASES_KEPT = 3
@@ -49,6 +49,9 @@ def request_deploy(
         )
     if len(note) > 5000:
         raise Invalid("Keep the note under 5,000 characters.", {"field": "note"})
+    # A release build asks for the commit's sandbox contract: a widened one waits for
+    # its own review before a deploy of it is even asked (workspaces.reviews).
+    runner_actions.admit_contract(workspace, actor, config, commit, ref, "a release build")
     deploy = DeployRequest(
         workspace=workspace,
         ref=ref,
@@ -95,16 +98,34 @@ def _reviewer(deploy: DeployRequest, actor: Actor, verb: str) -> Membership:
 
 
 def approve_deploy(
-    deploy: DeployRequest, actor: Actor, confirm_older: bool = False
+    deploy: DeployRequest, actor: Actor, confirm_older: bool = False, confirm_own: bool = False
 ) -> DeployRequest:
     _reviewer(deploy, actor, "approve")
-    if deploy.requested_by_id == actor.user.pk:
+    own = deploy.requested_by_id == actor.user.pk
+    allowed = deploy.workspace.team.allow_self_approval
+    if own and not (allowed and confirm_own):
         who = "your token" if deploy.token_id else "you"
         raise Forbidden(
-            f"This deploy was asked for by {who}; another reviewer must approve it.",
+            f"This deploy was asked for by {who}; another reviewer must approve it"
+            + (
+                " (your team allows self-approval: confirm that you approve your own request)."
+                if allowed
+                else "."
+            ),
             {"requested_by": actor.user.username},
             code="own_request",
         )
+    # The build runs under the commit's contract: approved on its own page first (a
+    # review decided since the request may also have rejected it). Outside the
+    # transaction, so a review this opens outlives the refusal.
+    review = runner_actions.admit_contract(
+        deploy.workspace,
+        actor,
+        runner_actions.load_config(deploy.workspace, deploy.commit),
+        deploy.commit,
+        deploy.ref,
+        "a release build",
+    )
     with transaction.atomic():
         deploy = (
             DeployRequest.objects.select_for_update()
@@ -148,6 +169,7 @@ def approve_deploy(
             commit=deploy.commit,
             approvals=given,
             needed=needed,
+            self_approved=own,
         )
         if given >= needed and deploy.move(
             DeployState.APPROVED,
@@ -155,7 +177,7 @@ def approve_deploy(
             approved_at=timezone.now(),
             confirmed_older=confirm_older,
         ):
-            _start_build(deploy, actor)
+            _start_build(deploy, actor, review)
     return deploy
 
 
@@ -235,12 +257,18 @@ def _next_number(workspace: Workspace) -> int:
     return (Release.objects.filter(workspace=workspace).aggregate(n=Max("number"))["n"] or 0) + 1
 
 
-def _start_build(deploy: DeployRequest, actor: Actor) -> None:
+def _start_build(deploy: DeployRequest, actor: Actor, review: ContractReview | None) -> None:
     workspace = deploy.workspace
     number = _next_number(workspace)
     image = f"berth-{settings.BERTH_INSTANCE}-release-{workspace.public_id}:{number}"
     run = services.start_build(
-        workspace, actor, deploy.commit, deploy.ref, image, {"deploy": deploy.public_id}
+        workspace,
+        actor,
+        deploy.commit,
+        deploy.ref,
+        image,
+        {"deploy": deploy.public_id},
+        contract_review=review,
     )
     Release.objects.create(
         workspace=workspace, number=number, request=deploy, commit=deploy.commit, image=image

@@ -16,7 +16,7 @@ router = Router(tags=["deploys"])
 
 @router.post(
     "/workspaces/{slug}/deploys",
-    response=answers(DeployOut, 403, 404, 422, status=201),
+    response=answers(DeployOut, 403, 404, 409, 422, status=201),
     summary="Ask for a deploy of a commit; a human reviewer approves it in Berth",
 )
 def request_deploy(request: HttpRequest, slug: str, body: DeployIn | None = None) -> Status:

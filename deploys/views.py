@@ -122,7 +122,10 @@ def review_page(
             c=summary,
             summary=DeployOut.of(deploy),
             approvals=list(deploy.approvals.select_related("user")),
-            can_review=membership.can_review and deploy.requested_by_id != membership.user_id,
+            can_review=membership.can_review
+            and (
+                deploy.requested_by_id != membership.user_id or workspace.team.allow_self_approval
+            ),
             own=deploy.requested_by_id == membership.user_id,
         ),
     )
@@ -142,7 +145,12 @@ def decide(
     actor = _actor(request)
     try:
         if action == "approve":
-            actions.approve_deploy(deploy, actor, request.POST.get("confirm") == "yes")
+            actions.approve_deploy(
+                deploy,
+                actor,
+                request.POST.get("confirm") == "yes",
+                request.POST.get("confirm_own") == "yes",
+            )
             messages.success(
                 request, f"Approved: the release is being built from {deploy.commit[:12]}."
             )

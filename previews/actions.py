@@ -33,7 +33,8 @@ from runs import actions as runner_actions
 from runs import services
 from runs.models import Purpose, Run
 from runs.quotas import Limits
-from workspaces.models import Workspace
+from workspaces.models import ContractReview, Workspace
+from workspaces.reviews import ContractHeld
 from workspaces.store import open_store
 
 SYSTEM = "Berth"
@@ -63,6 +64,7 @@ def start_preview(
             {"field": "ref", "commit": commit},
             code="no_preview_command",
         )
+    review = runner_actions.admit_contract(workspace, actor, config, commit, ref, "a preview")
     preview = Preview(
         workspace=workspace,
         ref=ref,
@@ -78,7 +80,7 @@ def start_preview(
     with transaction.atomic():
         preview.save()
         make_room(preview)
-        _new_process(preview, actor)
+        _new_process(preview, actor, review)
         record(
             workspace.team,
             actor,
@@ -157,7 +159,7 @@ def start_release(
     return preview
 
 
-def _new_process(preview: Preview, actor: Actor) -> None:
+def _new_process(preview: Preview, actor: Actor, review: ContractReview | None = None) -> None:
     run = services.start_service(
         preview.workspace,
         actor,
@@ -166,6 +168,7 @@ def _new_process(preview: Preview, actor: Actor) -> None:
         preview.command,
         purpose=Purpose.RELEASE if preview.kind == "release" else "preview",
         image=preview.image or None,
+        contract_review=review,
     )
     Preview.objects.filter(pk=preview.pk).update(
         run=run,
@@ -224,7 +227,15 @@ def stop_preview(
 
 def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -> Preview:
     """A new process for the preview, from its pinned commit (or `commit`, when a
-    followed branch moved); a live process is stopped first."""
+    followed branch moved); a live process is stopped first. Its contract is admitted
+    first, outside the transaction: a review it opens outlives the refusal."""
+    review = None
+    if preview.kind == "preview":
+        target = commit or preview.commit
+        config = runner_actions.load_config(preview.workspace, target)
+        review = runner_actions.admit_contract(
+            preview.workspace, actor, config, target, preview.ref, "a preview"
+        )
     with transaction.atomic():
         # Only the preview's row is locked: its run is a nullable join, which PostgreSQL
         # cannot lock FOR UPDATE.
@@ -244,7 +255,7 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
         Preview.objects.filter(pk=preview.pk).update(restarts=preview.restarts + 1)
         if not preview.is_live:
             make_room(preview)
-        _new_process(preview, actor)
+        _new_process(preview, actor, review)
         record(
             preview.workspace.team,
             actor,
@@ -396,4 +407,9 @@ def on_branch_moved(
         .filter(workspace=workspace, follow=True, ref=branch, kind="preview", state__in=LIVE_STATES)
         .exclude(commit=sha)
     ):
-        restart_preview(preview, actor, commit=sha)
+        try:
+            restart_preview(preview, actor, commit=sha)
+        except ContractHeld as e:
+            # The branch asks for a contract a person has not approved: the preview
+            # stops, saying so, rather than keep serving a commit it no longer follows.
+            stop_preview(preview, None, reason=e.code, run_message=e.message)

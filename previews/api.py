@@ -22,7 +22,7 @@ def _port(request: HttpRequest) -> str:
 
 @router.post(
     "/workspaces/{slug}/previews",
-    response=answers(PreviewOut, 403, 404, 422, 429, status=202),
+    response=answers(PreviewOut, 403, 404, 409, 422, 429, status=202),
     summary="Start a preview of a commit (the [preview] of its workspace.toml)",
 )
 def start_preview(request: HttpRequest, slug: str, body: PreviewIn | None = None) -> Status:

@@ -16,8 +16,9 @@ from runs.outputs import clean_artifact_paths
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits, within_bounds
 from workspaces import config as workspace_config
+from workspaces import contract, reviews
 from workspaces.gitstore import MODE_TREE
-from workspaces.models import Workspace
+from workspaces.models import ContractReview, Workspace
 from workspaces.store import open_store, pin_commit
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -81,6 +82,14 @@ def start_run(
     limits, warnings = effective_limits(config.sandbox, {"timeout_s": timeout_s})
     chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
     network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
+    review = reviews.admit(
+        workspace,
+        actor,
+        contract.asked(config, runtime, timeout_s),
+        commit=commit,
+        ref=ref or workspace.default_branch,
+        asked_for=_asked_for("a run", runtime, timeout_s),
+    )
     return queue_run(
         workspace,
         actor,
@@ -88,6 +97,7 @@ def start_run(
             workspace=workspace,
             ref=ref or workspace.default_branch,
             commit=commit,
+            contract_review=review,
             command=command,
             image=config.sandbox.image,
             runtime=chosen,
@@ -128,9 +138,17 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
     limits, bounded = within_bounds(run.limits)
     # The same entries are asked for, but today's ceiling bounds them: a replay never
     # reaches what the team has since taken away.
-    network, ignored = egress_policy.for_run(
-        list(run.network.get("requested", run.network.get("egress", []))),
-        run.workspace.team.egress_ceiling,
+    requested = list(run.network.get("requested", run.network.get("egress", [])))
+    network, ignored = egress_policy.for_run(requested, run.workspace.team.egress_ceiling)
+    # The replay asks for what the run had; a review decided since (a rejection, or
+    # another contract approved after it) holds it as it would any ask.
+    review = reviews.admit(
+        run.workspace,
+        actor,
+        recorded_contract(run, requested),
+        commit=run.commit,
+        ref=run.ref,
+        asked_for=f"a replay of run {run.public_id}",
     )
     return queue_run(
         run.workspace,
@@ -139,6 +157,7 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
             workspace=run.workspace,
             ref=run.ref,
             commit=run.commit,
+            contract_review=review,
             command=run.command,
             image=run.image,
             image_id=run.image_id,
@@ -156,6 +175,39 @@ def rerun(run: Run, actor: Actor, env: dict[str, str] | None = None) -> Run:
         ),
         env,
         list(run.secret_names),
+    )
+
+
+def _asked_for(what: str, runtime: str | None, timeout_s: int | None) -> str:
+    """What asked, as a review names it: a request's overrides are part of its ask."""
+    overrides = [f"runtime={runtime}"] * bool(runtime) + [f"timeout_s={timeout_s}"] * (
+        timeout_s is not None
+    )
+    return what + (f" with {', '.join(overrides)}" if overrides else "")
+
+
+def recorded_contract(run: Run, egress: list[str]) -> contract.Values:
+    """The contract a recorded run had, as a replay asks for it again."""
+    return {
+        "image": run.image,
+        "runtime": run.runtime,
+        **{k: run.limits[k] for k in ("cpus", "memory_mb", "disk_mb", "timeout_s")},
+        "egress": sorted(set(egress)),
+    }
+
+
+def admit_contract(
+    workspace: Workspace,
+    actor: Actor,
+    config: workspace_config.WorkspaceConfig,
+    commit: str,
+    ref: str,
+    what: str,
+) -> ContractReview | None:
+    """The review a preview's or a release build's contract runs under (no overrides:
+    those are the file's), or the typed refusal (workspaces.reviews.admit)."""
+    return reviews.admit(
+        workspace, actor, contract.asked(config), commit=commit, ref=ref, asked_for=what
     )
 
 

@@ -30,7 +30,7 @@ EVENTS_SHOWN = 100  # in a run's own answer; /egress has all that were kept
 
 @router.post(
     "/workspaces/{slug}/runs",
-    response=answers(RunOut, 403, 404, 422, 429, status=202),
+    response=answers(RunOut, 403, 404, 409, 422, 429, status=202),
     summary="Run a command against a commit of the workspace",
 )
 def start_run(request: HttpRequest, slug: str, body: RunIn) -> Status:

@@ -84,6 +84,11 @@ class Run(models.Model):
     rerun_of = models.ForeignKey(
         "self", models.SET_NULL, null=True, blank=True, related_name="reruns"
     )
+    # The approved sandbox contract it ran under (workspaces.reviews); none: it asked
+    # for no more than the defaults, before any contract was approved.
+    contract_review = models.ForeignKey(
+        "workspaces.ContractReview", models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
     )

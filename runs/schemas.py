@@ -12,6 +12,7 @@ from core.schemas import In, Out, Timestamp
 from logs import logstore
 from runs import quotas
 from runs.models import DepCache, EgressEvent, Run, Secret
+from workspaces.models import ContractReview
 from workspaces.schemas import DiffStats
 
 # -- requests ---------------------------------------------------------------------------
@@ -203,6 +204,28 @@ class ChangesCommit(Out):
     branch: str
 
 
+class ContractDecision(Out):
+    id: str
+    state: str
+    source: str
+    decided_by: str | None
+    self_approved: bool
+    url: str
+
+    @classmethod
+    def of(cls, review: ContractReview | None) -> "ContractDecision | None":
+        if review is None:
+            return None
+        return cls(
+            id=review.public_id,
+            state=review.state,
+            source=review.source,
+            decided_by=review.decided_by.get_username() if review.decided_by else None,
+            self_approved=review.self_approved,
+            url=review.url,
+        )
+
+
 class RunOut(Out):
     """The run object: inputs, state, outcome and timings."""
 
@@ -243,6 +266,9 @@ class RunOut(Out):
     changes_commit: ChangesCommit | None
     commit_changes: bool
     rerun_of: str | None
+    contract_review: ContractDecision | None = Field(
+        description="the approved sandbox contract it ran under, and who approved it"
+    )
     outputs_expired_at: Timestamp | None
     now: Timestamp
 
@@ -297,6 +323,7 @@ def _run_fields(run: Run) -> dict[str, Any]:
         "log_url": f"/api/v1/runs/{run.public_id}/logs",
         "egress": EgressOut.of(run),
         "secrets": run.secret_names,
+        "contract_review": ContractDecision.of(run.contract_review),
         "setup": SetupOut.of(run),
         "artifacts": [
             {**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}

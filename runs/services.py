@@ -7,7 +7,7 @@ from runs.models import Purpose, Run, RunState
 from runs.outcomes import describe
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits
-from workspaces.models import Workspace
+from workspaces.models import ContractReview, Workspace
 
 
 def start_service(
@@ -18,6 +18,7 @@ def start_service(
     command: str,
     purpose: str,
     image: str | None = None,
+    contract_review: ContractReview | None = None,
 ) -> Run:
     """A long-lived server for another app (a preview, a release): a run of `purpose`
     with the same contract as any run — image, limits, runtime policy, setup step and
@@ -41,6 +42,7 @@ def start_service(
             purpose=purpose,
             ref=ref,
             commit=commit,
+            contract_review=contract_review,
             command=command,
             image=image or config.sandbox.image,
             runtime=chosen,
@@ -61,6 +63,7 @@ def start_build(
     ref: str,
     output_image: str,
     labels: dict[str, str] | None = None,
+    contract_review: ContractReview | None = None,
 ) -> Run:
     """A release build: `[setup]` then `[deploy] build` of the commit, run in /app of a
     writable root layer (no volumes: a commit of the container keeps only that layer),
@@ -79,6 +82,7 @@ def start_build(
             purpose=Purpose.BUILD,
             ref=ref,
             commit=commit,
+            contract_review=contract_review,
             command=" && ".join(f"({c})" for c in steps) or "true",
             image=config.sandbox.image,
             runtime=chosen,

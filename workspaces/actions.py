@@ -18,7 +18,7 @@ from accounts.models import Team
 from accounts.slugs import validate_slug
 from core.errors import Conflict, Invalid, NotFound
 from workspaces import config as workspace_config
-from workspaces import starters
+from workspaces import reviews, starters
 from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import GitStore, check_branch_name
 from workspaces.models import Workspace
@@ -73,6 +73,8 @@ def create_workspace(
                 store.advance(workspace.default_branch, None, sha)
             finally:
                 store.close()
+            first = starters.files(template).get(workspace_config.FILENAME) if template else None
+            reviews.approve_initial(workspace, first.decode() if first else None)
             record(
                 team,
                 actor,
@@ -166,10 +168,14 @@ def commit_changes(
     # A broken workspace.toml is committed (the source is the user's), but said at once.
     for change in changes:
         if change.op == "write" and change.path == workspace_config.FILENAME:
+            text = (change.content or b"").decode("utf-8", "replace")
             try:
-                workspace_config.parse((change.content or b"").decode("utf-8", "replace"))
+                workspace_config.parse(text)
             except workspace_config.ConfigError as e:
                 result.warnings.append(e.as_dict()["error"])
+            # A reviewer's or an admin's own change, signed in: its widening is approved
+            # by its author, recorded as such (workspaces.reviews).
+            reviews.approve_written(workspace, actor, sha, branch, text)
     record(
         workspace.team,
         actor,

@@ -13,6 +13,8 @@ from workspaces.access import access_workspace
 from workspaces.changes import Change
 from workspaces.models import Workspace
 from workspaces.paths import clean_dir, clean_path
+from workspaces.review_access import access_review
+from workspaces.review_schemas import ContractReviewOut
 from workspaces.schemas import (
     ChangeIn,
     CommitOut,
@@ -178,3 +180,13 @@ async def diff(ctx: Ctx, workspace: str, base: str, head: str) -> FlatCompareOut
         return FlatCompareOut.model_validate({**out, **out.pop("diff")})
 
     return await database_sync_to_async(compare)()
+
+
+@tool()
+async def get_contract_review(ctx: Ctx, id: str) -> ContractReviewOut:
+    """A sandbox contract review, by the id a refused run_command, start_preview or
+    request_deploy named (`contract_change_pending`): what widened, before and after,
+    its state and who decided. Instant. Only a person approves it, on its page (`url`);
+    when it is approved, ask again."""
+    actor = await actor_of(ctx)
+    return await database_sync_to_async(lambda: ContractReviewOut.of(access_review(actor, id)))()

@@ -3,6 +3,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from accounts.models import Team
 from core.ids import new_id
@@ -65,3 +66,84 @@ class PinnedCommit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workspace_id}@{self.sha[:12]}"
+
+
+class ReviewState(models.TextChoices):
+    PENDING = "pending", "Waiting for a reviewer"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class ReviewSource(models.TextChoices):
+    ASKED = "asked", "Asked for by a run, preview or release build"
+    PAGE = "page", "Written on a page by a reviewer or admin"
+    INITIAL = "initial", "The workspace's contract when reviews began"
+
+
+class ContractReview(models.Model):
+    """One sandbox contract of a workspace (workspaces.contract.asked) and the decision
+    on it. Keyed by the contract's content: an approval covers that contract on every
+    branch, after a merge or a revert. The last approved one is what a new ask is
+    compared with (workspaces.reviews)."""
+
+    public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="contract_reviews")
+    content_hash = models.CharField(max_length=64)
+    values = models.JSONField()
+    # The approved contract it was compared with, and what widened (Widening.as_dict).
+    baseline = models.JSONField(null=True, blank=True)
+    widened = models.JSONField(default=list, blank=True)
+    state = models.CharField(max_length=10, choices=ReviewState.choices)
+    source = models.CharField(max_length=10, choices=ReviewSource.choices)
+    # What asked first: the commit (its author as Git says it), the ref, the door.
+    commit = models.CharField(max_length=40, blank=True)
+    commit_author = models.CharField(max_length=300, blank=True)
+    ref = models.CharField(max_length=200, blank=True)
+    asked_for = models.CharField(max_length=200, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
+    token = models.ForeignKey("accounts.ApiToken", models.SET_NULL, null=True, related_name="+")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    # The decider is the asker (a team that allows it, confirmed) or wrote it on a page.
+    self_approved = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint("workspace", "content_hash", name="one_review_per_contract")
+        ]
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"contract review {self.public_id} ({self.state})"
+
+    @property
+    def url(self) -> str:
+        w = self.workspace
+        return f"/t/{w.team.slug}/w/{w.slug}/contract-reviews/{self.public_id}/"
+
+    def decide(self, to: str, user: Any, note: str, self_approved: bool) -> bool:
+        """A conditional UPDATE: only a pending review is decided, once."""
+        updated = ContractReview.objects.filter(pk=self.pk, state=ReviewState.PENDING).update(
+            state=to,
+            decided_by=user,
+            decided_at=timezone.now(),
+            note=note,
+            self_approved=self_approved,
+        )
+        if updated:
+            self.refresh_from_db()
+        return bool(updated)
+
+    def compare_with(self, baseline: dict[str, Any], widened: list[dict[str, Any]]) -> None:
+        """A pending review shows what it widens against today's approved contract."""
+        if self.baseline != baseline or self.widened != widened:
+            ContractReview.objects.filter(pk=self.pk, state=ReviewState.PENDING).update(
+                baseline=baseline, widened=widened
+            )
+            self.baseline, self.widened = baseline, widened

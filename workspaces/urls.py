@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workspaces import edits, history_views, views
+from workspaces import edits, history_views, review_views, views
 
 W = "t/<slug:team>/w/<slug:slug>/"
 
@@ -16,6 +16,17 @@ urlpatterns = [
     path(W + "history/", history_views.history_page, name="workspace-history"),
     path(W + "commits/<str:sha>/", history_views.commit_page, name="workspace-commit"),
     path(W + "compare/", history_views.compare_page, name="workspace-compare"),
+    path(W + "contract-reviews/", review_views.reviews_page, name="workspace-contract-reviews"),
+    path(
+        W + "contract-reviews/<str:review_id>/",
+        review_views.review_page,
+        name="workspace-contract-review",
+    ),
+    path(
+        W + "contract-reviews/<str:review_id>/<str:action>/",
+        review_views.decide,
+        name="workspace-contract-review-decide",
+    ),
     path(W + "settings/", views.settings_page, name="workspace-settings"),
     path(W + "settings/push-policy/", views.force_push_policy, name="workspace-push-policy"),
     path(W + "settings/gvisor-policy/", views.gvisor_policy, name="workspace-gvisor-policy"),

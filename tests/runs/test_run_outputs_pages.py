@@ -19,7 +19,7 @@ from runs import actions
 from runs.models import Run, RunState, Secret
 from runs.outputs import artifacts_dir
 from runs.secrets import encrypt
-from tests.support.runs import CHANGES, RUNS, finished_run, wait_ended, with_artifacts_toml
+from tests.support.runs import CHANGES, LIMITS, RUNS, finished_run, wait_ended, with_artifacts_toml
 from workspaces import actions as workspace_actions
 from workspaces.models import Workspace
 
@@ -249,7 +249,9 @@ def test_an_active_run_says_when_its_outputs_come(carol, cast, shop):
 def test_a_rerun_from_the_page_asks_for_the_env_values_again(
     data_dir, carol, cast, shop, django_capture_on_commit_callbacks
 ):
-    run = with_outputs(shop, cast)
+    # The limits the python-http template's approved contract gives a run: a replay
+    # asks for exactly these again (workspaces.reviews).
+    run = with_outputs(shop, cast, limits={**LIMITS, "timeout_s": 300})
     html = page(carol, run)
     assert f'action="{RUNS}{run.public_id}/rerun/"' in html
     assert '<input type="password" name="env_GREETING"' in html

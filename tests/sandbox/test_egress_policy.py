@@ -207,9 +207,10 @@ def test_a_replay_is_bounded_by_todays_ceiling(cast):
     shop = workspace_actions.create_workspace(
         cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
     )
+    # Written by the team's admin, signed in: the egress it adds is approved by her.
     workspace_actions.commit_changes(
         shop,
-        Actor(cast.carol),
+        Actor(cast.alice),
         [Change("write", "workspace.toml", b'[network]\negress = ["pypi.org", "files.test:81"]\n')],
         "egress",
     )

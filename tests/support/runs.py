@@ -68,8 +68,10 @@ class Agent:
 
 
 def set_toml(shop, cast, text: str) -> None:
+    """The workspace's contract as its admin writes it, signed in: what it widens is
+    approved by her at once (workspaces.reviews), so the agent's runs may use it."""
     workspace_actions.commit_changes(
-        shop, Actor(cast.carol), [Change("write", "workspace.toml", text.encode())], "toml"
+        shop, Actor(cast.alice), [Change("write", "workspace.toml", text.encode())], "toml"
     )
 
 

@@ -1,0 +1,295 @@
+"""Changes that widen what a sandbox may do wait for a person.
+
+Every run, preview and release build asks for a contract (workspaces.contract.asked).
+`admit` lets it through when that exact contract was approved for the workspace, or
+when it asks for nothing the last approved contract did not allow; otherwise it opens
+(or finds) a review and refuses, typed, naming what widened and the review's page.
+Only a signed-in reviewer or admin decides, on that page (`approve`, `reject`); no
+token does, through any door. A reviewer's own change written on a page approves
+itself (`approve_written`), recorded as such.
+"""
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from accounts.access import Actor
+from accounts.actions import record
+from accounts.models import Membership, Role
+from core.errors import Conflict, Forbidden, NotFound
+from workspaces import config as workspace_config
+from workspaces import contract
+from workspaces.models import ContractReview, ReviewSource, ReviewState, Workspace
+from workspaces.store import open_store
+
+
+class ContractHeld(Conflict):
+    """An ask held by a contract review: `contract_change_pending` until a person
+    decides, `contract_change_rejected` after a rejection, until the change is reverted."""
+
+    code = "contract_change_pending"
+
+
+def last_approved(workspace: Workspace) -> ContractReview | None:
+    return (
+        ContractReview.objects.filter(workspace=workspace, state=ReviewState.APPROVED)
+        .order_by("-decided_at", "-id")
+        .first()
+    )
+
+
+def baseline_of(workspace: Workspace) -> tuple[ContractReview | None, contract.Values]:
+    """The approved contract a new ask is compared with (the defaults before any)."""
+    review = last_approved(workspace)
+    return review, review.values if review else contract.default_values()
+
+
+def admit(
+    workspace: Workspace,
+    actor: Actor,
+    values: contract.Values,
+    *,
+    commit: str,
+    ref: str,
+    asked_for: str,
+) -> ContractReview | None:
+    """The approved review an execution runs under, or a typed refusal.
+
+    1. The exact contract was approved (any branch, a merge, a revert): it runs.
+    2. It widens nothing of the last approved contract (the same or narrower): it runs.
+    3. Otherwise its review is opened (once per contract) or found, and the ask is
+       refused: `contract_change_pending`, or `contract_change_rejected` once a person
+       rejected it, until the change is reverted.
+
+    Called outside the caller's transaction, so the opened review outlives the refusal.
+    """
+    digest = contract.content_hash(values)
+    review = ContractReview.objects.filter(workspace=workspace, content_hash=digest).first()
+    if review is not None and review.state == ReviewState.APPROVED:
+        return review
+    approved, baseline = baseline_of(workspace)
+    widened = contract.widenings(baseline, values, workspace.team.egress_ceiling)
+    if not widened:
+        return approved
+    if review is None:
+        review = _open(workspace, actor, values, digest, commit, ref, asked_for)
+    if review.state == ReviewState.PENDING:
+        review.compare_with(baseline, [w.as_dict() for w in widened])
+    raise refusal(review, widened)
+
+
+def _open(
+    workspace: Workspace,
+    actor: Actor,
+    values: contract.Values,
+    digest: str,
+    commit: str,
+    ref: str,
+    asked_for: str,
+) -> ContractReview:
+    author = ""
+    if commit:
+        with open_store(workspace) as store:
+            author = store.commit(commit).author.decode("utf-8", "replace")
+    try:
+        with transaction.atomic():
+            review = ContractReview.objects.create(
+                workspace=workspace,
+                content_hash=digest,
+                values=values,
+                state=ReviewState.PENDING,
+                source=ReviewSource.ASKED,
+                commit=commit,
+                commit_author=author[:300],
+                ref=ref[:200],
+                asked_for=asked_for[:200],
+                requested_by=actor.user,
+                token=actor.token,
+            )
+            record(
+                workspace.team,
+                actor,
+                "contract.review_opened",
+                f"contract-review:{review.public_id}",
+                workspace.slug,
+                commit=commit,
+                asked_for=asked_for,
+            )
+    except IntegrityError:  # asked at the same moment by another request
+        return ContractReview.objects.get(workspace=workspace, content_hash=digest)
+    return review
+
+
+def refusal(review: ContractReview, widened: list[contract.Widening]) -> ContractHeld:
+    """The typed refusal every door answers, saying what widened and what to do."""
+    items = "; ".join(w.message for w in widened)
+    dropped = sorted({e for w in widened for e in w.outside_ceiling})
+    ceiling = (
+        f" (the team's egress ceiling would drop {', '.join(dropped)} today)" if dropped else ""
+    )
+    details: dict[str, Any] = {
+        "review": review.public_id,
+        "url": review.url,
+        "state": review.state,
+        "widened": [w.as_dict() for w in widened],
+    }
+    if review.state == ReviewState.REJECTED:
+        who = review.decided_by.username if review.decided_by else "a reviewer"
+        return ContractHeld(
+            f"{who} rejected this sandbox contract ({items}{ceiling}); see {review.url}. "
+            "Revert the change to workspace.toml, or ask without the override, to run "
+            "under the approved contract.",
+            details,
+            code="contract_change_rejected",
+        )
+    return ContractHeld(
+        f"This asks for more than workspace {review.workspace.slug}'s approved sandbox "
+        f"contract: {items}{ceiling}. A reviewer or admin must approve it at {review.url}; "
+        "or revert the change to workspace.toml (or ask without the override).",
+        details,
+        code="contract_change_pending",
+    )
+
+
+def _reviewer(review: ContractReview, actor: Actor, verb: str) -> Membership:
+    """The same checks as a deploy's: a signed-in reviewer or admin of the team."""
+    if not actor.is_human:
+        raise Forbidden(
+            f"Only a signed-in person may {verb} a sandbox contract: open {review.url} in "
+            "Berth. API tokens and MCP can read a review, never decide it.",
+            {"review": review.public_id},
+            code="approval_requires_human",
+        )
+    membership = Membership.objects.filter(team=review.workspace.team_id, user=actor.user).first()
+    if membership is None:
+        raise NotFound("No such contract review.")
+    if not membership.has_role(Role.REVIEWER):
+        raise Forbidden(
+            f"Only a reviewer or an admin of team {review.workspace.team.slug} may {verb} a "
+            f"sandbox contract; you are a {membership.role}.",
+            {"role": membership.role},
+            code="reviewer_required",
+        )
+    return membership
+
+
+def approve(
+    review: ContractReview, actor: Actor, note: str = "", confirm_own: bool = False
+) -> ContractReview:
+    """A reviewer or admin who did not ask for it approves; under a team policy that
+    allows self-approval, the asker may too, confirming it (recorded)."""
+    _reviewer(review, actor, "approve")
+    own = review.requested_by_id == actor.user.pk
+    team = review.workspace.team
+    if own and not (team.allow_self_approval and confirm_own):
+        who = "your token" if review.token_id else "you"
+        raise Forbidden(
+            f"This contract was asked for by {who}; another reviewer must approve it"
+            + (
+                " (your team allows self-approval: confirm that you approve your own change)."
+                if team.allow_self_approval
+                else "."
+            ),
+            {"requested_by": actor.user.username},
+            code="own_request",
+        )
+    _decide(review, actor, ReviewState.APPROVED, note, own, "contract.approved")
+    return review
+
+
+def reject(review: ContractReview, actor: Actor, note: str = "") -> ContractReview:
+    _reviewer(review, actor, "reject")
+    _decide(review, actor, ReviewState.REJECTED, note, False, "contract.rejected")
+    return review
+
+
+def _decide(
+    review: ContractReview, actor: Actor, to: str, note: str, own: bool, event: str
+) -> None:
+    with transaction.atomic():
+        if not review.decide(to, actor.user, note.strip()[:5000], own):
+            review.refresh_from_db()
+            raise Conflict(f"This review is already {review.state}.", {"state": review.state})
+        record(
+            review.workspace.team,
+            actor,
+            event,
+            f"contract-review:{review.public_id}",
+            review.workspace.slug,
+            note=review.note[:200],
+            self_approved=own,
+            widened=[w["key"] for w in review.widened],
+        )
+
+
+def approve_written(
+    workspace: Workspace, actor: Actor, commit: str, ref: str, text: str
+) -> ContractReview | None:
+    """A signed-in reviewer or admin wrote a `workspace.toml` on a page: a widening it
+    makes is approved by its author at once, and recorded as such. Anyone else's write
+    (a member, any token, a push) is only held when something asks for it."""
+    if not actor.is_human:
+        return None
+    membership = Membership.objects.filter(team=workspace.team_id, user=actor.user).first()
+    if membership is None or not membership.has_role(Role.REVIEWER):
+        return None
+    try:
+        values = contract.asked(workspace_config.parse(text))
+    except workspace_config.ConfigError:
+        return None  # runs of an invalid file are refused anyway
+    digest = contract.content_hash(values)
+    review = ContractReview.objects.filter(workspace=workspace, content_hash=digest).first()
+    if review is not None and review.state != ReviewState.PENDING:
+        return review  # approved already, or rejected: a decision stands until reverted
+    _, baseline = baseline_of(workspace)
+    widened = contract.widenings(baseline, values, workspace.team.egress_ceiling)
+    if not widened:
+        return None
+    with transaction.atomic():
+        if review is None:
+            review = ContractReview.objects.create(
+                workspace=workspace,
+                content_hash=digest,
+                values=values,
+                baseline=baseline,
+                widened=[w.as_dict() for w in widened],
+                state=ReviewState.PENDING,
+                source=ReviewSource.PAGE,
+                commit=commit,
+                commit_author=str(actor.user),
+                ref=ref,
+                asked_for="written on a page",
+                requested_by=actor.user,
+            )
+        review.decide(ReviewState.APPROVED, actor.user, "Written by its reviewer on a page.", True)
+        record(
+            workspace.team,
+            actor,
+            "contract.approved",
+            f"contract-review:{review.public_id}",
+            workspace.slug,
+            note="written by its reviewer on a page",
+            self_approved=True,
+            widened=[w.key for w in widened],
+        )
+    return review
+
+
+def approve_initial(workspace: Workspace, text: str | None) -> None:
+    """A new workspace's first contract (empty, or a template's, both the operator's)
+    is approved as it stands, as each workspace's was when reviews began."""
+    try:
+        values = contract.asked(workspace_config.parse(text or ""))
+    except workspace_config.ConfigError:
+        return
+    ContractReview.objects.get_or_create(
+        workspace=workspace,
+        content_hash=contract.content_hash(values),
+        defaults={
+            "values": values,
+            "state": ReviewState.APPROVED,
+            "source": ReviewSource.INITIAL,
+            "decided_at": workspace.created_at,
+            "note": "The workspace's contract when it was created.",
+        },
+    )
