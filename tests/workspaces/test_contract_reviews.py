@@ -12,6 +12,8 @@ from accounts.access import Actor
 from accounts.models import Activity
 from runs.models import Run
 from tests.support.api import bearer
+from tests.support.git import git
+from tests.support.git import url as git_url
 from tests.support.runs import Agent as RunAgent
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
@@ -100,6 +102,11 @@ def test_a_tokens_egress_widening_is_held_with_its_review_until_a_reviewer_appro
     # Asked again: the same review, still held; nothing was queued.
     assert held(agent.run())["details"]["review"] == review.public_id
     assert not Run.objects.exists()
+    # The dashboard and the workspace's tabs count what waits, as for deploys.
+    dashboard = signed_in(cast.bob).get("/t/team-a/").content.decode()
+    assert 'Contracts to review <span class="badge pending-reviews" title="1 sandbox' in dashboard
+    tabs = signed_in(cast.carol).get("/t/team-a/w/shop/").content.decode()
+    assert 'class="badge pending-reviews"' in tabs
     # The page shows the widening item by item, with the commit and who wrote it.
     page = signed_in(cast.bob).get(url).content.decode()
     assert 'data-key="egress"' in page and "index.test:8443" in page and sha[:12] in page
@@ -366,3 +373,18 @@ def test_once_approved_the_held_run_goes_through_to_its_end(client, cast, signed
     assert done["limits"]["memory_mb"] == 2048
     assert done["contract_review"]["id"] == review.public_id
     assert "through" in runs.output(done)
+
+
+def test_a_pushed_widening_is_held_like_any_tokens(berth_server, cast, shop, client, tmp_path):
+    """Every `git push` is a token's: even an admin's push waits for a review."""
+    _, secret = cast.token(cast.alice)
+    work = tmp_path / "work"
+    git("clone", "-q", git_url(berth_server, secret), str(work), cwd=tmp_path)
+    (work / TOML).write_text(BASE.replace("memory_mb = 512", "memory_mb = 1500"))
+    git("commit", "-qam", "more memory", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    error = held(Token(client, secret).run())
+    review = ContractReview.objects.get(public_id=error["details"]["review"])
+    assert review.token is not None and review.requested_by == cast.alice
+    assert review.commit_author.startswith("Carol <carol@example.com>")
+    assert [w["key"] for w in review.widened] == ["memory_mb"]
