@@ -195,11 +195,11 @@ def approvals_policy(request: HttpRequest, membership: Membership) -> HttpRespon
         messages.success(
             request,
             f"Each deploy now needs {team.approvals_required} "
-            f"approval{'s' if team.approvals_required > 1 else ''}; "
+            f"approval{'s' if team.approvals_required > 1 else ''}. "
             + (
-                "whoever asked may approve their own request, confirming it."
+                "Whoever asked for a deploy or a sandbox contract may approve it, confirming it."
                 if team.allow_self_approval
-                else "nobody approves their own request."
+                else "Nobody approves a deploy or a sandbox contract they asked for."
             ),
         )
     return redirect("members", team=membership.team.slug)

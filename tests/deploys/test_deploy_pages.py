@@ -206,3 +206,30 @@ def test_a_latin_1_file_is_reviewed_as_text_not_binary(signed_in, cast, shop):
     review = signed_in(cast.bob).get(f"{PAGE}{asked.public_id}/").content.decode()
     assert "Caf\u00e9 cr\u00e8me" in review
     assert "Binary file; not shown." not in review
+
+
+def test_self_approval_is_a_team_policy_and_needs_a_confirmation(signed_in, cast, shop):
+    token, _ = cast.token(cast.bob, ["deploy:request"])
+    mine = actions.request_deploy(shop, Actor(cast.bob, token))
+    bob = signed_in(cast.bob)
+    bob.post(f"{PAGE}{mine.public_id}/approve/", {"confirm_own": "yes"})
+    mine.refresh_from_db()
+    assert mine.state == "requested"
+    r = signed_in(cast.alice).post(
+        "/t/team-a/policies/approvals/",
+        {"approvals_required": "1", "allow_self_approval": "on"},
+        follow=True,
+    )
+    assert "may approve it, confirming it" in r.content.decode()
+    assert Activity.objects.filter(detail__allow_self_approval=True).exists()
+    page = bob.get(f"{PAGE}{mine.public_id}/").content.decode()
+    assert 'name="confirm_own" value="yes" required' in page
+    r = bob.post(f"{PAGE}{mine.public_id}/approve/", follow=True)  # not confirmed
+    assert "confirm that you approve your own request" in r.content.decode()
+    mine.refresh_from_db()
+    assert mine.state == "requested"
+    with_callbacks = bob.post(f"{PAGE}{mine.public_id}/approve/", {"confirm_own": "yes"})
+    assert with_callbacks.status_code == 302
+    mine.refresh_from_db()
+    assert mine.state == "building"
+    assert Activity.objects.filter(verb="deploy.approved", detail__self_approved=True).exists()
