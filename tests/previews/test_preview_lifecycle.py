@@ -159,6 +159,20 @@ def test_a_following_preview_restarts_on_a_new_commit(agent, probe, cast, berth_
     assert r.status_code == 422 and "branch" in r.json()["error"]["message"]
 
 
+def test_a_following_preview_stops_typed_when_its_branch_asks_for_a_wider_contract(
+    agent, probe, cast
+):
+    """The new commit's contract waits for a reviewer: the preview does not keep serving a
+    commit it no longer follows, and says why (workspaces.reviews)."""
+    preview = agent.wait(agent.start(follow=True), {"ready"} | ENDED)
+    assert preview["state"] == "ready"
+    write(probe, cast.carol, {"workspace.toml": probe_toml().replace("256", "2048")})
+    ended = agent.wait(preview, ENDED)
+    assert (ended["state"], ended["reason"]) == ("stopped", "contract_change_pending")
+    assert "memory_mb raised from 1024 to 2048" in ended["message"]  # the defaults
+    assert "/contract-reviews/" in ended["message"]
+
+
 def test_a_ready_preview_survives_a_restart_of_the_runner_agent(
     agent, ready, run_stack, berth_server
 ):
