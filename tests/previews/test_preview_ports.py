@@ -79,7 +79,7 @@ def test_berths_own_egress_listener_is_not_taken_for_the_app(agent, probe, cast)
     cast.team_a.save()
     write(
         probe,
-        cast.carol,
+        cast.alice,  # the admin: the egress she writes is approved
         {
             "workspace.toml": probe_toml("python3 probe_app.py silent")
             + '\n[network]\negress = ["files.test:1"]\n'

@@ -35,7 +35,8 @@ def agent(client, cast, shop, run_stack):
 
 def commit(shop, cast, files: dict[str, str], message="edit") -> str:
     changes = [Change("write", path, text.encode()) for path, text in files.items()]
-    return workspace_actions.commit_changes(shop, Actor(cast.carol), changes, message).sha
+    # By the admin, signed in: a contract she writes is approved (workspaces.reviews).
+    return workspace_actions.commit_changes(shop, Actor(cast.alice), changes, message).sha
 
 
 TOML_WITH_ARTIFACTS = """

@@ -7,13 +7,15 @@ from django.conf import settings
 from django.utils import timezone
 
 from accounts.access import Actor
+from runs import actions as run_actions
 from runs.models import TERMINAL_STATES, Run, RunState
 from sandbox.engine import engine
 from tests.support.api import bearer
 from tests.support.servers import ROOT, wait_for
 from workspaces import actions as workspace_actions
+from workspaces import contract, reviews
 from workspaces.changes import Change
-from workspaces.models import Workspace
+from workspaces.models import ContractReview, Workspace
 from workspaces.store import open_store
 
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "oom_killed", "error", "lost"}
@@ -68,11 +70,26 @@ class Agent:
 
 
 def set_toml(shop, cast, text: str) -> None:
-    """The workspace's contract as its admin writes it, signed in: what it widens is
-    approved by her at once (workspaces.reviews), so the agent's runs may use it."""
+    """The workspace's contract as its team's admin writes it, signed in: what it widens
+    is approved by them at once (workspaces.reviews), so the agent's runs may use it."""
+    admin = cast.charlie if shop.team_id == cast.team_b.pk else cast.alice
     workspace_actions.commit_changes(
-        shop, Actor(cast.alice), [Change("write", "workspace.toml", text.encode())], "toml"
+        shop, Actor(admin), [Change("write", "workspace.toml", text.encode())], "toml"
     )
+
+
+def approve_contract(workspace, cast, ref: str) -> None:
+    """What `ref` asks for, approved by bob (a reviewer) on its review, as on its page."""
+    with open_store(workspace) as store:
+        commit = store.resolve(ref)
+    values = contract.asked(run_actions.load_config(workspace, commit))
+    try:
+        reviews.admit(
+            workspace, Actor(cast.carol), values, commit=commit, ref=ref, asked_for="a run"
+        )
+    except reviews.ContractHeld as e:
+        review = ContractReview.objects.get(public_id=e.details["review"])
+        reviews.approve(review, Actor(cast.bob))
 
 
 def no_container_left(run: dict, timeout: float = 20) -> bool:
@@ -229,5 +246,5 @@ def with_artifacts_toml(shop, cast) -> None:
         ROOT / "workspaces/starters/python-http/workspace.toml"
     ).read_text() + '\n[artifacts]\npaths = ["dist/"]\n'
     workspace_actions.commit_changes(
-        shop, Actor(cast.carol), [Change("write", "workspace.toml", toml.encode())], "keep"
+        shop, Actor(cast.alice), [Change("write", "workspace.toml", toml.encode())], "keep"
     )
