@@ -1,8 +1,8 @@
 """A release after its approval: the agent commits the build's image →
 `on_build_finished` starts the release's process (a preview of kind "release") →
 `on_process_changed` switches the route once it is healthy, then stops the previous;
-a live release's process that crashes, or an engine restart, is restored; old release
-images are pruned.
+a live release's process that crashes, or an engine restart, is restored; once a
+release is live, old release images are pruned (deploys.images).
 """
 
 from datetime import timedelta
@@ -15,13 +15,13 @@ from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Membership, Role
 from core import broker
-from deploys.actions import RELEASES_KEPT, fail_deploy
+from deploys.actions import fail_deploy
+from deploys.images import prune_images
 from deploys.models import DeployRequest, DeployState, Release, Route
+from deploys.tasks import stop_release_process
 from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from runs.models import Purpose, Run, RunState
-from sandbox import backend
-from workspaces.models import Workspace
 
 
 def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
@@ -114,8 +114,6 @@ def _switch(release: Release) -> None:
     """Point the release host at `release` in one UPDATE, then stop the one before: a
     request in flight to the old process finishes (the proxy caches its target about a
     second; the old process gets RELEASE_DRAIN_S before it is stopped)."""
-    from deploys.tasks import stop_release_process
-
     deploy = release.request
     now = timezone.now()
     with transaction.atomic():
@@ -213,8 +211,6 @@ def restore_all() -> None:
     live is started again — after an engine restart the first tries may fail; and the
     process of a release the route moved away from is stopped if its stop task never
     came (the broker was down when it was sent)."""
-    from deploys.tasks import stop_release_process
-
     for route in Route.objects.select_related("release__process").exclude(
         release__process__state__in=LIVE_STATES
     ):
@@ -226,24 +222,3 @@ def restore_all() -> None:
     ).exclude(process__in=Route.objects.values("release__process")):
         assert release.process_id is not None
         stop_release_process(release.process_id)
-
-
-def prune_images(workspace: Workspace) -> None:
-    """Keep the images of the last RELEASES_KEPT releases (and the live one's)."""
-    live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
-    kept = set(
-        Release.objects.filter(workspace=workspace)
-        .exclude(live_at=None)
-        .order_by("-number")
-        .values_list("image", flat=True)[:RELEASES_KEPT]
-    ) | set(live)
-    # Releases that went live and fell out of the last few, and ones that never did.
-    for old in (
-        Release.objects.filter(workspace=workspace, image_removed_at=None)
-        .exclude(image__in=kept)
-        .exclude(live_at=None, ended_at=None)
-    ):
-        in_use = Preview.objects.filter(image=old.image, state__in=LIVE_STATES).exists()
-        if not in_use:
-            backend.remove_image(old.image)
-            Release.mark_image_removed(old.image)

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from core.ids import new_id
+from logs import logstore
 from sandbox import actions as sandboxes
 from workspaces.models import Workspace
 
@@ -216,8 +217,6 @@ class Run(models.Model):
         if ended:
             # Whoever wrote the end (agent, task, cancel, reconcile), log watchers hear
             # of it: they re-read the run and send `end`.
-            from logs import logstore
-
             public_id = self.public_id
             transaction.on_commit(
                 lambda: logstore.signal(public_id, logstore.count(public_id), ended=True)
@@ -228,7 +227,7 @@ class Run(models.Model):
                 transaction.on_commit(lambda: _announce_end(self))
             else:
                 # A slot is free: the next run that waits for one may go.
-                from runs import quotas
+                from runs import quotas  # not at the top: runs.quotas imports this module
 
                 transaction.on_commit(quotas.admit)
         return ended

@@ -141,7 +141,7 @@ def lock() -> None:
 
 def admit() -> list[int]:
     """Admit what may go now (see the module's docstring); returns the admitted ids."""
-    from runs.tasks import send_prepare
+    from runs.tasks import send_prepare  # not at the top: a cycle (tasks > prepare > quotas)
 
     admitted: list[int] = []
     # Nothing waits (the common case, and every reconcile): no transaction and no lock,
