@@ -36,6 +36,12 @@ class Team(models.Model):
     def __str__(self) -> str:
         return self.slug
 
+    def set_quotas(self, quotas: dict[str, int | None]) -> None:
+        """An operator's overrides, by field name (None: back to the QUOTA_* setting)."""
+        for field, value in quotas.items():
+            setattr(self, field, value)
+        self.save(update_fields=list(quotas))
+
 
 class Role(models.TextChoices):
     MEMBER = "member", "Member"

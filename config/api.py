@@ -3,6 +3,7 @@
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
@@ -86,8 +87,6 @@ def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(RequestDataTooBig)
 def request_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-    from django.conf import settings
-
     return too_large(settings.MAX_REQUEST_BODY)
 
 

@@ -32,6 +32,11 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+# Importing each app's door registers its tools on `server`.
+import deploys.mcp  # noqa: F401
+import previews.mcp  # noqa: F401
+import runs.mcp  # noqa: F401
+import workspaces.mcp  # noqa: F401
 from accounts.auth import authenticate_bearer
 from core.errors import BerthError, error_body
 from core.mcp import server
@@ -39,14 +44,6 @@ from core.mcp import server
 log = logging.getLogger("berth.mcp")
 
 PATHS = ("/mcp", "/mcp/")
-
-
-def _register_tools() -> None:
-    # Importing each app's door registers its tools on `server`.
-    import deploys.mcp  # noqa: F401
-    import previews.mcp  # noqa: F401
-    import runs.mcp  # noqa: F401
-    import workspaces.mcp  # noqa: F401
 
 
 def _hosts() -> tuple[list[str], list[str]]:
@@ -78,7 +75,6 @@ class SessionManager:
 
     async def started(self) -> StreamableHTTPSessionManager:
         if self.task is None:  # no await between the check and the set: one starter
-            _register_tools()
             hosts, origins = _hosts()
             server.streamable_http_app(
                 # With ALLOWED_HOSTS = "*" or only wildcard domains, the operator chose not
@@ -127,6 +123,7 @@ class SessionManager:
 def _stop_before_shutdown(manager: SessionManager) -> None:
     """Under daphne (Twisted's asyncio reactor) stop the manager before the loop goes."""
     try:
+        # Here, not at the top: importing the reactor installs one; daphne's is the one.
         from twisted.internet import defer, reactor
     except ImportError:  # pragma: no cover - not under Twisted
         return

@@ -5,6 +5,9 @@ from channels.security.websocket import OriginValidator
 from django.conf import settings
 
 from accounts.routing import websocket_urlpatterns as activity_websockets
+from config.mcp import PATHS, mcp_app
+from previews.decide import decider
+from previews.gate import from_gateway
 from previews.routing import websocket_urlpatterns as preview_websockets
 from runs.routing import websocket_urlpatterns as runner_websockets
 
@@ -18,9 +21,6 @@ def route_by_host(app: Any) -> Any:
     to do with them (previews.decide), the rest to `app`: untrusted preview code never
     runs on the app's origin, and the app's session never reaches a preview
     (docs/security.md)."""
-    from config.mcp import PATHS, mcp_app
-    from previews.decide import decider
-    from previews.gate import from_gateway
 
     async def router(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):

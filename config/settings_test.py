@@ -4,6 +4,7 @@ Integration tests still use the real Docker engine, Redis and a Celery worker.
 """
 
 import os
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -22,8 +23,6 @@ os.environ["REDIS_URL"] = os.environ.get("TEST_REDIS_URL", urlunsplit(_redis._re
 # subprocess through the environment, so the test process and the servers agree.
 # TEST_PREVIEW_PORT, like TEST_DATA_DIR, so a dev server's PREVIEW_PORT is never used.
 if not os.environ.get("TEST_PREVIEW_PORT"):
-    import socket
-
     with socket.socket() as _s:
         _s.bind(("127.0.0.1", 0))
         os.environ["TEST_PREVIEW_PORT"] = str(_s.getsockname()[1])

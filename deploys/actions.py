@@ -22,7 +22,6 @@ from accounts.models import Membership, Role
 from core.errors import Conflict, Forbidden, Invalid, NotFound
 from deploys.models import IN_FLIGHT, Approval, DeployRequest, DeployState, Release, Route
 from previews import actions as preview_actions
-from previews.models import Preview
 from runs import actions as runner_actions
 from runs import services
 from workspaces.models import ContractReview, Workspace
@@ -333,7 +332,7 @@ def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
             target.image,
             public=not workspace.releases_team_only,
         )
-        Release.objects.filter(pk=release.pk).update(process=process)
+        release.attach_process(process)
         record(
             workspace.team,
             actor,
@@ -350,11 +349,8 @@ def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) 
     """Releases are public by default; a team admin (the door checks) may limit them to
     the team, at once for the live one too. Berth's cookies are stripped either way."""
     with transaction.atomic():
-        Workspace.objects.filter(pk=workspace.pk).update(releases_team_only=team_only)
-        workspace.releases_team_only = team_only
-        processes = Preview.objects.filter(workspace=workspace, kind="release")
-        processes.update(public=not team_only)
-        preview_actions.visibility_changed(list(processes.values_list("public_id", flat=True)))
+        workspace.set_releases_team_only(team_only)
+        preview_actions.set_releases_public(workspace, not team_only)
         record(
             workspace.team,
             actor,

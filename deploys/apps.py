@@ -5,6 +5,7 @@ class DeploysConfig(AppConfig):
     name = "deploys"
 
     def ready(self) -> None:
+        # Once the app registry is ready: these modules import models.
         from deploys import releasing
         from deploys.models import routed_process
         from previews import gate

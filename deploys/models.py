@@ -2,6 +2,8 @@
 approve; the release is built from exactly the approved commit, health-checked, then
 switched in, and earlier releases stay for rollback."""
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -126,6 +128,33 @@ class Release(models.Model):
     def __str__(self) -> str:
         return f"release {self.number} of {self.workspace}"
 
+    # Field changes of a release: each in one place, here.
+
+    def attach_process(self, process: Preview) -> None:
+        Release.objects.filter(pk=self.pk).update(process=process)
+        self.process = process
+
+    def mark_live(self, at: datetime) -> None:
+        Release.objects.filter(pk=self.pk).update(live_at=at)
+
+    def mark_ended(self, at: datetime) -> None:
+        """Switched away from (or never switched in): its process is stopped after."""
+        Release.objects.filter(pk=self.pk).update(ended_at=at)
+
+    def mark_restored(self) -> None:
+        """Its process is healthy again: the next failure may be retried at once."""
+        Release.objects.filter(pk=self.pk).update(restored_at=timezone.now(), restore_tried_at=None)
+
+    def count_restore_try(self, at: datetime) -> None:
+        Release.objects.filter(pk=self.pk).update(
+            restorations=self.restorations + 1, restore_tried_at=at
+        )
+
+    @staticmethod
+    def mark_image_removed(image: str) -> None:
+        """Every release of `image` (a rollback's shares its original's)."""
+        Release.objects.filter(image=image).update(image_removed_at=timezone.now())
+
 
 class Route(models.Model):
     """Which release the workspace's release host serves: switched in one UPDATE, only
@@ -137,6 +166,15 @@ class Route(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workspace} -> release {self.release.number}"
+
+    @staticmethod
+    def switch(current: "Route | None", release: Release, at: datetime) -> None:
+        """Point the workspace's release host at `release`: its first release makes the
+        row; later ones update `current`, the row the caller holds locked."""
+        if current is None:
+            Route.objects.create(workspace=release.workspace, release=release, switched_at=at)
+        else:
+            Route.objects.filter(pk=current.pk).update(release=release, switched_at=at)
 
 
 def routed_process(workspace: str, team: str) -> str | None:

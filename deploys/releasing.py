@@ -1,8 +1,8 @@
 """A release after its approval: the agent commits the build's image →
 `on_build_finished` starts the release's process (a preview of kind "release") →
 `on_process_changed` switches the route once it is healthy, then stops the previous;
-a live release's process that crashes, or an engine restart, is restored; old release
-images are pruned.
+a live release's process that crashes, or an engine restart, is restored; once a
+release is live, old release images are pruned (deploys.images).
 """
 
 from datetime import timedelta
@@ -15,13 +15,13 @@ from accounts.access import Actor
 from accounts.actions import record
 from accounts.models import Membership, Role
 from core import broker
-from deploys.actions import RELEASES_KEPT, fail_deploy
+from deploys.actions import fail_deploy
+from deploys.images import prune_images
 from deploys.models import DeployRequest, DeployState, Release, Route
+from deploys.tasks import stop_release_process
 from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
-from runs.models import Purpose, Run
-from sandbox import backend
-from workspaces.models import Workspace
+from runs.models import Purpose, Run, RunState
 
 
 def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
@@ -36,7 +36,7 @@ def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
     )
     if deploy is None or deploy.state != DeployState.BUILDING:
         return
-    if run.state != "succeeded":
+    if run.state != RunState.SUCCEEDED:
         fail_deploy(
             deploy,
             "build_failed",
@@ -69,7 +69,7 @@ def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
             release.image,
             public=not deploy.workspace.releases_team_only,
         )
-        Release.objects.filter(pk=release.pk).update(process=process)
+        release.attach_process(process)
 
 
 TYPED_START_FAILURES = ("listening_on_other_port", "process_exited", "not_listening")
@@ -92,10 +92,7 @@ def on_process_changed(sender: object, preview: Preview, **kwargs: object) -> No
         if deploy.state == DeployState.RELEASING:
             _switch(release)
         elif Route.objects.filter(release=release).exists():
-            # Back: the next failure may be retried at once again.
-            Release.objects.filter(pk=release.pk).update(
-                restored_at=timezone.now(), restore_tried_at=None
-            )
+            release.mark_restored()
     elif preview.state == PreviewState.FAILED and deploy.state == DeployState.RELEASING:
         # Why it never came up, typed as the process said it (a wrong port, an exit):
         # the reviewer and the agent see the same reason the release's process has.
@@ -117,8 +114,6 @@ def _switch(release: Release) -> None:
     """Point the release host at `release` in one UPDATE, then stop the one before: a
     request in flight to the old process finishes (the proxy caches its target about a
     second; the old process gets RELEASE_DRAIN_S before it is stopped)."""
-    from deploys.tasks import stop_release_process
-
     deploy = release.request
     now = timezone.now()
     with transaction.atomic():
@@ -145,24 +140,22 @@ def _switch(release: Release) -> None:
                 "went live first; this older one was not switched in. "
                 "Ask for it again and confirm, if it should replace it.",
             ):
-                Release.objects.filter(pk=release.pk).update(ended_at=now)
+                release.mark_ended(now)
                 if release.process_id:
                     # A broker that is down delays it: restore_all's safety net stops it.
                     transaction.on_commit(
                         lambda: broker.send(stop_release_process, (release.process_id,))
                     )
             return
-        if previous is None:
-            Route.objects.create(workspace=release.workspace, release=release, switched_at=now)
-        else:
-            Route.objects.filter(pk=previous.pk).update(release=release, switched_at=now)
+        Route.switch(previous, release, now)
         deploy.move(DeployState.LIVE, (DeployState.RELEASING,), live_at=now)
-        Release.objects.filter(pk=release.pk).update(live_at=now)
+        release.mark_live(now)
         if previous is not None and previous.release_id != release.pk:
             old = Release.objects.select_related("request").get(pk=previous.release_id)
-            Release.objects.filter(pk=old.pk).update(ended_at=now)
-            DeployRequest.objects.filter(pk=old.request_id, state=DeployState.LIVE).update(
-                state=DeployState.ROLLED_BACK if release.rollback_of_id else DeployState.SUPERSEDED,
+            old.mark_ended(now)
+            old.request.move(
+                DeployState.ROLLED_BACK if release.rollback_of_id else DeployState.SUPERSEDED,
+                (DeployState.LIVE,),
                 ended_at=now,
             )
             if old.process_id:
@@ -197,9 +190,7 @@ def restore(release: Release) -> None:
     actor = _acting_for(release)
     if actor is None:
         return
-    Release.objects.filter(pk=release.pk).update(
-        restorations=release.restorations + 1, restore_tried_at=now
-    )
+    release.count_restore_try(now)
     preview_actions.restart_preview(process, actor)
 
 
@@ -220,8 +211,6 @@ def restore_all() -> None:
     live is started again — after an engine restart the first tries may fail; and the
     process of a release the route moved away from is stopped if its stop task never
     came (the broker was down when it was sent)."""
-    from deploys.tasks import stop_release_process
-
     for route in Route.objects.select_related("release__process").exclude(
         release__process__state__in=LIVE_STATES
     ):
@@ -233,24 +222,3 @@ def restore_all() -> None:
     ).exclude(process__in=Route.objects.values("release__process")):
         assert release.process_id is not None
         stop_release_process(release.process_id)
-
-
-def prune_images(workspace: Workspace) -> None:
-    """Keep the images of the last RELEASES_KEPT releases (and the live one's)."""
-    live = Route.objects.filter(workspace=workspace).values_list("release__image", flat=True)
-    kept = set(
-        Release.objects.filter(workspace=workspace)
-        .exclude(live_at=None)
-        .order_by("-number")
-        .values_list("image", flat=True)[:RELEASES_KEPT]
-    ) | set(live)
-    # Releases that went live and fell out of the last few, and ones that never did.
-    for old in (
-        Release.objects.filter(workspace=workspace, image_removed_at=None)
-        .exclude(image__in=kept)
-        .exclude(live_at=None, ended_at=None)
-    ):
-        in_use = Preview.objects.filter(image=old.image, state__in=LIVE_STATES).exists()
-        if not in_use:
-            backend.remove_image(old.image)
-            Release.objects.filter(image=old.image).update(image_removed_at=timezone.now())

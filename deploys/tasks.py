@@ -2,8 +2,8 @@
 
 from celery import shared_task
 
+from deploys.images import prune_images
 from deploys.models import Route
-from deploys.releasing import prune_images
 from previews import actions as preview_actions
 from previews.models import Preview
 

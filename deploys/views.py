@@ -21,7 +21,7 @@ from deploys.access import access_deploy
 from deploys.models import PENDING, DeployRequest, Release, Route
 from deploys.schemas import DeployOut
 from previews.models import LIVE_STATES, Preview
-from runs.models import Purpose, Run
+from runs.models import Purpose, Run, RunState
 from workspaces import history
 from workspaces.history_views import diff_lines
 from workspaces.models import Workspace
@@ -117,7 +117,7 @@ def review_page(
             base=base,
             route=route,
             runs=runs,
-            failed_runs=[r for r in runs if r.state != "succeeded" and not r.is_active],
+            failed_runs=[r for r in runs if r.state != RunState.SUCCEEDED and not r.is_active],
             preview=preview,
             c=summary,
             summary=DeployOut.of(deploy),

@@ -166,7 +166,7 @@ def _new_process(preview: Preview, actor: Actor, review: ContractReview | None =
         preview.commit,
         preview.ref,
         preview.command,
-        purpose=Purpose.RELEASE if preview.kind == "release" else "preview",
+        purpose=Purpose.RELEASE if preview.kind == "release" else Purpose.PREVIEW,
         image=preview.image or None,
         contract_review=review,
     )
@@ -293,6 +293,14 @@ def visibility_changed(public_ids: list[str]) -> None:
             fanout.group_send(gate.moves_group(public_id), {"type": "preview.moved"})
 
     transaction.on_commit(send)
+
+
+def set_releases_public(workspace: Workspace, public: bool) -> None:
+    """A workspace's release processes, live or not, become public or team-only at once
+    (in the caller's transaction); their open WebSockets check their viewers again."""
+    processes = Preview.objects.filter(workspace=workspace, kind="release")
+    processes.update(public=public)
+    visibility_changed(list(processes.values_list("public_id", flat=True)))
 
 
 def issue_ticket(preview: Preview, actor: Actor) -> str:

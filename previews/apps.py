@@ -5,6 +5,7 @@ class PreviewsConfig(AppConfig):
     name = "previews"
 
     def ready(self) -> None:
+        # Once the app registry is ready: these modules import models.
         from previews import actions
         from previews.quota import usage
         from runs import quotas

@@ -42,6 +42,7 @@ from previews.headers import (
     with_frame_ancestors,
 )
 from previews.lookups import Lookups
+from previews.models import FAILED_STATES
 
 log = logging.getLogger("berth.previews")
 
@@ -125,7 +126,7 @@ class Decider:
             # The app's log is the team's: a public address shows the state, not the log.
             lines = (
                 await database_sync_to_async(gate.last_lines)(t.run_id)
-                if t.state in ("failed", "crashed") and not t.public
+                if t.state in FAILED_STATES and not t.public
                 else []
             )
             json_wanted = pages.wants_json(dict(scope["headers"]))

@@ -141,13 +141,9 @@ def target(public_id: str) -> Target | None:
 def redeem(nonce: str, public_id: str) -> str | None:
     """The cookie value for a ticket, once: None if it is unknown, used, expired or
     issued for another preview."""
-    now = timezone.now()
-    used = PreviewTicket.objects.filter(
-        nonce=nonce, preview__public_id=public_id, used_at__isnull=True, expires_at__gt=now
-    ).update(used_at=now)
-    if not used:
+    ticket = PreviewTicket.use(nonce, public_id)
+    if ticket is None:
         return None
-    ticket = PreviewTicket.objects.get(nonce=nonce)
     return viewer_cookie_for(public_id, ticket.user_id, ticket.token_id)
 
 
@@ -230,12 +226,6 @@ def request_target(scope: dict[str, Any]) -> bytes:
     path = scope.get("raw_path") or quote(scope["path"]).encode()
     qs = scope.get("query_string") or b""
     return bytes(path) + (b"?" + qs if qs else b"")
-
-
-def touch(pk: int) -> None:
-    """Record a proxied request (the idle clock); the proxy calls this at most once a
-    second per preview."""
-    Preview.objects.filter(pk=pk).update(last_request_at=timezone.now())
 
 
 def last_lines(run_id: str | None, n: int = 20) -> list[str]:

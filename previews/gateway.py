@@ -26,7 +26,6 @@ the target (previews.tunnel).
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -326,18 +325,3 @@ class Gateway:
         else:
             _, upstream = await asyncio.wait_for(loop.create_connection(factory, *self.app), 10)
         return upstream
-
-
-async def serve(bind: str, port: int, app: tuple[str, int], stop: asyncio.Event) -> None:
-    """Serve until `stop`, then give open requests a few seconds to finish."""
-    from previews.relay import Client
-
-    gateway = Gateway(app)
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: Client(gateway), bind, port, backlog=1024)
-    log.info("preview gateway serving on %s:%s (the rest to %s:%s)", bind, port, *app)
-    print(f"preview gateway serving on {bind}:{port}", flush=True)
-    await stop.wait()
-    server.close()
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(server.wait_closed(), 5)

@@ -12,6 +12,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from previews import gate
+from previews.models import Preview
 
 TARGET_TTL_S = 1.0
 VIEWER_TTL_S = 30.0
@@ -106,4 +107,4 @@ class Lookups:
         now = time.monotonic()
         if now - self.touched.get(t.pk, 0) >= TOUCH_EVERY_S:
             self.touched[t.pk] = now
-            await database_sync_to_async(gate.touch)(t.pk)
+            await database_sync_to_async(Preview.record_request)(t.pk)

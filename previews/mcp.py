@@ -117,7 +117,7 @@ async def fetch_preview(
                 {"state": preview.state},
                 code="preview_not_ready",
             )
-        gate.touch(preview.pk)  # an agent's look counts as use: not idle
+        Preview.record_request(preview.pk)  # an agent's look counts as use: not idle
         # The person's own cookie, for this one request and never handed out: access
         # was checked just now, by this door's rules (a token needs no `preview` scope).
         return preview.host, gate.viewer_cookie_for(preview.public_id, actor.user.pk, None)

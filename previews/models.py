@@ -20,6 +20,8 @@ class PreviewState(models.TextChoices):
 
 
 LIVE_STATES = (PreviewState.STARTING, PreviewState.READY)
+# Never ready, or ready and then crashed: their page shows the last lines of the log.
+FAILED_STATES = (PreviewState.FAILED, PreviewState.CRASHED)
 
 
 class Preview(models.Model):
@@ -109,6 +111,26 @@ class Preview(models.Model):
             self.refresh_from_db()
         return bool(updated)
 
+    # Field changes that are not state transitions: each in one place, here.
+
+    def record_namespace(self, run_id: int, pid: int, netns: int) -> None:
+        """Where the proxy connects, for the run that is still this preview's process
+        (a restart meanwhile made another: its namespace is found again)."""
+        Preview.objects.filter(pk=self.pk, run_id=run_id).update(
+            sandbox_pid=pid, sandbox_netns=netns
+        )
+
+    def record_health(self, status: int | None) -> None:
+        Preview.objects.filter(pk=self.pk).update(
+            last_health_status=status, last_health_at=timezone.now()
+        )
+
+    @staticmethod
+    def record_request(pk: int) -> None:
+        """A request reached it (the idle clock): the gateway's lookups write it at
+        most once a second per preview."""
+        Preview.objects.filter(pk=pk).update(last_request_at=timezone.now())
+
 
 # Sent after the commit that moved a preview to ready, failed or crashed (kwargs:
 # preview): a release's deploy follows its process from here.
@@ -128,3 +150,13 @@ class PreviewTicket(models.Model):
 
     def __str__(self) -> str:
         return f"ticket for {self.preview_id}"
+
+    @staticmethod
+    def use(nonce: str, public_id: str) -> "PreviewTicket | None":
+        """The ticket, used once now: None if it is unknown, used, expired or issued for
+        another preview (one conditional UPDATE: two redeems racing, one wins)."""
+        now = timezone.now()
+        used = PreviewTicket.objects.filter(
+            nonce=nonce, preview__public_id=public_id, used_at__isnull=True, expires_at__gt=now
+        ).update(used_at=now)
+        return PreviewTicket.objects.get(nonce=nonce) if used else None

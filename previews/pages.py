@@ -9,12 +9,13 @@ from collections.abc import Mapping
 from html import escape
 
 from previews.gate import Target
+from previews.models import FAILED_STATES, PreviewState
 
-_TITLES = {
-    "starting": "This preview is starting…",
-    "failed": "This preview failed to start",
-    "stopped": "This preview is stopped",
-    "crashed": "This preview crashed",
+_TITLES: dict[str, str] = {
+    PreviewState.STARTING: "This preview is starting…",
+    PreviewState.FAILED: "This preview failed to start",
+    PreviewState.STOPPED: "This preview is stopped",
+    PreviewState.CRASHED: "This preview crashed",
 }
 
 _STYLE = (
@@ -89,20 +90,20 @@ def not_ready(
         "preview": t.public_id,
         "page": page,
     }
-    if t.state == "starting" or (t.state == "ready" and t.ns is None):
+    if t.state == PreviewState.STARTING or (t.state == PreviewState.READY and t.ns is None):
         return answer(
             503,
             "preview_starting",
             "It will be up in a moment; this page reloads itself.",
             json_wanted=json_wanted,
-            title=_TITLES["starting"],
+            title=_TITLES[PreviewState.STARTING],
             detail=detail,
             refresh=True,
         )
     title = _TITLES.get(t.state, t.state)
     if t.reason == "idle":
         title = "This preview is stopped (idle)"
-    elif t.state == "crashed" and t.exit_code is not None:
+    elif t.state == PreviewState.CRASHED and t.exit_code is not None:
         title = f"This preview crashed: exit {t.exit_code}"
     return answer(
         503,
@@ -111,6 +112,6 @@ def not_ready(
         json_wanted=json_wanted,
         title=title,
         detail=detail,
-        lines=lines if t.state in ("failed", "crashed") else None,
+        lines=lines if t.state in FAILED_STATES else None,
         action=("Restart", page),
     )

@@ -15,6 +15,7 @@ is skipped: every such request is routed, checked and rewritten as any other.
 """
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from typing import Any
@@ -435,3 +436,16 @@ class Client(Answering, asyncio.Protocol):
         if key != self.sent[0]:
             self.sent = (key, request_header_block(ex, self.peer, self.gw))
         return b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", self.sent[1]))
+
+
+async def serve(bind: str, port: int, app: tuple[str, int], stop: asyncio.Event) -> None:
+    """Serve until `stop`, then give open requests a few seconds to finish."""
+    gateway = Gateway(app)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Client(gateway), bind, port, backlog=1024)
+    log.info("preview gateway serving on %s:%s (the rest to %s:%s)", bind, port, *app)
+    print(f"preview gateway serving on {bind}:{port}", flush=True)
+    await stop.wait()
+    server.close()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(server.wait_closed(), 5)

@@ -126,11 +126,7 @@ class Watcher:
         run_id = preview.run.pk
         if preview.run.sandbox is not None:
             await _db(preview.run.sandbox.record_pid)(ns.pid, ns.inode)
-        await _db(
-            lambda: Preview.objects.filter(pk=preview.pk, run_id=run_id).update(
-                sandbox_pid=ns.pid, sandbox_netns=ns.inode
-            )
-        )()
+        await _db(preview.record_namespace)(run_id, ns.pid, ns.inode)
         return ns
 
     @staticmethod
@@ -173,9 +169,7 @@ class Watcher:
                 return False
             if not preview.run.is_active:
                 return False  # it ended: on_run_finished says how
-        Preview.objects.filter(pk=preview.pk).update(
-            last_health_status=status, last_health_at=timezone.now()
-        )
+        preview.record_health(status)
         return preview.state == PreviewState.STARTING
 
     @staticmethod

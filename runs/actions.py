@@ -9,10 +9,12 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
-from runs import secrets
+from runs import quotas, secrets
+from runs.ending import commit_tree
 from runs.models import Purpose, Run, RunState, Secret
 from runs.outcomes import describe
 from runs.outputs import clean_artifact_paths
+from runs.tasks import send_prepare
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits, within_bounds
 from workspaces import config as workspace_config
@@ -214,8 +216,6 @@ def admit_contract(
 def commit_run_changes(run: Run, actor: Actor) -> str:
     """Commit what a finished run changed, afterwards, as it would have been with
     `commit_changes`: one commit on `runs/<id>` from the run's commit. Once only."""
-    from runs.ending import commit_tree
-
     _only_runs(run)
     _require_ref_writer(actor)
     if run.is_active:
@@ -314,9 +314,6 @@ def _check_grants(
 def queue_run(
     workspace: Workspace, actor: Actor, run: Run, env: dict[str, str], secret_names: list[str]
 ) -> Run:
-    from runs import quotas
-    from runs.tasks import send_prepare
-
     for name in env:
         if not ENV_NAME.match(name) or name in RESERVED_ENV:
             raise Invalid(

@@ -17,7 +17,6 @@ import logging
 import docker
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
@@ -75,7 +74,7 @@ def find_ready(run: Run, key: str) -> DepCache | None:
     if not volume_exists(cache.volume):
         cache.delete()  # removed behind our back: build it again
         return None
-    DepCache.objects.filter(pk=cache.pk).update(last_used_at=timezone.now())
+    cache.mark_used()
     return cache
 
 
@@ -83,17 +82,7 @@ def keep_filled(run: Run, size_bytes: int) -> DepCache:
     """After a successful setup: this run's volume becomes the cache for its key, unless
     a concurrent run of the same key got there first (then this volume goes at the end
     of the run, and later runs use the winner's)."""
-    cache, _ = DepCache.objects.get_or_create(
-        workspace_id=run.workspace_id,
-        key=run.setup["key"],
-        defaults={
-            "image_id": run.image_id,
-            "volume": run.deps_volume_name,
-            "size_bytes": size_bytes,
-            "built_by": run,
-        },
-    )
-    return cache
+    return DepCache.keep(run, size_bytes)
 
 
 def is_cache(volume: str) -> bool:

@@ -1,4 +1,5 @@
 import logging
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -8,6 +9,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from core.ids import new_id
+from logs import logstore
 from sandbox import actions as sandboxes
 from workspaces.models import Workspace
 
@@ -220,8 +222,6 @@ class Run(models.Model):
         if ended:
             # Whoever wrote the end (agent, task, cancel, reconcile), log watchers hear
             # of it: they re-read the run and send `end`.
-            from logs import logstore
-
             public_id = self.public_id
             transaction.on_commit(
                 lambda: logstore.signal(public_id, logstore.count(public_id), ended=True)
@@ -232,7 +232,7 @@ class Run(models.Model):
                 transaction.on_commit(lambda: _announce_end(self))
             else:
                 # A slot is free: the next run that waits for one may go.
-                from runs import quotas
+                from runs import quotas  # not at the top: runs.quotas imports this module
 
                 transaction.on_commit(quotas.admit)
         return ended
@@ -274,6 +274,16 @@ class Run(models.Model):
 
     def seal_secrets(self, sealed: str) -> None:
         Run.objects.filter(pk=self.pk).update(secrets_sealed=sealed)
+
+    @staticmethod
+    def admit(pk: int, at: datetime) -> bool:
+        """Let a queued run go on to a worker (runs.quotas.admit, under its lock); True if
+        this call did."""
+        return bool(
+            Run.objects.filter(pk=pk, state=RunState.QUEUED, admitted_at=None).update(
+                admitted_at=at
+            )
+        )
 
     @staticmethod
     def mark_prepare_sent(pk: int) -> None:
@@ -399,6 +409,25 @@ class DepCache(models.Model):
     def __str__(self) -> str:
         return f"cache {self.key[:12]} of {self.workspace}"
 
+    @staticmethod
+    def keep(run: Run, size_bytes: int) -> "DepCache":
+        """The run's filled /deps becomes its key's cache, unless another run of the key
+        made one first: then that one, which later runs use."""
+        cache, _ = DepCache.objects.get_or_create(
+            workspace_id=run.workspace_id,
+            key=run.setup["key"],
+            defaults={
+                "image_id": run.image_id,
+                "volume": run.deps_volume_name,
+                "size_bytes": size_bytes,
+                "built_by": run,
+            },
+        )
+        return cache
+
+    def mark_used(self) -> None:
+        DepCache.objects.filter(pk=self.pk).update(last_used_at=timezone.now())
+
 
 class Secret(models.Model):
     """A workspace secret: the value is encrypted at rest (runs.secrets) and never
@@ -430,6 +459,11 @@ class AdmissionLock(models.Model):
 
     def __str__(self) -> str:
         return "admission lock"
+
+    @staticmethod
+    def take() -> None:
+        """Lock the row for the caller's transaction (made at the first admission)."""
+        AdmissionLock.objects.select_for_update().get_or_create(id=1)
 
 
 class TeamCpuDay(models.Model):

@@ -143,7 +143,7 @@ def prepare_and_start(
             [Mount("/deps", setup["volume"], type="volume")],
             shares,
         )
-    Sandbox.objects.filter(pk=main.pk).update(image_id=image_id)
+    main.record_image(image_id)
     container = backend.create(main, run.command, env, [deps] if deps else [], shares)
     first = first or container
     # Checked while the source goes in.

@@ -136,12 +136,12 @@ def admits_at_once(team: Team) -> bool:
 
 def lock() -> None:
     """Take admission's lock for the caller's transaction."""
-    AdmissionLock.objects.select_for_update().get_or_create(id=1)
+    AdmissionLock.take()
 
 
 def admit() -> list[int]:
     """Admit what may go now (see the module's docstring); returns the admitted ids."""
-    from runs.tasks import send_prepare
+    from runs.tasks import send_prepare  # not at the top: a cycle (tasks > prepare > quotas)
 
     admitted: list[int] = []
     # Nothing waits (the common case, and every reconcile): no transaction and no lock,
@@ -188,9 +188,7 @@ def admit() -> list[int]:
             # A microsecond apart: the order of one round's admissions stays readable
             # from admitted_at, which ranks the teams in the next round.
             at = now + datetime.timedelta(microseconds=len(admitted))
-            if Run.objects.filter(pk=run_id, state=RunState.QUEUED, admitted_at=None).update(
-                admitted_at=at
-            ):
+            if Run.admit(run_id, at):
                 admitted.append(run_id)
                 active[team] = active.get(team, 0) + 1
                 free -= 1

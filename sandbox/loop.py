@@ -285,8 +285,7 @@ class EngineLoop:
         grew = used - sandbox.cpu_seconds
 
         def record() -> None:
-            Sandbox.objects.filter(pk=sandbox.pk).update(cpu_seconds=round(used, 3))
-            sandbox.cpu_seconds = round(used, 3)
+            sandbox.record_cpu(used)
             owner = owner_of(sandbox)
             if owner is not None:
                 owner.cpu_used(sandbox, grew)

@@ -155,6 +155,15 @@ class Sandbox(models.Model):
         )
         self.refresh_from_db(fields=["stop_signalled_at"])
 
+    def record_image(self, image_id: str) -> None:
+        """The image's exact id, checked before the container is made from it."""
+        Sandbox.objects.filter(pk=self.pk).update(image_id=image_id)
+
+    def record_cpu(self, used: float) -> None:
+        """CPU time its cgroup said it used so far (the owner counts what it grew by)."""
+        Sandbox.objects.filter(pk=self.pk).update(cpu_seconds=round(used, 3))
+        self.cpu_seconds = round(used, 3)
+
     def record_pid(self, pid: int, netns: int | None) -> None:
         Sandbox.objects.filter(pk=self.pk).update(pid=pid, netns=netns)
         self.pid, self.netns = pid, netns

@@ -46,6 +46,10 @@ class Workspace(models.Model):
     def requires_gvisor(self) -> bool:
         return self.require_gvisor or self.team.require_gvisor
 
+    def set_releases_team_only(self, team_only: bool) -> None:
+        Workspace.objects.filter(pk=self.pk).update(releases_team_only=team_only)
+        self.releases_team_only = team_only
+
     def live_previews(self) -> list[Any]:
         """Previews starting or ready (the previews app's rows, by their related name:
         workspaces never imports it)."""

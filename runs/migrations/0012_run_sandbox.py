@@ -7,6 +7,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from core.ids import new_id
+
 ACTIVE = ("queued", "preparing", "running")
 KINDS = {"run": "run", "preview": "service", "release": "service", "build": "build"}
 
@@ -14,7 +16,6 @@ KINDS = {"run": "run", "preview": "service", "release": "service", "build": "bui
 def adopt(apps, schema_editor):
     Run = apps.get_model("runner", "Run")
     Sandbox = apps.get_model("sandbox", "Sandbox")
-    from core.ids import new_id
 
     for run in Run.objects.filter(state__in=ACTIVE, hydrated_at__isnull=False).select_related(
         "workspace"

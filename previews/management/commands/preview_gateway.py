@@ -6,7 +6,7 @@ import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from previews.gateway import serve
+from previews.relay import serve
 
 
 class Command(BaseCommand):

@@ -47,13 +47,13 @@ class Command(BaseCommand):
         found = Team.objects.filter(slug=team).first()
         if found is None:
             raise CommandError(f"No team {team!r}; `manage.py create_team {team}` makes one.")
-        changed = []
-        for key, field in FIELDS.items():
-            if options.get(key) is not None:
-                setattr(found, field, None if options[key] == DEFAULT else options[key])
-                changed.append(field)
+        changed = {
+            field: None if options[key] == DEFAULT else options[key]
+            for key, field in FIELDS.items()
+            if options.get(key) is not None
+        }
         if changed:
-            found.save(update_fields=changed)
+            found.set_quotas(changed)
         limits = quotas.Limits.of(found)
         self.stdout.write(
             f"team {found.slug}: runs {limits.concurrent_runs} at once, "
