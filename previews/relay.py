@@ -24,9 +24,9 @@ from django.conf import settings
 
 from previews import tunnel
 from previews.framing import Exchange, Parsed, request_header_block
-from previews.gateway import Gateway, Route
+from previews.gateway import Gateway, Route, Settled
 from previews.relay_answers import BACKLOG, Answering
-from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, MEMO_MAX, Upstream
+from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, MEMO_MAX, Again, Upstream
 from sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
@@ -68,6 +68,11 @@ class Client(Answering, asyncio.Protocol):
         # its headers on a connection, and the app its answer, so most are not rebuilt.
         self.sent: tuple[Any, bytes] = (None, b"")
         self.answered: tuple[Any, tuple[bytes, str, bool, bool]] = (None, (b"", "", False, False))
+        # The last answer from an app that came whole in one read, as the client was
+        # sent it: an app repeats its answer to a repeated request (Upstream._again).
+        self.again: Again | None = None
+        # What the last route into a sandbox rested on (Gateway.settled), for a repeat.
+        self.settled: Settled | None = None
 
     # -- connection --------------------------------------------------------------------
 
@@ -274,7 +279,8 @@ class Client(Answering, asyncio.Protocol):
             ex.keep_alive = False
         if ex.hosts != 1:
             ex.host = ""  # none or several: the web process answers that
-        self.head = ex.parsed()  # before routing changes anything (an Expect answered)
+        # Before routing changes anything (an Expect answered).
+        self.head = ex.parsed_from = ex.parsed()
         self._headed(ex)
 
     def _headed(self, ex: Exchange) -> None:
@@ -317,7 +323,13 @@ class Client(Answering, asyncio.Protocol):
     # -- routing a request -------------------------------------------------------------
 
     def _dispatch(self, ex: Exchange) -> None:
-        route = self.gw.decide(ex)
+        settled = self.settled
+        route = None
+        if settled is not None and ex.parsed_from is settled[0]:
+            route = self.gw.again(settled)  # a repeat: decided again from what it rested on
+        if route is None:
+            route = self.gw.decide(ex)
+            self.settled = self.gw.settled(ex, route)
         if route is None:
             self._pause("lookup")
             self.loop.create_task(self._look_up(ex))
