@@ -7,11 +7,7 @@ Framing is previews.framing's. Backpressure both ways: a side whose send buffer
 passes HIGH_WATER stops the other side's reading until it drains, so a 50 MB answer
 never sits in memory.
 
-A client repeats itself on a kept connection (the same request for the same page, an
-app the same answer): a read whose bytes are the connection's last request again, from
-where a request starts, takes what llhttp made of them then (`Client._replay`, and
-`Upstream._replay` for answers) instead of a Python call per header. Only the parsing
-is skipped: every such request is routed, checked and rewritten as any other.
+What a repeated request or answer skips is previews.relay_repeat's.
 """
 
 import asyncio
@@ -26,6 +22,7 @@ from previews import tunnel
 from previews.framing import Exchange, Parsed, request_header_block
 from previews.gateway import Gateway, Route, Settled
 from previews.relay_answers import BACKLOG, Answering
+from previews.relay_repeat import Repeating
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, MEMO_MAX, Again, Upstream
 from sandbox.netns import NamespaceGone
 
@@ -35,7 +32,7 @@ MAX_HEAD = 64 * 1024  # a request's line and headers, as llhttp hands them over
 HEAD_TOO_LARGE = f"A request's line and headers may take {MAX_HEAD // 1024} KB at most."
 
 
-class Client(Answering, asyncio.Protocol):
+class Client(Answering, Repeating, asyncio.Protocol):
     """A connection from a browser (or any client) to the gateway: its requests
     read and routed here, their answers written by `Answering`."""
 
@@ -64,7 +61,7 @@ class Client(Answering, asyncio.Protocol):
         self.last = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.out: list[bytes] | None = None  # one read's writes, sent at once (batch)
-        # The last header block and answer head, by what made them: a client repeats
+        # The last request head and answer head, by what made them: a client repeats
         # its headers on a connection, and the app its answer, so most are not rebuilt.
         self.sent: tuple[Any, bytes] = (None, b"")
         self.answered: tuple[Any, tuple[bytes, str, bool, bool]] = (None, (b"", "", False, False))
@@ -129,24 +126,6 @@ class Client(Answering, asyncio.Protocol):
                 and len(data) <= MEMO_MAX
             ):
                 self.memo = (data, self.head)
-
-    def _replay(self, parsed: Parsed) -> None:
-        """A request whose bytes are those of this connection's last one, which came
-        whole in one read and was parsed from where a request starts, as this one is:
-        llhttp, a state machine, would make the same of them. So its callbacks' results
-        (the Exchange's parsed fields) are taken as they were, and the rest goes on as
-        from llhttp's callbacks (`_headed`, `_ended`): most clients repeat the same
-        request on a connection, and this skips a Python call per header."""
-        ex = self.parsing = Exchange(parsed)
-        self.begun += 1
-        try:
-            self._headed(ex)
-            self._ended(ex)
-        except Exception as e:  # as llhttp reports a callback's fault (data_received)
-            log.error("preview gateway: handling a request failed", exc_info=e)
-            self._refuse(
-                500, "gateway_error", "The preview gateway failed on this request; try again."
-            )
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Unreadable input: the requests read before it are answered in order, then
@@ -443,7 +422,8 @@ class Client(Answering, asyncio.Protocol):
 
     def _head(self, ex: Exchange) -> bytes:
         assert ex.route is not None
-        key = (ex.route.kind, ex.chunked, ex.length, ex.method, ex.headers)
+        key = (ex.route.kind, ex.chunked, ex.length, ex.method, ex.target, ex.headers)
         if key != self.sent[0]:
-            self.sent = (key, request_header_block(ex, self.peer, self.gw))
-        return b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", self.sent[1]))
+            block = request_header_block(ex, self.peer, self.gw)
+            self.sent = (key, b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", block)))
+        return self.sent[1]
