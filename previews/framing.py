@@ -93,7 +93,7 @@ class Exchange:
         self.upstream: Upstream | None = None
         self.tail = b""
         # The Parsed this request is (`parsed`), when it is one: the same object for
-        # every repeat of it on a connection (Client.again).
+        # every repeat of it on a connection (previews.relay_repeat).
         self.parsed_from = parsed
 
     def parsed(self) -> Parsed | None:

@@ -34,6 +34,7 @@ from typing import Any
 from django.conf import settings
 
 from previews import gate
+from previews.framing import Parsed
 from previews.headers import (
     REFUSED,
     berth_origins,
@@ -109,7 +110,7 @@ LOOK_UP = ""  # a release host whose route is not known lately
 # route, and the cache entries decide read: the target's, the viewer's (its key and
 # entry; non-public targets), a release host's route (its key and entry).
 Settled = tuple[
-    Any,
+    Parsed,
     Route,
     tuple[float, gate.Target | None] | None,
     tuple[tuple[str, str], tuple[float, bool] | None] | None,
@@ -200,7 +201,7 @@ class Gateway:
                 return APP
         return self.admit(ex, t)
 
-    def settled(self, ex: Any, route: Route | None) -> "Settled | None":
+    def settled(self, ex: Any, route: Route | None) -> Settled | None:
         """What `route`, decide's for `ex`, rests on, when it leads into a sandbox and
         `ex` is a request that may come again (its Parsed): the cache entries decide
         read (the target, the viewer's answer, a release host's route), so that a
@@ -218,7 +219,7 @@ class Gateway:
             release = (named[1], self.lookups.routes.get(named[1]))
         return (ex.parsed_from, route, self.lookups.targets.get(t.public_id), viewer, release)
 
-    def again(self, settled: "Settled") -> Route | None:
+    def again(self, settled: Settled) -> Route | None:
         """The route decide gave a request, for a repeat of it (the same Parsed, so the
         same host, path, cookie and headers): while every cache entry it rested on is
         the same one still and within its time, decide would read the same again and
