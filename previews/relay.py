@@ -70,6 +70,7 @@ class Client(Answering, Repeating, asyncio.Protocol):
         self.again: Again | None = None
         # What the last route into a sandbox rested on (Gateway.settled), for a repeat.
         self.settled: Settled | None = None
+        self.repeated: tuple[Settled | None, bytes] = (None, b"")  # its head (_repeat)
 
     # -- connection --------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class Repeating:
     begun: int
     in_head: bool
     settled: Settled | None
+    repeated: tuple[Settled | None, bytes]
 
     def _headed(self, ex: Exchange) -> None:
         raise NotImplementedError
@@ -96,7 +97,10 @@ class Repeating:
         ex.counted = True
         ex.upstream = upstream
         upstream.start(self, ex)  # reading: kept connections are (Upstream.reusable)
-        upstream.transport.write(self._head(ex))
+        head = self.repeated
+        if head[0] is not settled:  # made of the request, the route's kind and the peer
+            head = self.repeated = (settled, self._head(ex))
+        upstream.transport.write(head[1])
         ex.ended = True
         self.in_head = True
         return True

@@ -69,17 +69,19 @@ class Upstream(asyncio.Protocol):
     def reusable(self, sent: bool) -> bool:
         """Fit for the next request: the answer ended cleanly, the request was all
         `sent` (and nothing of it is still buffered), and the app keeps the connection."""
+        transport = self.transport
         if not (
             self.keep
             and sent
             and self.mode != "close"
             and not self.eof_ends
-            and self.usable()
-            and self.transport.get_write_buffer_size() == 0
+            and self.open  # usable()
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() == 0
         ):
             return False
-        if not self.transport.is_reading():
-            self.transport.resume_reading()  # paused for the last client's sake
+        if not transport.is_reading():
+            transport.resume_reading()  # paused for the last client's sake
         return True
 
     def start(self, client: "Client", ex: "Exchange") -> None:
