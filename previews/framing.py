@@ -49,6 +49,7 @@ class Exchange:
         "keep_alive",
         "length",
         "method",
+        "parsed_from",
         "pending",
         "pending_size",
         "retried",
@@ -91,6 +92,9 @@ class Exchange:
         self.route: Route | None = None
         self.upstream: Upstream | None = None
         self.tail = b""
+        # The Parsed this request is (`parsed`), when it is one: the same object for
+        # every repeat of it on a connection (previews.relay_repeat).
+        self.parsed_from = parsed
 
     def parsed(self) -> Parsed | None:
         """What llhttp made of this request, when that is all there is to it: no body,

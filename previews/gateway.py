@@ -33,6 +33,7 @@ from typing import Any
 from django.conf import settings
 
 from previews import gate
+from previews.framing import Parsed
 from previews.headers import (
     REFUSED,
     berth_origins,
@@ -104,6 +105,16 @@ MISDIRECTED = Route(
     "or a release's address, or Berth's own port for Berth.",
 )
 LOOK_UP = ""  # a release host whose route is not known lately
+# What a route into a sandbox rests on (Gateway.settled): the request (its Parsed), the
+# route, and the cache entries decide read: the target's, the viewer's (its key and
+# entry; non-public targets), a release host's route (its key and entry).
+Settled = tuple[
+    Parsed,
+    Route,
+    tuple[float, gate.Target | None] | None,
+    tuple[tuple[str, str], tuple[float, bool] | None] | None,
+    tuple[tuple[str, str], tuple[float, str | None] | None] | None,
+]
 TICKET_PATH = gate.TICKET_PATH.encode()
 TICKET_QUERY = TICKET_PATH + b"?"
 CACHED = 10_000  # entries a memo of the gateway's keeps before it starts again
@@ -188,6 +199,56 @@ class Gateway:
             if not seen[1]:
                 return APP
         return self.admit(ex, t)
+
+    def settled(self, ex: Any, route: Route | None) -> Settled | None:
+        """What `route`, decide's for `ex`, rests on, when it leads into a sandbox and
+        `ex` is a request that may come again (its Parsed): the cache entries decide
+        read (the target, the viewer's answer, a release host's route), so that a
+        repeat is decided again from them alone (`again`)."""
+        if route is None or route.kind != "sandbox" or ex.parsed_from is None:
+            return None
+        t = route.target
+        assert t is not None
+        viewer = release = None
+        if not t.public:
+            key = (t.public_id, self._viewer_value(ex.cookie) or "")
+            viewer = (key, self.lookups.viewers.get(key))
+        named = self._named(ex.host)
+        if named[0] is None and named[1] is not None:
+            release = (named[1], self.lookups.routes.get(named[1]))
+        return (ex.parsed_from, route, self.lookups.targets.get(t.public_id), viewer, release)
+
+    def again(self, settled: Settled) -> Route | None:
+        """The route decide gave a request, for a repeat of it (the same Parsed, so the
+        same host, path, cookie and headers): while every cache entry it rested on is
+        the same one still and within its time, decide would read the same again and
+        come to the same route, so only the times and the connection cap are checked
+        here. None: decide it anew (an entry moved on or aged, the cap is reached)."""
+        _, route, target, viewer, release = settled
+        t = route.target
+        assert t is not None
+        now = time.monotonic()
+        lookups = self.lookups
+        if (
+            target is None
+            or lookups.targets.get(t.public_id) is not target
+            or now - target[0] >= TARGET_TTL_S
+            or lookups.open.get(t.public_id, 0) >= self.max_connections
+        ):
+            return None
+        if viewer is not None:
+            seen = viewer[1]
+            if seen is None or lookups.viewers.get(viewer[0]) is not seen:
+                return None
+            if now - seen[0] >= VIEWER_TTL_S:
+                return None
+        if release is not None:
+            cached = release[1]
+            if cached is None or lookups.routes.get(release[0]) is not cached:
+                return None
+            if now - cached[0] >= TARGET_TTL_S:
+                return None
+        return route
 
     def _viewer_value(self, cookie: bytes) -> str | None:
         """The preview cookie's value in a Cookie header (once per distinct header)."""
@@ -293,12 +354,14 @@ class Gateway:
         idle = self.idle.get(key)
         while idle:
             upstream = idle.pop()
-            if upstream.usable():
+            if upstream.open and not upstream.transport.is_closing():  # usable()
                 return upstream
         return None
 
     def keep(self, key: Any, upstream: Any) -> None:
-        idle = self.idle.setdefault(key, [])
+        idle = self.idle.get(key)
+        if idle is None:
+            idle = self.idle[key] = []
         if len(idle) < KEEP_IDLE:
             idle.append(upstream)
         else:

@@ -7,11 +7,7 @@ Framing is previews.framing's. Backpressure both ways: a side whose send buffer
 passes HIGH_WATER stops the other side's reading until it drains, so a 50 MB answer
 never sits in memory.
 
-A client repeats itself on a kept connection (the same request for the same page, an
-app the same answer): a read whose bytes are the connection's last request again, from
-where a request starts, takes what llhttp made of them then (`Client._replay`, and
-`Upstream._replay` for answers) instead of a Python call per header. Only the parsing
-is skipped: every such request is routed, checked and rewritten as any other.
+What a repeated request or answer skips is previews.relay_repeat's.
 """
 
 import asyncio
@@ -25,9 +21,10 @@ from django.conf import settings
 
 from previews import tunnel
 from previews.framing import Exchange, Parsed, request_header_block
-from previews.gateway import Gateway, Route
+from previews.gateway import Gateway, Route, Settled
 from previews.relay_answers import BACKLOG, Answering
-from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, MEMO_MAX, Upstream
+from previews.relay_repeat import Repeating
+from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, MEMO_MAX, Again, Upstream
 from sandbox.netns import NamespaceGone
 
 log = logging.getLogger("berth.previews")
@@ -36,7 +33,7 @@ MAX_HEAD = 64 * 1024  # a request's line and headers, as llhttp hands them over
 HEAD_TOO_LARGE = f"A request's line and headers may take {MAX_HEAD // 1024} KB at most."
 
 
-class Client(Answering, asyncio.Protocol):
+class Client(Answering, Repeating, asyncio.Protocol):
     """A connection from a browser (or any client) to the gateway: its requests
     read and routed here, their answers written by `Answering`."""
 
@@ -65,10 +62,16 @@ class Client(Answering, asyncio.Protocol):
         self.last = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.out: list[bytes] | None = None  # one read's writes, sent at once (batch)
-        # The last header block and answer head, by what made them: a client repeats
+        # The last request head and answer head, by what made them: a client repeats
         # its headers on a connection, and the app its answer, so most are not rebuilt.
         self.sent: tuple[Any, bytes] = (None, b"")
         self.answered: tuple[Any, tuple[bytes, str, bool, bool]] = (None, (b"", "", False, False))
+        # The last answer from an app that came whole in one read, as the client was
+        # sent it: an app repeats its answer to a repeated request (Upstream._again).
+        self.again: Again | None = None
+        # What the last route into a sandbox rested on (Gateway.settled), for a repeat.
+        self.settled: Settled | None = None
+        self.repeated: tuple[Settled | None, bytes] = (None, b"")  # its head (_repeat)
 
     # -- connection --------------------------------------------------------------------
 
@@ -125,24 +128,6 @@ class Client(Answering, asyncio.Protocol):
                 and len(data) <= MEMO_MAX
             ):
                 self.memo = (data, self.head)
-
-    def _replay(self, parsed: Parsed) -> None:
-        """A request whose bytes are those of this connection's last one, which came
-        whole in one read and was parsed from where a request starts, as this one is:
-        llhttp, a state machine, would make the same of them. So its callbacks' results
-        (the Exchange's parsed fields) are taken as they were, and the rest goes on as
-        from llhttp's callbacks (`_headed`, `_ended`): most clients repeat the same
-        request on a connection, and this skips a Python call per header."""
-        ex = self.parsing = Exchange(parsed)
-        self.begun += 1
-        try:
-            self._headed(ex)
-            self._ended(ex)
-        except Exception as e:  # as llhttp reports a callback's fault (data_received)
-            log.error("preview gateway: handling a request failed", exc_info=e)
-            self._refuse(
-                500, "gateway_error", "The preview gateway failed on this request; try again."
-            )
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         """Unreadable input: the requests read before it are answered in order, then
@@ -275,7 +260,8 @@ class Client(Answering, asyncio.Protocol):
             ex.keep_alive = False
         if ex.hosts != 1:
             ex.host = ""  # none or several: the web process answers that
-        self.head = ex.parsed()  # before routing changes anything (an Expect answered)
+        # Before routing changes anything (an Expect answered).
+        self.head = ex.parsed_from = ex.parsed()
         self._headed(ex)
 
     def _headed(self, ex: Exchange) -> None:
@@ -318,7 +304,13 @@ class Client(Answering, asyncio.Protocol):
     # -- routing a request -------------------------------------------------------------
 
     def _dispatch(self, ex: Exchange) -> None:
-        route = self.gw.decide(ex)
+        settled = self.settled
+        route = None
+        if settled is not None and ex.parsed_from is settled[0]:
+            route = self.gw.again(settled)  # a repeat: decided again from what it rested on
+        if route is None:
+            route = self.gw.decide(ex)
+            self.settled = self.gw.settled(ex, route)
         if route is None:
             self._pause("lookup")
             self.loop.create_task(self._look_up(ex))
@@ -432,10 +424,11 @@ class Client(Answering, asyncio.Protocol):
 
     def _head(self, ex: Exchange) -> bytes:
         assert ex.route is not None
-        key = (ex.route.kind, ex.chunked, ex.length, ex.method, ex.headers)
+        key = (ex.route.kind, ex.chunked, ex.length, ex.method, ex.target, ex.headers)
         if key != self.sent[0]:
-            self.sent = (key, request_header_block(ex, self.peer, self.gw))
-        return b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", self.sent[1]))
+            block = request_header_block(ex, self.peer, self.gw)
+            self.sent = (key, b"".join((ex.method, b" ", ex.target, b" HTTP/1.1\r\n", block)))
+        return self.sent[1]
 
 
 async def serve(bind: str, port: int, app: tuple[str, int], stop: asyncio.Event) -> None:

@@ -14,7 +14,7 @@ from previews import gate, pages, tunnel
 from previews.framing import FRAMING, Exchange, answer_head, chunk, own_answer
 from previews.gateway import Gateway, Route
 from previews.headers import HOP_BY_HOP, connection_named
-from previews.relay_upstream import Upstream
+from previews.relay_upstream import Again, Upstream
 
 BACKLOG = 8  # pipelined requests parsed ahead of their turn before reading stops
 LINGER_S = 5  # how long a body nobody will read is discarded before the connection ends
@@ -34,6 +34,7 @@ class Answering:
     lingering: bool
     timer: asyncio.TimerHandle | None
     out: list[bytes] | None
+    again: Again | None
     answered: tuple[Any, tuple[bytes, str, bool, bool]]
 
     def _dispatch(self, ex: Exchange) -> None:
@@ -54,8 +55,9 @@ class Answering:
         else:
             self.transport.write(data)
 
-    def batch(self) -> None:
+    def batch(self) -> list[bytes]:
         self.out = []
+        return self.out
 
     def flush(self) -> None:
         out, self.out = self.out, None

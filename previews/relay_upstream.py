@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from previews.framing import chunk
-from previews.gateway import Gateway
+from previews.gateway import Gateway, Route
 
 if TYPE_CHECKING:
-    from previews.framing import Exchange
+    from previews.framing import Exchange, Parsed
     from previews.relay import Client
 
 log = logging.getLogger("berth.previews")
@@ -25,6 +25,9 @@ MEMO_MAX = 16 * 1024  # the longest read kept to be recognised again (Upstream.m
 # What llhttp made of an answer (Upstream.memo): status, reason, headers, whether it
 # keeps the connection, and the body's pieces.
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]], bool, tuple[bytes, ...]]
+# An app's answer as a client's connection last had it (Upstream._again): its bytes, the
+# route and request it answered, and the bytes the client was sent.
+Again = tuple[bytes, Route, "Parsed", bytes]
 
 
 class Upstream(asyncio.Protocol):
@@ -66,17 +69,19 @@ class Upstream(asyncio.Protocol):
     def reusable(self, sent: bool) -> bool:
         """Fit for the next request: the answer ended cleanly, the request was all
         `sent` (and nothing of it is still buffered), and the app keeps the connection."""
+        transport = self.transport
         if not (
             self.keep
             and sent
             and self.mode != "close"
             and not self.eof_ends
-            and self.usable()
-            and self.transport.get_write_buffer_size() == 0
+            and self.open  # usable()
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() == 0
         ):
             return False
-        if not self.transport.is_reading():
-            self.transport.resume_reading()  # paused for the last client's sake
+        if not transport.is_reading():
+            transport.resume_reading()  # paused for the last client's sake
         return True
 
     def start(self, client: "Client", ex: "Exchange") -> None:
@@ -100,19 +105,31 @@ class Upstream(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
-        if self.ex is None or self.client is None:
+        ex, client = self.ex, self.client
+        if ex is None or client is None:
             self.close()  # bytes nobody asked for: this connection is not to be trusted
             return
         self.got = True
-        client = self.client
         client.last = client.loop.time()
+        again = client.again
+        if (
+            again is not None
+            and self.at_start
+            and data == again[0]
+            and ex.route is again[1]
+            and ex.parsed_from is again[2]
+            and not client.close_after
+        ):
+            self._again(client, again[3])
+            return
         if not self.headed:
             self.raw_head += len(data)
             if self.raw_head > MAX_RAW_HEAD:
                 self._broken(client, "its answer's headers are too large")
                 return
-        client.batch()
+        out = client.batch()
         memo = self.memo
+        whole = self.at_start and len(data) <= MEMO_MAX  # from where an answer starts
         if self.at_start and memo[1] is not None and data == memo[0]:
             try:
                 self._replay(memo[1])
@@ -121,7 +138,7 @@ class Upstream(asyncio.Protocol):
                 self._broken(client, str(e))
                 return
         else:
-            fresh, begun = self.at_start, self.begun
+            begun = self.begun
             self.seen = []  # this read's pieces only: an answer to keep comes in one read
             try:
                 self.parser.feed_data(data)
@@ -129,14 +146,8 @@ class Upstream(asyncio.Protocol):
                 client.flush()
                 self._broken(client, str(e))
                 return
-            if (
-                fresh
-                and self.at_start
-                and self.begun == begun + 1
-                and not self.skip
-                and self.keep
-                and len(data) <= MEMO_MAX
-            ):
+            whole = whole and self.at_start and self.begun == begun + 1 and not self.skip
+            if whole and self.keep:
                 self.memo = (
                     data,
                     (self.status, self.reason, self.headers, self.keep_alive, tuple(self.seen)),
@@ -146,7 +157,42 @@ class Upstream(asyncio.Protocol):
             # Only now, with the whole read parsed: bytes after the answer mean the
             # connection is not to be reused (on_message_begin said so).
             self.done = False
+            route, parsed = ex.route, ex.parsed_from
+            if whole and out and route and parsed and self._repeatable(client, route, ex):
+                client.again = (data, route, parsed, b"".join(out))
             client.respond_end(self)
+
+    def _repeatable(self, client: "Client", route: Route, ex: "Exchange") -> bool:
+        """Whether the answer just written, read whole from where an answer starts, is
+        what the same bytes would make again for a repeat of the same request on this
+        client's connection (`_again`): an app's answer (never a verdict) whose body has
+        its length, to a request that has none, the connections both kept."""
+        return (
+            self.keep
+            and self.mode == "raw"
+            and not self.eof_ends
+            and self.verdict is None
+            and ex.ended
+            and route.kind == "sandbox"
+            and not client.close_after
+            and not client.gone
+        )
+
+    def _again(self, client: "Client", out: bytes) -> None:
+        """An answer whose bytes are those the client's connection last had from an app,
+        whole from where an answer starts, to the same request (its Parsed, the same
+        route): llhttp would call back with the same again, and the client's side make
+        the same head and body of it (previews.framing.answer_head depends on nothing
+        else), so those bytes are written as they were and the exchange ends, as
+        `data_received` would have ended it. The header rules ran on them once."""
+        self.begun += 1
+        self.headed = True
+        self.mode, self.eof_ends = "raw", False
+        assert client.out is None and self.ex is not None
+        if not client.gone:
+            client.transport.write(out)
+        self.ex.answered = True
+        client.respond_end(self)
 
     def _replay(self, answer: "Answer") -> None:
         """An answer whose bytes are those of the last one this connection parsed whole

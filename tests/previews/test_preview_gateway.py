@@ -4,6 +4,7 @@ host standing in for a preview's app (the preview's namespace is this process's 
 and another standing in for Berth's web process. Previews through the whole stack,
 gateway included, are test_previews.py's and test_preview_lifecycle.py's."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -105,6 +106,87 @@ def test_a_request_and_an_answer_repeated_on_a_connection_are_checked_and_rewrit
         s.sendall(request)
         _, body = read_answer(s)
         assert json.loads(body)["web"] is True
+
+
+class Repeats(Client):
+    """A client connection that says which of its repeated requests went the short way
+    (previews.relay_repeat)."""
+
+    connections: list["Repeats"] = []
+    short: list[bool] = []
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        Repeats.connections.append(self)
+
+    def _repeat(self, parsed) -> bool:
+        went = super()._repeat(parsed)
+        Repeats.short.append(went)
+        return went
+
+
+def test_a_repeat_goes_the_short_way_only_while_what_it_rested_on_holds():
+    """A repeated request is decided again from the cache entries its route rested on,
+    and the app's repeated answer is written as the client was sent it before, only
+    while those entries are the same ones and the cap allows: a target made public or
+    stopped, a viewer's access withdrawn, a preview at its cap, each take effect on the
+    very next repeat."""
+    release.clear()
+    Repeats.connections.clear()
+    Repeats.short.clear()
+    request = b"GET /same HTTP/1.1\r\nHost: %s\r\nCookie: %s=good\r\n\r\n" % (
+        HOST.encode(),
+        gate.COOKIE_LAX.encode(),
+    )
+    with (
+        serving(App) as app_port,
+        serving(Web) as web_port,
+        gateway(app_port, web_port, Repeats) as gw,
+        socket.create_connection(("127.0.0.1", gw.port), timeout=10) as s,
+    ):
+        forever, target = gw.lookups.targets["abc123"]
+
+        def ask() -> tuple[bytes, bytes]:
+            s.sendall(request)
+            head, body = read_answer(s)
+            return head.lower(), body
+
+        def served(**changes) -> None:
+            gw.lookups.targets["abc123"] = (forever, dataclasses.replace(target, **changes))
+
+        private = b"content-security-policy: frame-ancestors 'none'"
+        for _ in range(4):
+            head, body = ask()
+            assert head.startswith(b"http/1.1 200") and private in head, head
+            seen = json.loads(body)  # what reached the app: rewritten each time
+            assert "cookie" not in seen and seen["x-forwarded-for"] == "127.0.0.1", seen
+        assert Repeats.short == [True, True, True]
+        assert Repeats.connections[0].again is not None  # the answer written as before
+        # Made public: framing is the app's own business from the next repeat on.
+        served(public=True)
+        head, _ = ask()
+        assert private not in head and b"x-frame-options: deny" in head, head
+        assert Repeats.short[-1] is False
+        head, _ = ask()
+        assert private not in head and Repeats.short[-1] is True
+        # Private again, then the viewer's access withdrawn: the web process answers.
+        served()
+        assert private in ask()[0]
+        gw.lookups.viewers[("abc123", "good")] = (forever, False)
+        assert json.loads(ask()[1])["web"] is True
+        gw.lookups.viewers[("abc123", "good")] = (forever, True)
+        assert private in ask()[0] and private in ask()[0]
+        assert Repeats.short[-1] is True
+        # Stopped: the web process answers (its typed page, in the real thing).
+        served(state="stopped")
+        assert json.loads(ask()[1])["web"] is True
+        served()
+        assert private in ask()[0] and private in ask()[0]
+        # At its cap: busy, and the connection ends with that answer.
+        gw.max_connections = 0
+        head, _ = ask()
+        assert head.startswith(b"http/1.1 503") and b"connection: close" in head, head
+    release.set()
 
 
 def test_pipelined_requests_are_answered_in_order(gw):
