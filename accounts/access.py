@@ -5,6 +5,7 @@ not learn that it exists.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
 
@@ -98,5 +99,36 @@ def require_team_admin(actor: Actor, team: Team) -> Membership:
             f"Only an admin of team {team.slug} may do this; ask one of them.",
             {"role": membership.role, "need": Role.ADMIN},
             code="admin_required",
+        )
+    return membership
+
+
+def sees_workspace(actor: Actor, team_id: int, slug: str) -> bool:
+    """Whether the actor may see the records of a team's workspace (its runs, previews,
+    deploys, contract reviews): a token of that team allowed that workspace, or a
+    person in the team. The access helpers answer 404 otherwise."""
+    if actor.token is not None:
+        return actor.token.team_id == team_id and actor.token.allows_workspace(slug)
+    return Membership.objects.filter(team=team_id, user=actor.user).exists()
+
+
+def human_reviewer(
+    actor: Actor, team: Team, verb: str, not_human: str, details: dict[str, Any], missing: str
+) -> Membership:
+    """The signed-in reviewer or admin taking a decision (`verb`, e.g. "approve a
+    deploy"), or why not: 403 `approval_requires_human` saying `not_human` for a token
+    (so never through MCP), 404 `missing` outside the team, 403 `reviewer_required` for
+    a member. The same checks for every door and every kind of decision."""
+    if not actor.is_human:
+        raise Forbidden(not_human, details, code="approval_requires_human")
+    membership = Membership.objects.filter(team=team, user=actor.user).first()
+    if membership is None:
+        raise NotFound(missing)
+    if not membership.has_role(Role.REVIEWER):
+        raise Forbidden(
+            f"Only a reviewer or an admin of team {team.slug} may {verb}; you are a "
+            f"{membership.role}.",
+            {"role": membership.role},
+            code="reviewer_required",
         )
     return membership

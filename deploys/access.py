@@ -1,5 +1,4 @@
-from accounts.access import Actor
-from accounts.models import Membership
+from accounts.access import Actor, sees_workspace
 from core.errors import NotFound
 from deploys.models import DeployRequest
 
@@ -16,13 +15,7 @@ def access_deploy(actor: Actor, public_id: str, scope: str = "deploy:request") -
     )
     if deploy is None:
         raise NotFound("No such deploy.")
-    workspace = deploy.workspace
-    if actor.token is not None:
-        visible = actor.token.team_id == workspace.team_id and actor.token.allows_workspace(
-            workspace.slug
-        )
-    else:
-        visible = Membership.objects.filter(team=workspace.team_id, user=actor.user).exists()
+    visible = sees_workspace(actor, deploy.workspace.team_id, deploy.workspace.slug)
     if not visible:
         raise NotFound("No such deploy.")
     actor.require_scope(scope)

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from accounts.access import Actor
+from accounts.access import Actor, human_reviewer
 from accounts.actions import record
 from accounts.models import Membership, Role
 from core.errors import Conflict, Forbidden, Invalid, NotFound
@@ -75,25 +75,16 @@ def request_deploy(
 
 
 def _reviewer(deploy: DeployRequest, actor: Actor, verb: str) -> Membership:
-    """The human reviewer acting, or why not (the same checks for every door)."""
-    if not actor.is_human:
-        raise Forbidden(
-            f"Only a signed-in person may {verb} a deploy: open the request's "
-            "page in Berth. API tokens and MCP cannot.",
-            {"deploy": deploy.public_id},
-            code="approval_requires_human",
-        )
-    membership = Membership.objects.filter(team=deploy.workspace.team_id, user=actor.user).first()
-    if membership is None:
-        raise NotFound("No such deploy.")
-    if not membership.has_role(Role.REVIEWER):
-        raise Forbidden(
-            f"Only a reviewer or an admin of team {deploy.workspace.team.slug} "
-            f"may {verb} a deploy; you are a {membership.role}.",
-            {"role": membership.role},
-            code="reviewer_required",
-        )
-    return membership
+    """The human reviewer acting, or why not (accounts.access.human_reviewer)."""
+    return human_reviewer(
+        actor,
+        deploy.workspace.team,
+        f"{verb} a deploy",
+        f"Only a signed-in person may {verb} a deploy: open the request's page in Berth. "
+        "API tokens and MCP cannot.",
+        {"deploy": deploy.public_id},
+        "No such deploy.",
+    )
 
 
 def approve_deploy(

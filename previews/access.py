@@ -1,5 +1,4 @@
-from accounts.access import Actor
-from accounts.models import Membership
+from accounts.access import Actor, sees_workspace
 from core.errors import Conflict, NotFound
 from previews.models import Preview
 
@@ -14,13 +13,7 @@ def access_preview(actor: Actor, public_id: str, scope: str = "preview") -> Prev
     )
     if preview is None:
         raise NotFound("No such preview.")
-    workspace = preview.workspace
-    if actor.token is not None:
-        visible = actor.token.team_id == workspace.team_id and actor.token.allows_workspace(
-            workspace.slug
-        )
-    else:
-        visible = Membership.objects.filter(team=workspace.team_id, user=actor.user).exists()
+    visible = sees_workspace(actor, preview.workspace.team_id, preview.workspace.slug)
     if not visible:
         raise NotFound("No such preview.")
     actor.require_scope(scope)

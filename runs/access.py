@@ -1,5 +1,4 @@
-from accounts.access import Actor
-from accounts.models import Membership
+from accounts.access import Actor, sees_workspace
 from core.errors import NotFound
 from runs.models import Run
 
@@ -28,13 +27,7 @@ def access_run(actor: Actor, public_id: str, scope: str = "run") -> Run:
     )
     if run is None:
         raise NotFound("No such run.")
-    workspace = run.workspace
-    if actor.token is not None:
-        visible = actor.token.team_id == workspace.team_id and actor.token.allows_workspace(
-            workspace.slug
-        )
-    else:
-        visible = Membership.objects.filter(team=workspace.team_id, user=actor.user).exists()
+    visible = sees_workspace(actor, run.workspace.team_id, run.workspace.slug)
     if not visible or not may_see_outputs(actor, run):
         raise NotFound("No such run.")
     actor.require_scope(scope)

@@ -1,7 +1,6 @@
 """The one access helper for contract reviews, for every door."""
 
-from accounts.access import Actor
-from accounts.models import Membership
+from accounts.access import Actor, sees_workspace
 from core.errors import NotFound
 from workspaces.models import ContractReview
 
@@ -19,13 +18,7 @@ def access_review(actor: Actor, public_id: str) -> ContractReview:
     )
     if review is None:
         raise NotFound("No such contract review.")
-    workspace = review.workspace
-    if actor.token is not None:
-        visible = actor.token.team_id == workspace.team_id and actor.token.allows_workspace(
-            workspace.slug
-        )
-    else:
-        visible = Membership.objects.filter(team=workspace.team_id, user=actor.user).exists()
+    visible = sees_workspace(actor, review.workspace.team_id, review.workspace.slug)
     if not visible:
         raise NotFound("No such contract review.")
     actor.require_scope("workspace:read")

@@ -13,10 +13,10 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from accounts.access import Actor
+from accounts.access import Actor, human_reviewer
 from accounts.actions import record
 from accounts.models import Membership, Role
-from core.errors import Conflict, Forbidden, NotFound
+from core.errors import Conflict, Forbidden
 from workspaces import config as workspace_config
 from workspaces import contract
 from workspaces.models import ContractReview, ReviewSource, ReviewState, Workspace
@@ -152,25 +152,16 @@ def refusal(review: ContractReview, widened: list[contract.Widening]) -> Contrac
 
 
 def _reviewer(review: ContractReview, actor: Actor, verb: str) -> Membership:
-    """The same checks as a deploy's: a signed-in reviewer or admin of the team."""
-    if not actor.is_human:
-        raise Forbidden(
-            f"Only a signed-in person may {verb} a sandbox contract: open {review.url} in "
-            "Berth. API tokens and MCP can read a review, never decide it.",
-            {"review": review.public_id},
-            code="approval_requires_human",
-        )
-    membership = Membership.objects.filter(team=review.workspace.team_id, user=actor.user).first()
-    if membership is None:
-        raise NotFound("No such contract review.")
-    if not membership.has_role(Role.REVIEWER):
-        raise Forbidden(
-            f"Only a reviewer or an admin of team {review.workspace.team.slug} may {verb} a "
-            f"sandbox contract; you are a {membership.role}.",
-            {"role": membership.role},
-            code="reviewer_required",
-        )
-    return membership
+    """The same checks as a deploy's (accounts.access.human_reviewer)."""
+    return human_reviewer(
+        actor,
+        review.workspace.team,
+        f"{verb} a sandbox contract",
+        f"Only a signed-in person may {verb} a sandbox contract: open {review.url} in "
+        "Berth. API tokens and MCP can read a review, never decide it.",
+        {"review": review.public_id},
+        "No such contract review.",
+    )
 
 
 def approve(
