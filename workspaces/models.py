@@ -151,3 +151,19 @@ class ContractReview(models.Model):
                 baseline=baseline, widened=widened
             )
             self.baseline, self.widened = baseline, widened
+
+
+class ContractApproval(models.Model):
+    """One reviewer's approval of a contract: a team that requires N distinct approvers
+    for a deploy requires them for a widened sandbox contract too."""
+
+    review = models.ForeignKey(ContractReview, models.CASCADE, related_name="approvals")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("review", "user", name="one_contract_approval_each")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} approved {self.review}"

@@ -108,6 +108,7 @@ def review_page(
             review=review,
             rows=rows(review),
             runs=list(review.runs.order_by("-queued_at")[:20]),
+            approvals=list(review.approvals.select_related("user")),
             own=own,
             can_review=membership.can_review and (not own or workspace.team.allow_self_approval),
         ),

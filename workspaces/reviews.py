@@ -19,7 +19,13 @@ from accounts.models import Membership, Role
 from core.errors import Conflict, Forbidden
 from workspaces import config as workspace_config
 from workspaces import contract
-from workspaces.models import ContractReview, ReviewSource, ReviewState, Workspace
+from workspaces.models import (
+    ContractApproval,
+    ContractReview,
+    ReviewSource,
+    ReviewState,
+    Workspace,
+)
 from workspaces.store import open_store
 
 
@@ -168,7 +174,9 @@ def approve(
     review: ContractReview, actor: Actor, note: str = "", confirm_own: bool = False
 ) -> ContractReview:
     """A reviewer or admin who did not ask for it approves; under a team policy that
-    allows self-approval, the asker may too, confirming it (recorded)."""
+    allows self-approval, the asker may too, confirming it (recorded). A team that
+    requires N distinct approvers for deploys requires them here too: the review is
+    approved with the N-th."""
     _reviewer(review, actor, "approve")
     own = review.requested_by_id == actor.user.pk
     team = review.workspace.team
@@ -184,7 +192,35 @@ def approve(
             {"requested_by": actor.user.username},
             code="own_request",
         )
-    _decide(review, actor, ReviewState.APPROVED, note, own, "contract.approved")
+    with transaction.atomic():
+        locked = ContractReview.objects.select_for_update().get(pk=review.pk)
+        if locked.state != ReviewState.PENDING:
+            raise Conflict(f"This review is already {locked.state}.", {"state": locked.state})
+        try:
+            with transaction.atomic():
+                ContractApproval.objects.create(review=review, user=actor.user)
+        except IntegrityError:
+            raise Conflict("You have approved this contract already.") from None
+        # As for deploys: only approvals of people who are reviewers or admins now count.
+        given = review.approvals.filter(
+            user__memberships__team=team,
+            user__memberships__role__in=(Role.REVIEWER, Role.ADMIN),
+        ).count()
+        needed = team.approvals_required
+        if given < needed:
+            record(
+                team,
+                actor,
+                "contract.approved",
+                f"contract-review:{review.public_id}",
+                review.workspace.slug,
+                note=note.strip()[:200],
+                self_approved=own,
+                approvals=given,
+                needed=needed,
+            )
+            return review
+        _decide(review, actor, ReviewState.APPROVED, note, own, "contract.approved")
     return review
 
 

@@ -388,3 +388,24 @@ def test_a_pushed_widening_is_held_like_any_tokens(berth_server, cast, shop, cli
     assert review.token is not None and review.requested_by == cast.alice
     assert review.commit_author.startswith("Carol <carol@example.com>")
     assert [w["key"] for w in review.widened] == ["memory_mb"]
+
+
+def test_a_team_that_needs_two_approvers_for_deploys_needs_them_for_a_contract(
+    agent, cast, signed_in
+):
+    cast.team_a.approvals_required = 2
+    cast.team_a.save()
+    agent.write(BASE.replace("memory_mb = 512", "memory_mb = 900"))
+    review = ContractReview.objects.get(public_id=held(agent.run())["details"]["review"])
+    bob = signed_in(cast.bob)
+    bob.post(review.url + "approve/")
+    review.refresh_from_db()
+    assert review.state == ReviewState.PENDING
+    assert "Approvals: 1 of 2 — bob." in bob.get(review.url).content.decode()
+    held(agent.run())
+    r = bob.post(review.url + "approve/", follow=True)  # the same person twice
+    assert "You have approved this contract already." in r.content.decode()
+    signed_in(cast.alice).post(review.url + "approve/")
+    review.refresh_from_db()
+    assert (review.state, review.decided_by) == (ReviewState.APPROVED, cast.alice)
+    assert agent.run().status_code == 202
