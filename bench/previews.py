@@ -49,33 +49,11 @@ from bench.common import (  # noqa: E402
     in_namespace,
     start_daphne,
 )
+from bench.preview_apps import NGINX_CONF, NGINX_PORT, NODE_SERVER, NODE_TOML  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PORT = 18768
 GATEWAY = PORT + 2
-NODE_SERVER = """const http = require("node:http");
-http.createServer((req, res) => {
-  res.writeHead(200, {"Content-Type": "text/plain", "Content-Length": "3"});
-  res.end("ok\\n");
-}).listen(8000, "127.0.0.1", () => console.log("listening"));
-"""
-NGINX_CONF = """worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/nginx.log;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  upstream app {{ server 127.0.0.1:8000; keepalive 64; }}
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{ proxy_pass http://app; proxy_http_version 1.1;
-                 proxy_set_header Connection ""; proxy_buffering off; }}
-  }}
-}}
-"""
-NGINX_PORT = 18999
-NODE_TOML = '[preview]\ncommand = "node server.js"\nport = 8000\nhealth_path = "/"\n'
 
 
 def setup_instance() -> str:

@@ -189,11 +189,13 @@ def _asked_for(what: str, runtime: str | None, timeout_s: int | None) -> str:
 
 
 def recorded_contract(run: Run, egress: list[str]) -> contract.Values:
-    """The contract a recorded run had, as a replay asks for it again."""
+    """The contract a recorded run had, as a replay asks for it again (a limit a row
+    made before it was recorded takes its default)."""
+    defaults = contract.default_values()
     return {
         "image": run.image,
         "runtime": run.runtime,
-        **{k: run.limits[k] for k in ("cpus", "memory_mb", "disk_mb", "timeout_s")},
+        **{k: run.limits.get(k, defaults[k]) for k in contract.LIMIT_KEYS},
         "egress": sorted(set(egress)),
     }
 

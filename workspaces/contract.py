@@ -165,6 +165,7 @@ def commit_changes(store: GitStore, sha: str) -> list[ContractChange]:
 
 # -- what an execution asks for, and whether it widens the approved -------------------------
 
+LIMIT_KEYS = ("cpus", "memory_mb", "disk_mb", "timeout_s")
 Values = dict[str, Any]  # key (KEYS' second half) -> value; egress a sorted list
 
 
@@ -242,7 +243,7 @@ def widenings(before: Values, after: Values, ceiling: list[str]) -> list[Widenin
                 "runtime", "gvisor", "runc", "runc instead of gVisor: the host kernel, directly"
             )
         )
-    for key in ("cpus", "memory_mb", "disk_mb", "timeout_s"):
+    for key in LIMIT_KEYS:
         if after[key] > before[key]:
             out.append(
                 Widening(
