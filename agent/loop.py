@@ -7,7 +7,9 @@ with it, and adds the periodic work of the apps above the sandbox layer:
   run's end, find runs no container carries, send prepare tasks the broker missed;
 - previews (previews.watch): health-check previews, stop idle ones, woken when a
   container starts;
-- deploys (deploys.releasing.restore_all): bring live releases back after a restart.
+- deploys (deploys.releasing.restore_all): bring live releases back after a restart;
+- sessions (sessions.keeper): hand execs to each session's exec channel, freeze,
+  thaw, stop and delete sessions by their clocks.
 """
 
 import asyncio
@@ -21,6 +23,7 @@ from runs.engine_owner import RunOwner
 from runs.models import OWNER
 from sandbox.loop import EngineLoop, db
 from sandbox.owners import register
+from sessions.keeper import Keeper
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -53,6 +56,7 @@ class Agent(EngineLoop):
             *self.jobs(stop),
             asyncio.create_task(self.every(watcher.TICK_S, watcher.tick, stop, self.started_event)),
             asyncio.create_task(self.every(UNDELIVERED_EVERY_S, runs.send_undelivered, stop)),
+            *Keeper(self).jobs(stop),
         ]
         await stop.wait()
         for job in jobs:

@@ -21,6 +21,7 @@ from runs.api import router as runs_router
 from runs.caches_api import router as caches_router
 from runs.logs_api import router as logs_router
 from runs.secrets_api import router as secrets_router
+from sessions.api import router as sessions_router
 from workspaces.api import router as workspaces_router
 from workspaces.review_api import router as reviews_router
 
@@ -113,5 +114,6 @@ api.add_router("/", logs_router)
 api.add_router("/", runs_router)
 api.add_router("/", secrets_router)
 api.add_router("/", caches_router)
+api.add_router("/", sessions_router)
 api.add_router("/", previews_router)
 api.add_router("/", deploys_router)

@@ -36,6 +36,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 import deploys.mcp  # noqa: F401
 import previews.mcp  # noqa: F401
 import runs.mcp  # noqa: F401
+import sessions.mcp  # noqa: F401
 import workspaces.mcp  # noqa: F401
 from accounts.auth import authenticate_bearer
 from core.errors import BerthError, error_body

@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "workspaces",
     "sandbox",
     "runs",
+    "sessions",
     "previews",
     "deploys",
     "agent",
@@ -324,6 +325,16 @@ PREVIEW_GATEWAY_ADDRESS = os.environ.get(
     "PREVIEW_GATEWAY_ADDRESS", f"127.0.0.1:{PREVIEW_PORT}" if PREVIEW_PORT else ""
 )
 PREVIEW_START_DEADLINE_S = envint("PREVIEW_START_DEADLINE_S", 60)
+
+# Sessions (docs/sessions.md): a team's limit of live ones (frozen ones hold memory, so
+# they count) and the default maxima of its four numbers; an admin sets a team's own.
+SESSION_MAX_PER_TEAM = envint("SESSION_MAX_PER_TEAM", 4)
+SESSION_IDLE_FREEZE_S = envint("SESSION_IDLE_FREEZE_S", 5 * 60)
+SESSION_IDLE_STOP_S = envint("SESSION_IDLE_STOP_S", 30 * 60)
+SESSION_LIFETIME_S = envint("SESSION_LIFETIME_S", 8 * 3600)
+SESSION_RETENTION_S = envint("SESSION_RETENTION_S", 7 * 24 * 3600)
+# A session that is not ready this long after its start failed (its setup included).
+SESSION_START_DEADLINE_S = envint("SESSION_START_DEADLINE_S", 300)
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
 # After a deploy switches the release host to a new release, the previous release's
 # process keeps running this long, so requests already on their way to it finish.

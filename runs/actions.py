@@ -278,9 +278,20 @@ def policy_runtime(workspace: Workspace, asked: str) -> tuple[str, list[str]]:
     return asked, []
 
 
-def _check_grants(
+def check_env_names(env: dict[str, str]) -> None:
+    for name in env:
+        if not ENV_NAME.match(name) or name in RESERVED_ENV:
+            raise Invalid(
+                f"{name!r} cannot be set: use letters, digits and _ (not "
+                f"{', '.join(sorted(RESERVED_ENV))}).",
+                {"field": "env"},
+            )
+
+
+def check_grants(
     workspace: Workspace, actor: Actor, names: list[str], env: dict[str, str]
 ) -> list[str]:
+    """The secret names an actor may grant (sorted), or the typed refusal."""
     names = sorted(set(names))
     if not names:
         return []
@@ -316,14 +327,8 @@ def _check_grants(
 def queue_run(
     workspace: Workspace, actor: Actor, run: Run, env: dict[str, str], secret_names: list[str]
 ) -> Run:
-    for name in env:
-        if not ENV_NAME.match(name) or name in RESERVED_ENV:
-            raise Invalid(
-                f"{name!r} cannot be set: use letters, digits and _ (not "
-                f"{', '.join(sorted(RESERVED_ENV))}).",
-                {"field": "env"},
-            )
-    run.secret_names = _check_grants(workspace, actor, secret_names, env)
+    check_env_names(env)
+    run.secret_names = check_grants(workspace, actor, secret_names, env)
     run.env_names = sorted(env)
     # Sealed, not plain: the values wait with the run for admission and are cleared at
     # its end; the names are the record.

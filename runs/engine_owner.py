@@ -8,6 +8,7 @@ is complete, counts CPU and egress on the run, and finds the runs no container c
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,6 +46,11 @@ def masker_of(run_id: str) -> secrets.Masker:
     return secrets.Masker(values.values())
 
 
+# How a sandbox's output is followed, by its kind when not as a run's log: the room
+# above that owns the kind registers its own (sessions demultiplex their execs' output).
+FOLLOWERS: dict[str, Callable[[str, Sandbox, asyncio.AbstractEventLoop], Follower]] = {}
+
+
 def phase_of(sandbox: Sandbox) -> str:
     return "setup" if sandbox.kind == SandboxKind.SETUP else "main"
 
@@ -60,16 +66,22 @@ class RunOwner:
         # the other, whose output goes into the one log of the run.
         self.followers: dict[str, Follower] = {}
 
-    def follow(self, run_id: str, container: str) -> None:
+    def follow(self, run_id: str, sandbox: Sandbox) -> None:
+        container = sandbox.name
         current = self.followers.get(container)
         if current is not None and current.is_alive():
             return
-        follower = Follower(run_id, container, self.loop, lambda: masker_of(run_id))
+        special = FOLLOWERS.get(sandbox.kind)
+        follower = (
+            special(run_id, sandbox, self.loop)
+            if special
+            else Follower(run_id, container, self.loop, lambda: masker_of(run_id))
+        )
         self.followers[container] = follower
         follower.start()
 
     async def started(self, sandbox: Sandbox) -> None:
-        self.follow(sandbox.owner_id, sandbox.name)
+        self.follow(sandbox.owner_id, sandbox)
 
     async def exited(
         self, sandbox: Sandbox, facts: dict[str, Any] | None, note: str | None
@@ -77,7 +89,7 @@ class RunOwner:
         """Wait for the whole log, then either go on to the command (a setup step that
         succeeded) or write the run's end and remove its sandboxes."""
         run_id, setup = sandbox.owner_id, sandbox.kind == SandboxKind.SETUP
-        self.follow(run_id, sandbox.name)  # drain what the engine kept, if not yet
+        self.follow(run_id, sandbox)  # drain what the engine kept, if not yet
         outputs: asyncio.Future[Any] | None = None
         try:
             # A run's files are final once its container died: they are read back while

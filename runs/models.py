@@ -39,6 +39,9 @@ class Purpose(models.TextChoices):
     # A release build: source in /app of a writable root layer, committed to
     # `output_image` when it succeeds; its DeployRequest follows the run's end.
     BUILD = "build"
+    # A session's container (sessions.models.Session): one run per start, its process
+    # the in-sandbox exec channel, its /workspace the session's own volume.
+    SESSION = "session"
 
 
 # A run's sandboxes are owned under this kind (sandbox.models.Sandbox.owner_kind).
@@ -46,7 +49,7 @@ OWNER = "run"
 
 ACTIVE_STATES = (RunState.QUEUED, RunState.PREPARING, RunState.RUNNING)
 # Long-lived servers another app owns: a preview's process, a release's process.
-SERVICE_PURPOSES = (Purpose.PREVIEW, Purpose.RELEASE)
+SERVICE_PURPOSES = (Purpose.PREVIEW, Purpose.RELEASE, Purpose.SESSION)
 TERMINAL_STATES = tuple(s for s in RunState if s not in ACTIVE_STATES)
 
 
@@ -103,6 +106,9 @@ class Run(models.Model):
     sandbox = models.ForeignKey(
         "sandbox.Sandbox", models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # A volume kept past the run, mounted at /workspace in place of one of its own (a
+    # session's files, through stops): the source goes in only when it is new.
+    workspace_volume = models.CharField(max_length=200, blank=True)
     # lifecycle and outputs
     state = models.CharField(
         max_length=12, choices=RunState.choices, default=RunState.QUEUED, db_index=True

@@ -52,6 +52,10 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
             RunState.CANCELLED,
             f"Stopped with its preview ({f.get('who', 'a user')}).",
         ),
+        "session_stopped": (
+            RunState.CANCELLED,
+            f"Stopped with its session ({f.get('who', 'a user')}).",
+        ),
         "source_too_large": (
             RunState.FAILED,
             f"The commit's files were not copied in: {f.get('detail')} "
@@ -119,6 +123,12 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
             "wrapper (label berth.egress-wait), so it cannot use "
             "[network] egress; use the sandbox image "
             "(SANDBOX_IMAGE) or remove [network] egress.",
+        ),
+        "session_unsupported_image": (
+            RunState.ERROR,
+            f"The image {f.get('image')} has no Berth exec channel (label berth.session), "
+            "so it cannot hold a session; use the sandbox image (SANDBOX_IMAGE) in "
+            "[sandbox] image, or run commands as runs.",
         ),
         "egress_unavailable": (
             RunState.ERROR,

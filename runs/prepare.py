@@ -38,6 +38,7 @@ KINDS = {
     Purpose.PREVIEW: SandboxKind.SERVICE,
     Purpose.RELEASE: SandboxKind.SERVICE,
     Purpose.BUILD: SandboxKind.BUILD,
+    Purpose.SESSION: SandboxKind.SESSION,
 }
 # Engine calls a run's preparation makes side by side (each waits on the engine).
 _BACKGROUND = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="sandbox")
@@ -60,7 +61,9 @@ def _check_image(run: Run) -> str:
     if not image_allowed(run.image, run):
         raise backend.SandboxError("image_not_allowed", image=run.image)
     exact = run.image_id if run.rerun_of_id and run.image_id else ""
-    return backend.check_image(run.image, exact, run.network.get("mode") == "proxy")
+    return backend.check_image(
+        run.image, exact, run.network.get("mode") == "proxy", run.purpose == Purpose.SESSION
+    )
 
 
 def _sandbox(run: Run, kind: str, image_id: str = "", volumes: list[str] | None = None) -> Sandbox:
@@ -111,10 +114,16 @@ def prepare_and_start(
     in_app = run.purpose in (Purpose.BUILD, Purpose.RELEASE)
     # Read from Git while the engine works on the calls below.
     source = None if run.purpose == Purpose.RELEASE else _BACKGROUND.submit(_source, run)
-    main = _sandbox(run, KINDS[Purpose(run.purpose)])
+    # A kept /workspace (a session's) is counted by the disk watch as its own would be.
+    main = _sandbox(
+        run,
+        KINDS[Purpose(run.purpose)],
+        volumes=[run.workspace_volume] if run.workspace_volume else [],
+    )
     run.attach_sandbox(main)
     volume = None
-    if not in_app:
+    kept = _kept_volume(run) if run.workspace_volume else None
+    if kept is None and not in_app:
         # The engine answers two calls at once: the volume is made while the image is
         # checked (a refused image's volume goes with the run's cleanup).
         volume = _BACKGROUND.submit(backend.create_volume, main.name, labels=main.labels)
@@ -144,12 +153,16 @@ def prepare_and_start(
             shares,
         )
     main.record_image(image_id)
-    container = backend.create(main, run.command, env, [deps] if deps else [], shares)
+    container = backend.create(
+        main, run.command, env, [deps] if deps else [], shares, kept.mount if kept else None
+    )
     first = first or container
     # Checked while the source goes in.
     checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) if setup.get("hit") else None
     # The commit is measured (refused past the caps) before anything is copied in.
     tree = source.result() if source is not None else None
+    if kept is not None and kept.existed:
+        tree = None  # a session's files as its last stop left them: the source went in once
     # Setup's own /workspace is filled while the run's is.
     key_files = _BACKGROUND.submit(_put_key_files, run, first) if first is not container else None
     # A build's source goes into the writable root layer, before start (the tree
@@ -182,6 +195,33 @@ def prepare_and_start(
         logstore.note(run.public_id, _setup_note(setup))
     first.start()
     return True
+
+
+class _Kept:
+    def __init__(self, mount: Mount, existed: bool) -> None:
+        self.mount, self.existed = mount, existed
+
+
+def _kept_volume(run: Run) -> _Kept:
+    """The run's kept /workspace volume (a session's), made now if it is not there."""
+    name = run.workspace_volume
+    # Filled once: by the first start that got as far as its process (a redelivered
+    # task of that first start fills it again, which writes the same tree).
+    filled = (
+        Run.objects.filter(workspace_volume=name, process_started_at__isnull=False)
+        .exclude(pk=run.pk)
+        .exists()
+    )
+    if not caches.volume_exists(name):
+        backend.create_volume(
+            name,
+            labels={
+                "berth.instance": settings.BERTH_INSTANCE,
+                "berth.kind": "session",
+                "berth.workspace": run.workspace.public_id,
+            },
+        )
+    return _Kept(Mount("/workspace", name, type="volume"), filled)
 
 
 def _source(run: Run) -> bytes | Iterator[bytes]:

@@ -19,15 +19,20 @@ def start_service(
     purpose: str,
     image: str | None = None,
     contract_review: ContractReview | None = None,
+    runtime: str | None = None,
+    workspace_volume: str = "",
 ) -> Run:
-    """A long-lived server for another app (a preview, a release): a run of `purpose`
+    """A long-lived server for another app (a preview, a release, a session's exec
+    channel): a run of `purpose`
     with the same contract as any run — image, limits, runtime policy, setup step and
     cache from the commit's workspace.toml — but no wall-clock timeout and no outputs.
     A release runs its own built `image`, with its setup already inside: none here.
-    The owner records its own Activity; this records the run's."""
+    A session asks for its `runtime` (its contract review admitted it) and keeps its
+    /workspace in `workspace_volume`. The owner records its own Activity; this records
+    the run's."""
     config = load_config(workspace, commit)
     limits, warnings = effective_limits(config.sandbox, {})
-    chosen, why = policy_runtime(workspace, config.sandbox.runtime)
+    chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
     network, ignored = egress_policy.for_run(list(config.egress), workspace.team.egress_ceiling)
     setup = (
         {"command": config.setup.command, "cache_key": list(config.setup.cache_key)}
@@ -46,6 +51,7 @@ def start_service(
             command=command,
             image=image or config.sandbox.image,
             runtime=chosen,
+            workspace_volume=workspace_volume,
             limits=limits,
             network=network,
             setup=setup,

@@ -68,6 +68,17 @@ def signal_sandbox(name: str, sig: str) -> bool:
     return True
 
 
+def pause_sandbox(name: str, paused: bool) -> bool:
+    """`docker pause` (a cgroup freeze: processes and memory stay) or unpause; False if
+    it is gone or already so (the engine's events say what it became)."""
+    api = engine().api
+    try:
+        (api.pause if paused else api.unpause)(name)
+    except (docker.errors.NotFound, docker.errors.APIError):
+        return False
+    return True
+
+
 def finalize_facts(name: str) -> dict[str, Any] | None:
     """Exit code and OOM flag of a stopped container, or None if it is gone."""
     container = existing(name)

@@ -18,7 +18,7 @@ from sandbox import hardening
 from sandbox.containers import engine_runtimes
 from sandbox.egress.policy import PROXY_PORT
 from sandbox.engine import engine
-from sandbox.images import EGRESS_WAIT
+from sandbox.images import EGRESS_WAIT, SESSION_INIT
 from sandbox.limits import within_bounds
 from sandbox.models import Sandbox, SandboxKind
 
@@ -118,7 +118,9 @@ def workspace_mount(sandbox: Sandbox) -> Mount:
     return Mount("/workspace", sandbox.name, type="volume", labels=sandbox.labels)
 
 
-def check_image(image: str, exact_id: str = "", needs_egress_wait: bool = False) -> str:
+def check_image(
+    image: str, exact_id: str = "", needs_egress_wait: bool = False, needs_session: bool = False
+) -> str:
     """The image id to use: `exact_id` exactly when given (a replay), else the name's."""
     try:
         found = engine().images.get(exact_id or image)
@@ -128,6 +130,8 @@ def check_image(image: str, exact_id: str = "", needs_egress_wait: bool = False)
         raise SandboxError("image_missing", image=image) from None
     if needs_egress_wait and (found.labels or {}).get("berth.egress-wait") != EGRESS_WAIT:
         raise SandboxError("egress_unsupported_image", image=image)
+    if needs_session and (found.labels or {}).get("berth.session") != SESSION_INIT:
+        raise SandboxError("session_unsupported_image", image=image)
     return str(found.id)
 
 

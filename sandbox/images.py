@@ -55,6 +55,11 @@ while True:
 os.execvp(sys.argv[1], sys.argv[1:])
 """
 
+# The exec channel of a session (sandbox/in_image/berth_session.py): the command of a
+# session's container. An image without this label cannot hold a session.
+SESSION_INIT = "/usr/local/bin/berth-session"
+SESSION_INIT_SCRIPT = (Path(__file__).parent / "in_image" / "berth_session.py").read_text()
+
 # Runs in the chroot as root. Mount points are owned by the sandbox uid because a new
 # named volume takes its owner from the image's mount point (docs/architecture.md, "Engine facts").
 SETUP_SCRIPT = f"""\
@@ -69,6 +74,9 @@ chown 1000:1000 /workspace /deps /app
 cat > {EGRESS_WAIT} <<'WRAPPER'
 {EGRESS_WAIT_SCRIPT}WRAPPER
 chmod 0755 {EGRESS_WAIT}
+cat > {SESSION_INIT} <<'SESSION_INIT'
+{SESSION_INIT_SCRIPT}SESSION_INIT
+chmod 0755 {SESSION_INIT}
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/*
 # The host's name and resolver must not leak into the image; Docker provides both.
@@ -82,6 +90,7 @@ CHANGES = (
     "WORKDIR /workspace",
     "USER 1000:1000",
     f"LABEL berth.egress-wait={EGRESS_WAIT}",
+    f"LABEL berth.session={SESSION_INIT}",
 )
 
 # Debian suites debootstrap can fetch from a Debian mirror; an Ubuntu host's sources

@@ -110,6 +110,8 @@ class EngineLoop:
         # Set when a container starts: its owner may want to look at it at once.
         self.started_event = asyncio.Event()
         self.oom_seen: set[str] = set()  # containers the engine reported an OOM kill in
+        # Set when the engine pauses or unpauses one: a session waits on it.
+        self.paused_event = asyncio.Event()
 
     def spawn(self, coro: Any) -> None:
         """A fire-and-forget task, kept referenced until done (asyncio holds weak refs)."""
@@ -161,7 +163,11 @@ class EngineLoop:
         """Blocking reader of Docker events, on its own thread; reconnects with backoff
         (and asks for a reconcile, since events may have been missed meanwhile)."""
         assert self.loop is not None
-        filters = {"type": "container", **_instance_filter(), "event": ["start", "oom", "die"]}
+        filters = {
+            "type": "container",
+            **_instance_filter(),
+            "event": ["start", "oom", "die", "pause", "unpause"],
+        }
         delay = 0.5
         while not stop.is_set():
             try:
@@ -186,6 +192,8 @@ class EngineLoop:
                     await self.reconcile()
                 elif status == "oom" and name:
                     self.oom_seen.add(name)  # sent before the container's die, if at all
+                elif status in ("pause", "unpause") and name:
+                    await self.paused(name, status == "pause")
                 elif status in ("start", "die") and name:
                     # Its row as seen at its start (a die follows it), else asked for.
                     sandbox = self.known.get(name) or await db(_row)(name)
@@ -209,6 +217,14 @@ class EngineLoop:
         if owner is not None:
             await owner.started(sandbox)  # its output followed from the first line
         await db(sandbox.mark_running)()
+
+    async def paused(self, name: str, paused: bool) -> None:
+        """A pause or unpause as the engine reported it, on the row (a frozen session is
+        frozen only once the engine says so, and thawed whenever it does)."""
+        sandbox = self.known.get(name) or await db(_row)(name)
+        if sandbox is not None and sandbox.is_live:
+            await db(sandbox.mark_paused)(paused)
+            self.paused_event.set()
 
     def _facts_of_die(self, name: str, attrs: dict[str, str]) -> dict[str, Any] | None:
         """The exit as the die event tells it, or None to ask the engine. An exit by
@@ -264,6 +280,9 @@ class EngineLoop:
     async def _tick_one(self, sandbox: Sandbox, now: datetime) -> None:
         if not sandbox.stop_reason and sandbox.deadline and now > sandbox.deadline:
             await db(sandbox.request_stop)("timeout")
+        if sandbox.stop_reason and sandbox.paused:
+            # A frozen container takes no signal: thawed first, then stopped.
+            await asyncio.to_thread(backend.pause_sandbox, sandbox.name, False)
         if sandbox.stop_reason and sandbox.stop_signalled_at is None:
             await asyncio.to_thread(backend.signal_sandbox, sandbox.name, "SIGTERM")
             await db(sandbox.mark_signalled)()
@@ -316,8 +335,12 @@ class EngineLoop:
                 continue
             if container.status != "created":
                 carried.setdefault(sandbox.owner_kind, set()).add(sandbox.owner_id)
-            if container.status == "running":
+            if container.status in ("running", "paused"):
                 # After an agent restart: the old follower and proxy died with the agent.
+                # A paused container is live (a frozen session): its log and egress too.
+                if sandbox.paused != (container.status == "paused"):
+                    await db(sandbox.mark_paused)(container.status == "paused")
+                    self.paused_event.set()
                 await self.started(sandbox)
             elif container.status in ("exited", "dead"):
                 self.spawn(self.safely(lambda s=sandbox: self.finalize(s)))

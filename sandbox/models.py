@@ -21,6 +21,7 @@ class SandboxKind(models.TextChoices):
     SETUP = "setup"  # a run's setup step, filling the dependency cache
     SERVICE = "service"  # a long-lived server: a preview's or a release's process
     BUILD = "build"  # a release build: its writable root layer becomes an image
+    SESSION = "session"  # a session's: kept between an agent's turns, execs inside it
 
 
 class SandboxState(models.TextChoices):
@@ -68,6 +69,9 @@ class Sandbox(models.Model):
     stop_reason = models.CharField(max_length=40, blank=True)
     stop_requested_by = models.CharField(max_length=150, blank=True)
     stop_signalled_at = models.DateTimeField(null=True, blank=True)
+    # Frozen by the engine (`docker pause`), as its events last said: Docker can thaw a
+    # container by itself, so this follows the engine, never what was asked.
+    paused = models.BooleanField(default=False)
     # The host pid of its init and the inode of its network namespace, once running.
     pid = models.IntegerField(null=True, blank=True)
     netns = models.BigIntegerField(null=True, blank=True)
@@ -154,6 +158,12 @@ class Sandbox(models.Model):
             stop_signalled_at=timezone.now()
         )
         self.refresh_from_db(fields=["stop_signalled_at"])
+
+    def mark_paused(self, paused: bool) -> bool:
+        """As the engine reported it; True if that changed the row."""
+        done = Sandbox.objects.filter(pk=self.pk).exclude(paused=paused).update(paused=paused)
+        self.paused = paused
+        return bool(done)
 
     def record_image(self, image_id: str) -> None:
         """The image's exact id, checked before the container is made from it."""

@@ -1,0 +1,241 @@
+#!/usr/bin/python3 -IS
+"""berth-session: the exec channel inside a session's sandbox (docs/sessions.md).
+
+Baked into the sandbox image (sandbox/images.py) and run as the session container's
+command, as the sandbox user. It listens on 127.0.0.1:61001 inside the sandbox's own
+network namespace, which only the runner agent of its host can enter (sandbox/netns.py),
+and starts each exec it is asked for as `sh -c command` in a process group of its own.
+
+Docker keeps no output for `docker exec` and cannot re-attach one, so execs are not
+Docker's: their output and their end go to this process's stdout as frames, one per
+line, which the engine keeps as the container's log and the agent follows (and resumes
+after a restart, from its last timestamp) like a run's:
+
+    \\x1e<exec id> o <base64 of a stdout line>
+    \\x1e<exec id> e <base64 of a stderr line>
+    \\x1e<exec id> x <JSON of its end: exit_code, signal, reason, oom>
+
+A line is framed whole, or in pieces of at most CHUNK bytes; a partial line (a prompt)
+is framed after PARTIAL_S without more. Nothing else writes to this stdout: an exec's
+output goes through pipes, and this process is not dumpable, so an exec cannot open its
+/proc/<pid>/fd/1 either. It runs on Debian's Python 3.11 with the standard library only.
+"""
+
+import asyncio
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+PORT = 61001
+CHUNK = 8192  # base64 of it stays under Docker's 16 KB log message
+PARTIAL_S = 0.05
+MAX_REQUEST = 1 << 20
+KILL_GRACE_S = 5.0
+KEEP_ENDED = 1000  # ends remembered for `status`, after their frame was written
+OUT = sys.stdout.buffer
+PR_SET_DUMPABLE = 4
+
+
+class Exec:
+    def __init__(self, exec_id: str, proc: asyncio.subprocess.Process) -> None:
+        self.id, self.proc = exec_id, proc
+        self.reason = ""  # set when this process ends it: timeout, killed, session_stopped
+        self.end: dict[str, Any] | None = None
+        self.carrier: asyncio.Future[None] | None = None
+
+
+EXECS: dict[str, Exec] = {}
+ENDED: dict[str, dict[str, Any]] = {}
+
+
+def frame(exec_id: str, kind: bytes, data: bytes) -> None:
+    OUT.write(b"\x1e" + exec_id.encode() + b" " + kind + b" " + data + b"\n")
+    OUT.flush()
+
+
+def oom_kills() -> int | None:
+    """The cgroup's count of OOM kills (v1 under runc here, v2 elsewhere; gVisor has none)."""
+    for path, key in (
+        ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
+        ("/sys/fs/cgroup/memory.events", "oom_kill"),
+    ):
+        with contextlib.suppress(OSError, ValueError), open(path) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    return None
+
+
+def first_to_go() -> None:
+    """In the child: its processes go before the channel when memory runs out."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+
+
+async def pump(run: Exec, reader: asyncio.StreamReader, kind: bytes) -> None:
+    buf = b""
+    while True:
+        try:
+            if buf:
+                chunk = await asyncio.wait_for(reader.read(CHUNK), PARTIAL_S)
+            else:
+                chunk = await reader.read(CHUNK)
+        except TimeoutError:
+            frame(run.id, kind, base64.b64encode(buf))
+            buf = b""
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        while True:
+            line, found, rest = buf.partition(b"\n")
+            if found:
+                for at in range(0, max(len(line), 1), CHUNK):
+                    frame(run.id, kind, base64.b64encode(line[at : at + CHUNK]))
+                buf = rest
+            elif len(buf) >= CHUNK:
+                frame(run.id, kind, base64.b64encode(buf[:CHUNK]))
+                buf = buf[CHUNK:]
+            else:
+                break
+    if buf:
+        frame(run.id, kind, base64.b64encode(buf))
+
+
+async def carry(run: Exec, timeout_s: float, oom_before: int | None) -> None:
+    """Its output to the end, then its end frame."""
+    assert run.proc.stdout is not None and run.proc.stderr is not None
+    timer = asyncio.ensure_future(deadline(run, timeout_s)) if timeout_s > 0 else None
+    await asyncio.gather(pump(run, run.proc.stdout, b"o"), pump(run, run.proc.stderr, b"e"))
+    code = await run.proc.wait()
+    if timer is not None:
+        timer.cancel()
+    # The group's other processes (a shell's background job) go with it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(run.proc.pid, signal.SIGKILL)
+    after = oom_kills()
+    sig = -code if code < 0 else None
+    oom = None if after is None or oom_before is None else after > oom_before
+    reason = run.reason or ("oom_killed" if oom and sig == signal.SIGKILL else "")
+    end = {"exit_code": code if code >= 0 else None, "signal": sig, "reason": reason, "oom": oom}
+    frame(run.id, b"x", json.dumps(end).encode())
+    run.end = end
+    EXECS.pop(run.id, None)
+    ENDED[run.id] = end
+    while len(ENDED) > KEEP_ENDED:
+        ENDED.pop(next(iter(ENDED)))
+
+
+async def deadline(run: Exec, timeout_s: float) -> None:
+    await asyncio.sleep(timeout_s)
+    stop(run, "timeout")
+
+
+def stop(run: Exec, reason: str, sig: int = signal.SIGTERM) -> None:
+    """SIGTERM to its group, SIGKILL after the grace period."""
+    run.reason = run.reason or reason
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(run.proc.pid, sig)
+    if sig != signal.SIGKILL:
+        asyncio.get_running_loop().call_later(KILL_GRACE_S, kill_if_running, run, reason)
+
+
+def kill_if_running(run: Exec, reason: str) -> None:
+    if run.end is None:
+        stop(run, reason, signal.SIGKILL)
+
+
+async def start(request: dict[str, Any]) -> dict[str, Any]:
+    exec_id = str(request["id"])
+    if not exec_id.isalnum() or exec_id in EXECS or exec_id in ENDED:
+        return {"ok": False, "error": "id_taken"}
+    env = {**os.environ, **{str(k): str(v) for k, v in (request.get("env") or {}).items()}}
+    oom_before = oom_kills()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "sh",
+            "-c",
+            str(request["command"]),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(request.get("cwd") or "/workspace"),
+            env=env,
+            start_new_session=True,
+            preexec_fn=first_to_go,
+        )
+    except OSError as e:
+        return {"ok": False, "error": "start_failed", "detail": str(e)}
+    run = EXECS[exec_id] = Exec(exec_id, proc)
+    run.carrier = asyncio.ensure_future(
+        carry(run, float(request.get("timeout_s") or 0), oom_before)
+    )
+    return {"ok": True, "pid": proc.pid}
+
+
+async def answer(request: dict[str, Any]) -> dict[str, Any]:
+    op = request.get("op")
+    if op == "exec":
+        return await start(request)
+    if op == "kill":
+        run = EXECS.get(str(request.get("id")))
+        if run is None:
+            return {"ok": False, "error": "not_running"}
+        stop(run, "killed", signal.SIGKILL if request.get("force") else signal.SIGTERM)
+        return {"ok": True}
+    if op == "status":
+        ids = [str(i) for i in request.get("ids") or []]
+        return {
+            "ok": True,
+            "running": sorted(i for i in ids if i in EXECS),
+            "ended": {i: ENDED[i] for i in ids if i in ENDED},
+        }
+    if op == "ping":
+        return {"ok": True, "running": sorted(EXECS)}
+    return {"ok": False, "error": "unknown_op"}
+
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while line := await reader.readline():
+            try:
+                reply = await answer(json.loads(line))
+            except (ValueError, KeyError, TypeError) as e:
+                reply = {"ok": False, "error": "bad_request", "detail": str(e)}
+            writer.write(json.dumps(reply).encode() + b"\n")
+            await writer.drain()
+    except (ConnectionError, ValueError, asyncio.LimitOverrunError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    server = await asyncio.start_server(serve, "127.0.0.1", PORT, limit=MAX_REQUEST)
+    sys.stderr.write(f"[berth] session ready: the exec channel listens on port {PORT}\n")
+    sys.stderr.flush()
+    await stopping.wait()
+    server.close()
+    # A stop: each exec is ended (its end frame says so) before the channel goes.
+    running = list(EXECS.values())
+    for run in running:
+        stop(run, "session_stopped")
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*(r.proc.wait() for r in running)), KILL_GRACE_S + 1)
+    await asyncio.sleep(PARTIAL_S * 2)  # their last frames written
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,55 @@
+"""Who may see and use a session and its execs: one helper each, every door calls it."""
+
+from accounts.access import Actor, sees_workspace
+from core.errors import Forbidden, NotFound
+from sessions.models import Exec, Session
+
+
+def covers(actor: Actor, session: Session) -> bool:
+    """Whether the actor could have granted every secret the session's execs got: a
+    signed-in member (who may grant any secret of the workspace), or a token whose
+    secret list holds them all. A secret in one exec's environment can end up anywhere
+    in the session (a file, a process, another exec's output), so the whole session's
+    use follows the grant, as a run's outputs do."""
+    if actor.token is None or not session.secret_names:
+        return True
+    return set(session.secret_names) <= set(actor.token.secret_names or [])
+
+
+def access_session(actor: Actor, public_id: str, scope: str = "run", use: bool = True) -> Session:
+    """A session of the actor's team (anything else is 404). With `use` (exec, output,
+    commit, terminal), a session whose execs were granted secrets needs an actor whose
+    grants cover them: 403 `secret_grant_required` otherwise."""
+    session = (
+        Session.objects.select_related("workspace__team", "run__sandbox", "requested_by", "token")
+        .filter(public_id=public_id)
+        .first()
+    )
+    if session is None or not sees_workspace(
+        actor, session.workspace.team_id, session.workspace.slug
+    ):
+        raise NotFound("No such session.")
+    actor.require_scope(scope)
+    if use and not covers(actor, session):
+        raise Forbidden(
+            "Execs in this session were granted secrets "
+            f"({', '.join(session.secret_names)}), so using it (exec, output, commit, "
+            "terminal) needs a token whose secret list includes them; ask an admin for one.",
+            {"secrets": session.secret_names},
+            code="secret_grant_required",
+        )
+    return session
+
+
+def access_exec(actor: Actor, public_id: str) -> Exec:
+    row = (
+        Exec.objects.select_related(
+            "session__workspace__team", "session__run__sandbox", "requested_by", "token"
+        )
+        .filter(public_id=public_id)
+        .first()
+    )
+    if row is None:
+        raise NotFound("No such exec.")
+    access_session(actor, row.session.public_id)
+    return row

@@ -1,0 +1,196 @@
+"""JSON API doors onto sessions and their execs (thin: access, then an action)."""
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from ninja import Query, Router, Status
+
+from core.schemas import answers
+from logs import logstore
+from runs.logs_api import MAX_LIMIT, Cursor
+from runs.schemas import LogEntry, LogPage
+from sessions import actions
+from sessions.access import access_exec, access_session
+from sessions.models import Exec, Session
+from sessions.schemas import ExecIn, ExecOut, KillIn, SessionIn, SessionOut
+from sessions.waiting import MAX_WAIT_S, wait_for_exec
+from workspaces.api import actor_of, workspace_for
+
+router = Router(tags=["sessions"])
+
+
+@router.post(
+    "/workspaces/{slug}/sessions",
+    response=answers(SessionOut, 403, 404, 409, 422, 429, status=201),
+    summary="Open a session: a sandbox on a branch, kept alive between an agent's turns",
+)
+def open_session(request: HttpRequest, slug: str, body: SessionIn) -> Status:
+    workspace = workspace_for(request, slug, "run")
+    session = actions.open_session(
+        workspace,
+        actor_of(request),
+        body.ref,
+        body.runtime,
+        idle_freeze_s=body.idle_freeze_s,
+        idle_stop_s=body.idle_stop_s,
+        lifetime_s=body.lifetime_s,
+        retention_s=body.retention_s,
+    )
+    return Status(201, SessionOut.of(session))
+
+
+@router.get(
+    "/workspaces/{slug}/sessions",
+    response=answers(list[SessionOut], 403, 404, 422),
+    summary="A workspace's sessions, newest first (deleted ones too)",
+)
+def list_sessions(request: HttpRequest, slug: str, limit: int = 50) -> list[SessionOut]:
+    workspace = workspace_for(request, slug, "run")
+    rows = Session.objects.filter(workspace=workspace).select_related(
+        "workspace", "run", "requested_by", "token"
+    )
+    return [SessionOut.of(s) for s in rows.order_by("-pk")[: max(1, min(limit, 200))]]
+
+
+@router.get(
+    "/sessions/{session_id}",
+    response=answers(SessionOut, 403, 404, 422),
+    summary="One session: state, clocks, and what survives each stop",
+)
+def get_session(request: HttpRequest, session_id: str) -> SessionOut:
+    session = access_session(actor_of(request), session_id, use=False)
+    if session.is_live:
+        session.touch()  # an API call on the session is activity
+    return SessionOut.of(session)
+
+
+@router.post(
+    "/sessions/{session_id}/exec",
+    response={
+        **answers(ExecOut, 403, 404, 409, 422),
+        **answers(ExecOut, status=202),
+    },
+    summary="Run a command in the session: 200 with its output if it ends within "
+    "wait_seconds, else 202 with its handle",
+)
+async def exec_command(request: HttpRequest, session_id: str, body: ExecIn) -> Status:
+    # Async so that a client's wait holds no thread of Django's.
+    actor = actor_of(request)
+
+    def start() -> Exec:
+        session = access_session(actor, session_id)
+        return actions.exec_in(
+            session,
+            actor,
+            body.command,
+            timeout_s=body.timeout_s,
+            detach=body.detach,
+            env=body.env,
+            secret_names=body.secrets,
+            cwd=body.cwd,
+        )
+
+    row = await sync_to_async(start)()
+    if not body.detach and body.wait_seconds:
+        await wait_for_exec(row.public_id, body.wait_seconds)
+    answer = await sync_to_async(_exec_out)(row.pk)
+    return Status(200 if answer.state == "ended" else 202, answer)
+
+
+def _exec_out(pk: int) -> ExecOut:
+    return ExecOut.of(Exec.objects.select_related("session", "requested_by", "token").get(pk=pk))
+
+
+@router.get(
+    "/sessions/{session_id}/execs",
+    response=answers(list[ExecOut], 403, 404, 422),
+    summary="A session's execs, newest first (each without its output)",
+)
+def list_execs(request: HttpRequest, session_id: str, limit: int = 50) -> list[ExecOut]:
+    session = access_session(actor_of(request), session_id)
+    rows = Exec.objects.filter(session=session).select_related("session", "requested_by", "token")
+    return [ExecOut.of(r, with_output=False) for r in rows[: max(1, min(limit, 200))]]
+
+
+@router.get(
+    "/execs/{exec_id}",
+    response=answers(ExecOut, 403, 404, 422),
+    summary="One exec with its last lines; with wait_seconds, first waits for its end",
+)
+async def get_exec(
+    request: HttpRequest, exec_id: str, wait_seconds: int = Query(0, ge=0, le=MAX_WAIT_S)
+) -> ExecOut:
+    row = await sync_to_async(access_exec)(actor_of(request), exec_id)
+    if row.is_active and wait_seconds:
+        await wait_for_exec(row.public_id, wait_seconds)
+    return await sync_to_async(_exec_out)(row.pk)
+
+
+@router.get(
+    "/execs/{exec_id}/logs",
+    response=answers(LogPage, 403, 404, 422),
+    summary="An exec's log entries after a sequence number",
+)
+def exec_logs(request: HttpRequest, exec_id: str, after: Cursor = 0, limit: int = 1000) -> LogPage:
+    row = access_exec(actor_of(request), exec_id)
+    ended = not row.is_active  # read before the entries: all are written before its end
+    entries = [
+        LogEntry.model_validate(e)
+        for e in logstore.read(row.public_id, after, max(1, min(limit, MAX_LIMIT)))
+    ]
+    cursor = entries[-1].seq if entries else after
+    return LogPage(
+        entries=entries, next=cursor, complete=ended and cursor >= logstore.count(row.public_id)
+    )
+
+
+@router.post(
+    "/execs/{exec_id}/kill",
+    response=answers(ExecOut, 403, 404, 409, 422, status=202),
+    summary="Stop an exec: SIGTERM to its process group, SIGKILL after the grace period",
+)
+def kill_exec(request: HttpRequest, exec_id: str, body: KillIn) -> Status:
+    actor = actor_of(request)
+    row = actions.kill_exec(access_exec(actor, exec_id), actor, body.force)
+    return Status(202, ExecOut.of(row))
+
+
+@router.post(
+    "/sessions/{session_id}/keep-alive",
+    response=answers(SessionOut, 403, 404, 409, 422),
+    summary="Activity now: the idle clocks start again, and a frozen session resumes",
+)
+def keep_alive(request: HttpRequest, session_id: str) -> SessionOut:
+    actor = actor_of(request)
+    return SessionOut.of(actions.keep_alive(access_session(actor, session_id), actor))
+
+
+@router.post(
+    "/sessions/{session_id}/start",
+    response=answers(SessionOut, 403, 404, 409, 422, 429, status=202),
+    summary="Start a stopped session again, on its files as its last stop left them",
+)
+def start_session(request: HttpRequest, session_id: str) -> Status:
+    actor = actor_of(request)
+    return Status(202, SessionOut.of(actions.start_again(access_session(actor, session_id), actor)))
+
+
+@router.post(
+    "/sessions/{session_id}/stop",
+    response=answers(SessionOut, 403, 404, 422, status=202),
+    summary="Stop the session's container; its files stay until it is deleted",
+)
+def stop_session(request: HttpRequest, session_id: str) -> Status:
+    actor = actor_of(request)
+    session = access_session(actor, session_id, use=False)
+    return Status(202, SessionOut.of(actions.stop_session(session, actor)))
+
+
+@router.delete(
+    "/sessions/{session_id}",
+    response=answers(SessionOut, 403, 404, 422, status=202),
+    summary="Delete the session with its uncommitted files (a live one is stopped first)",
+)
+def delete_session(request: HttpRequest, session_id: str) -> Status:
+    actor = actor_of(request)
+    session = access_session(actor, session_id, use=False)
+    return Status(202, SessionOut.of(actions.delete_session(session, actor)))

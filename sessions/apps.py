@@ -1,0 +1,21 @@
+from django.apps import AppConfig
+
+
+class SessionsConfig(AppConfig):
+    name = "sessions"
+    # "sessions" is django.contrib.sessions' label (sign-in cookies).
+    label = "live_sessions"
+    verbose_name = "Sessions"
+
+    def ready(self) -> None:
+        # Once the app registry is ready: these modules import models. Registered here,
+        # not imported by the rooms below: a session's container is followed by its own
+        # demultiplexer, and a session hears of its run's end.
+        from runs.engine_owner import FOLLOWERS
+        from runs.models import run_finished
+        from sandbox.models import SandboxKind
+        from sessions.follow import SessionFollower
+        from sessions.lifecycle import on_run_finished
+
+        FOLLOWERS[SandboxKind.SESSION] = SessionFollower
+        run_finished.connect(on_run_finished, dispatch_uid="sessions.run_finished")

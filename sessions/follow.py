@@ -1,0 +1,171 @@
+"""Following a session's container: its execs' framed output into each exec's log.
+
+The exec channel writes every exec's output and end as frames on the container's
+stdout (sandbox/in_image/berth_session.py), which the engine keeps; this follower reads
+them as a run's follower reads a command's output (logs.follow) and sends each to its
+exec's log in the same store, masked with that exec's granted values. An end frame
+ends the exec. Lines that are no frame (the channel's own, a [setup] step's) go to the
+log of the session's run.
+
+After an agent restart it resumes from the last timestamp it handled (a cursor file
+beside the run's log), and each exec's log skips what it already holds: nothing twice,
+nothing missed, and an exec that ended meanwhile gets its end from its frame.
+"""
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from django.db import close_old_connections, connection
+
+from core import fanout
+from logs import logstore
+from logs.follow import SIGNAL_EVERY_S, Follower, _blocks, _frames, ts_ns
+from runs import secrets
+from sandbox.models import Sandbox
+from sessions.models import Exec
+from sessions.outcomes import describe_end
+
+log = logging.getLogger("berth.runner_agent")
+
+MARK = b"\x1e"
+
+
+def cursor_path(run_id: str) -> Path:
+    return logstore.paths(run_id)[0].with_suffix(".cursor")
+
+
+class _ExecLog:
+    def __init__(self, row: Exec) -> None:
+        self.row = row
+        self.writer = logstore.LogWriter(row.public_id)
+        self.writer.batching = True
+        self.masker = secrets.Masker(secrets.unseal(row.secrets_sealed or "").values())
+        self.last = ts_ns(self.writer.last_ts) if self.writer.last_ts else None
+        self.dirty = False
+        self.signalled_at = 0.0
+
+
+class SessionFollower(Follower):
+    def __init__(self, run_id: str, sandbox: Sandbox, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(run_id, sandbox.name, loop)
+        self.execs: dict[str, _ExecLog | None] = {}  # None: not this session's exec
+        self.cursor = cursor_path(run_id)
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            for entry in self.execs.values():
+                if entry is not None:
+                    entry.writer.close()
+            connection.close()
+
+    def _follow(self, writer: logstore.LogWriter) -> None:
+        try:
+            resumed = self.cursor.read_text().strip()
+        except FileNotFoundError:
+            resumed = ""
+        if resumed and (not writer.last_ts or ts_ns(resumed) > ts_ns(writer.last_ts)):
+            writer.last_ts = resumed
+        super()._follow(writer)
+
+    def _store(self, response: Any, writer: logstore.LogWriter) -> None:
+        last = ts_ns(writer.last_ts) if writer.last_ts else None
+        signalled_at = 0.0
+        for frame in _frames(_blocks(response)):
+            if frame is not None:
+                stream, payload = frame
+                ts, _, data = payload.partition(b" ")
+                at = ts_ns(ts)
+                if last is not None and at <= last:
+                    continue
+                last = at
+                writer.last_ts = ts.decode()
+                if data.startswith(MARK):
+                    self._exec_frame(data[1:], ts.decode(), at)
+                else:
+                    writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())
+                continue
+            # All that has arrived is handled: store it, and tell readers.
+            writer.flush()
+            now = time.monotonic()
+            for entry in self.execs.values():
+                if entry is not None and entry.dirty:
+                    entry.writer.flush()
+                    entry.dirty = False
+                    if now - entry.signalled_at >= SIGNAL_EVERY_S:
+                        entry.signalled_at = now
+                        logstore.signal(entry.row.public_id, entry.writer.count)
+            if now - signalled_at >= SIGNAL_EVERY_S:
+                self._signal(writer.count)
+                signalled_at = now
+            if writer.last_ts:
+                self._save_cursor(writer.last_ts)
+        writer.flush()
+
+    def _save_cursor(self, ts: str) -> None:
+        tmp = self.cursor.with_suffix(".cursor.tmp")
+        tmp.write_text(ts)
+        os.replace(tmp, self.cursor)
+
+    def _entry(self, exec_id: str) -> _ExecLog | None:
+        if exec_id not in self.execs:
+            row = (
+                Exec.objects.select_related("session__run")
+                .filter(public_id=exec_id, session__run__public_id=self.run_id)
+                .first()
+            )
+            close_old_connections()
+            # A frame for an id Berth never handed to this session's channel (a process
+            # in the sandbox talking to the channel itself) is no exec's output.
+            self.execs[exec_id] = _ExecLog(row) if row is not None else None
+        return self.execs[exec_id]
+
+    def _exec_frame(self, data: bytes, ts: str, at: int) -> None:
+        head, _, body = data.rstrip(b"\n").partition(b" ")
+        kind, _, body = body.partition(b" ")
+        exec_id = head.decode("ascii", "replace")
+        if not exec_id.isalnum():
+            return
+        entry = self._entry(exec_id)
+        if entry is None or (entry.last is not None and at <= entry.last):
+            return
+        if kind in (b"o", b"e"):
+            try:
+                text = base64.b64decode(body, validate=True)
+            except ValueError:
+                return
+            if entry.masker:
+                text = entry.masker.bytes(text)
+            entry.writer.append("stdout" if kind == b"o" else "stderr", text, ts)
+            entry.dirty = True
+        elif kind == b"x":
+            self._end(exec_id, entry, body)
+
+    def _end(self, exec_id: str, entry: _ExecLog, body: bytes) -> None:
+        try:
+            end = json.loads(body)
+        except ValueError:
+            end = {}
+        entry.writer.close()
+        self.execs[exec_id] = None  # no frame of it after its end counts
+        row = entry.row
+        reason, message = describe_end(end, timeout_s=row.timeout_s)
+        row.finish(
+            reason,
+            message,
+            exit_code=end.get("exit_code"),
+            signal=end.get("signal"),
+            log_entries=entry.writer.count,
+        )
+        close_old_connections()
+        fanout.group_send(
+            logstore.group_name(exec_id),
+            {"type": "log.signal", "seq": entry.writer.count, "ended": True},
+        )

@@ -1,0 +1,323 @@
+"""The runner agent's work for the sessions of its host (wired in agent.loop).
+
+1. Execs: each queued exec is handed to its session's exec channel (a frozen session is
+   thawed for it first); kills asked for are sent; after an agent restart, an exec the
+   channel never heard of is ended `lost` (its output and end otherwise come from the
+   container's log, which the session's follower resumes).
+2. Lifecycle, every tick and at each pause or unpause the engine reports: starting →
+   ready once the channel answers; ready → freezing → frozen after `idle_freeze_s`
+   without activity (frozen only once the engine says it is paused, and ready again
+   whenever the engine says it is not); stopped after `idle_stop_s` without activity
+   or at its maximum lifetime; a stopped session's files deleted after its retention.
+
+Activity is an exec, a keep-alive or an API call on the session (the doors touch it);
+an exec that is still running counts as activity for as long as it runs.
+"""
+
+import asyncio
+import logging
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from core import fanout
+from runs import secrets
+from runs.models import RunState
+from sandbox import backend
+from sandbox.loop import EngineLoop, db, on_thread
+from sandbox.models import SandboxState
+from sessions.actions import agent_group
+from sessions.channel import ChannelError, ask, namespace_of
+from sessions.lifecycle import ask_stop, changed, expire
+from sessions.models import (
+    LIVE_STATES,
+    RESTARTABLE_STATES,
+    Exec,
+    ExecState,
+    Session,
+    SessionState,
+)
+from sessions.outcomes import describe_exec, describe_session
+
+log = logging.getLogger("berth.runner_agent")
+
+TICK_S = 0.5
+TOUCH_EVERY = timedelta(seconds=5)  # a running exec keeps its session active this often
+SYSTEM = "Berth"
+# The keeper's own moves, each from where it may start.
+MOVES_FROM: dict[str, tuple[str, ...]] = {
+    SessionState.READY: (SessionState.STARTING, SessionState.FREEZING, SessionState.FROZEN),
+    SessionState.FREEZING: (SessionState.READY,),
+    SessionState.FROZEN: (SessionState.FREEZING,),
+}
+
+
+def _here() -> dict[str, Any]:
+    return {"run__sandbox__host": settings.SANDBOX_HOST}
+
+
+def _queued() -> list[Exec]:
+    return list(
+        Exec.objects.filter(
+            state=ExecState.QUEUED, session__run__sandbox__host=settings.SANDBOX_HOST
+        ).select_related("session__run__sandbox", "session__workspace__team")
+    )
+
+
+def _kills() -> list[Exec]:
+    return list(
+        Exec.objects.filter(
+            state=ExecState.RUNNING,
+            kill_requested_at__isnull=False,
+            session__run__sandbox__host=settings.SANDBOX_HOST,
+        ).select_related("session__run__sandbox")
+    )
+
+
+def _sessions(states: tuple[str, ...]) -> list[Session]:
+    return list(
+        Session.objects.filter(state__in=states, **_here()).select_related(
+            "run__sandbox", "workspace__team"
+        )
+    )
+
+
+def _reload(pk: int) -> Session:
+    """As it is now, with its run and sandbox (read under the session's lock)."""
+    return Session.objects.select_related("run__sandbox", "workspace__team").get(pk=pk)
+
+
+def _busy(session: Session) -> bool:
+    return Exec.objects.filter(
+        session=session, state__in=(ExecState.QUEUED, ExecState.RUNNING)
+    ).exists()
+
+
+class Keeper:
+    def __init__(self, engine_loop: EngineLoop) -> None:
+        self.engine = engine_loop
+        self.woken = asyncio.Event()
+        self.locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.in_flight: set[int] = set()  # exec pks being handed to a channel
+        self.reconciled = False
+
+    def jobs(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
+        every = self.engine.every
+        return [
+            asyncio.create_task(self.listen(stop)),
+            asyncio.create_task(every(TICK_S, self.dispatch, stop, self.woken)),
+            asyncio.create_task(every(TICK_S, self.step_all, stop, self.engine.paused_event)),
+        ]
+
+    async def listen(self, stop: asyncio.Event) -> None:
+        """Woken by the doors' signal (a lost one costs a tick, never the work)."""
+        while not stop.is_set():
+            try:
+                async with fanout.listening(agent_group(settings.SANDBOX_HOST)) as next_signal:
+                    while not stop.is_set():
+                        if await next_signal(1.0) is not None:
+                            self.woken.set()
+            except Exception as e:
+                log.warning("sessions: listening for work failed, again in 1 s: %s", e)
+                await asyncio.sleep(1)
+
+    # -- execs ---------------------------------------------------------------------
+
+    async def dispatch(self) -> None:
+        for row in await db(_queued)():
+            if row.pk not in self.in_flight:
+                self.in_flight.add(row.pk)
+                self.engine.spawn(self.engine.safely(lambda r=row: self._hand(r)))
+        for row in await db(_kills)():
+            self.engine.spawn(self.engine.safely(lambda r=row: self._kill(r)))
+        resumes = await db(
+            lambda: [
+                s
+                for s in _sessions((SessionState.FREEZING, SessionState.FROZEN))
+                if s.resume_requested_at
+            ]
+        )()
+        for session in resumes:
+            async with self.locks[session.pk]:
+                await self._thaw(session)
+
+    async def _hand(self, row: Exec) -> None:
+        """One exec to its session's channel, once the session is ready."""
+        try:
+            async with self.locks[row.session_id]:
+                session = await db(_reload)(row.session_id)
+                if session.state in (SessionState.FREEZING, SessionState.FROZEN):
+                    await self._thaw(session)
+                if session.state != SessionState.READY:
+                    return  # starting: handed once ready; stopping: its end ends it
+            assert session.run is not None and session.run.sandbox is not None
+            ns = await on_thread(namespace_of)(session.run.sandbox)
+            if not await db(row.mark_running)():
+                return
+            env = {**secrets.unseal(row.env_sealed), **secrets.unseal(row.secrets_sealed)}
+            request = {
+                "op": "exec",
+                "id": row.public_id,
+                "command": row.command,
+                "cwd": row.cwd,
+                "timeout_s": row.timeout_s,
+                "env": env,
+            }
+            try:
+                answer = await ask(ns, request)
+            except ChannelError as e:
+                answer = {"ok": False, "error": str(e)}
+            if answer.get("ok"):
+                await db(row.record_pid)(int(answer.get("pid") or 0))
+            else:
+                detail = str(answer.get("detail") or answer.get("error"))
+                await db(self._end)(row, "not_started", describe_exec("not_started", detail=detail))
+        except ChannelError as e:
+            await db(self._end)(row, "not_started", describe_exec("not_started", detail=str(e)))
+        finally:
+            self.in_flight.discard(row.pk)
+
+    @staticmethod
+    def _end(row: Exec, reason: str, message: str) -> None:
+        if row.finish(reason, message):
+            fanout.group_send(
+                f"run_{row.public_id}", {"type": "log.signal", "seq": 0, "ended": True}
+            )
+
+    async def _kill(self, row: Exec) -> None:
+        session = row.session
+        if session.run is None or session.run.sandbox is None:
+            return
+        try:
+            ns = await on_thread(namespace_of)(session.run.sandbox)
+            await ask(ns, {"op": "kill", "id": row.public_id, "force": row.kill_force})
+        except ChannelError as e:
+            log.info("exec %s: kill not delivered (%s)", row.public_id, e)
+        await db(lambda: Exec.objects.filter(pk=row.pk).update(kill_requested_at=None))()
+
+    async def reconcile_execs(self) -> None:
+        """After a restart: an exec marked running that the channel never heard of
+        (the agent died between the two) never ran, and ends `lost`."""
+        for session in await db(_sessions)((SessionState.READY,)):
+            running = await db(
+                lambda s=session: list(Exec.objects.filter(session=s, state=ExecState.RUNNING))
+            )()
+            if not running or session.run is None or session.run.sandbox is None:
+                continue
+            try:
+                ns = await on_thread(namespace_of)(session.run.sandbox)
+                answer = await ask(ns, {"op": "status", "ids": [r.public_id for r in running]})
+            except ChannelError:
+                continue
+            known = set(answer.get("running") or []) | set(answer.get("ended") or {})
+            for row in running:
+                if row.public_id not in known:
+                    await db(self._end)(row, "lost", describe_exec("lost"))
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def step_all(self) -> None:
+        if not self.reconciled:
+            self.reconciled = True
+            await self.reconcile_execs()
+        for session in await db(_sessions)((*LIVE_STATES, *RESTARTABLE_STATES)):
+            try:
+                async with self.locks[session.pk]:
+                    await self._step(session)
+            except (ChannelError, OSError) as e:
+                log.info("session %s: %s", session.public_id, e)
+
+    async def _step(self, session: Session) -> None:
+        now = timezone.now()
+        run, sandbox = session.run, session.run.sandbox if session.run else None
+        if session.state in RESTARTABLE_STATES:
+            if session.deleted_after and now >= session.deleted_after:
+                await on_thread(expire)(session)
+            return
+        if session.state == SessionState.STOPPING or run is None or sandbox is None:
+            return
+        if session.expires_at and now >= session.expires_at:
+            await db(ask_stop)(session, "lifetime", SYSTEM)
+            return
+        idle = (now - session.last_active_at).total_seconds()
+        if session.state == SessionState.STARTING:
+            await self._starting(session)
+        elif session.state == SessionState.READY:
+            if await db(_busy)(session):
+                if now - session.last_active_at > TOUCH_EVERY:
+                    await db(session.touch)()
+            elif idle >= session.idle_stop_s:
+                await db(ask_stop)(session, "idle", SYSTEM)
+            elif idle >= session.idle_freeze_s:
+                await self._freeze(session)
+        elif session.state == SessionState.FREEZING:
+            if sandbox.paused:
+                await db(self._move)(session, SessionState.FROZEN, frozen_at=now)
+        elif session.state == SessionState.FROZEN:
+            if not sandbox.paused:
+                # Thawed by the engine itself (Docker can, on signals): ready again.
+                await db(self._move)(session, SessionState.READY, frozen_at=None)
+            elif idle >= session.idle_stop_s:
+                await db(ask_stop)(session, "idle", SYSTEM)
+
+    async def _starting(self, session: Session) -> None:
+        run = session.run
+        assert run is not None and run.sandbox is not None
+        started = session.started_at or timezone.now()
+        late = (timezone.now() - started).total_seconds() > settings.SESSION_START_DEADLINE_S
+        if run.state == RunState.RUNNING and run.sandbox.state == SandboxState.RUNNING:
+            try:
+                ns = await on_thread(namespace_of)(run.sandbox)
+                await ask(ns, {"op": "ping"}, timeout=1.0)
+            except ChannelError:
+                pass
+            else:
+                now = timezone.now()
+                if await db(self._move)(
+                    session, SessionState.READY, ready_at=now, last_active_at=now
+                ):
+                    self.woken.set()  # its queued execs go now
+                return
+        if late:
+            await db(ask_stop)(session, "not_ready", SYSTEM)
+            await db(
+                lambda: Session.objects.filter(pk=session.pk).update(
+                    message=describe_session(
+                        "not_ready", deadline_s=settings.SESSION_START_DEADLINE_S
+                    )
+                )
+            )()
+
+    async def _freeze(self, session: Session) -> None:
+        """Paused in the engine; frozen once the engine reports it (its pause event)."""
+        assert session.run is not None and session.run.sandbox is not None
+        if not await db(self._move)(session, SessionState.FREEZING):
+            return
+        if not await asyncio.to_thread(backend.pause_sandbox, session.run.sandbox.name, True):
+            await db(self._move)(session, SessionState.READY)
+
+    async def _thaw(self, session: Session) -> None:
+        """Unpaused in the engine (its answer says it runs again), ready at once."""
+        assert session.run is not None and session.run.sandbox is not None
+        sandbox = session.run.sandbox
+        await asyncio.to_thread(backend.pause_sandbox, sandbox.name, False)
+        await db(sandbox.mark_paused)(False)
+        now = timezone.now()
+        await db(self._move)(
+            session,
+            SessionState.READY,
+            frozen_at=None,
+            resume_requested_at=None,
+            last_active_at=now,
+        )
+
+    @staticmethod
+    def _move(session: Session, to: str, **fields: Any) -> bool:
+        allowed = MOVES_FROM[to]
+        if session.move(to, allowed, **fields):
+            changed(session)
+            return True
+        return False

@@ -1,0 +1,141 @@
+"""A session's moves that follow from its run and its clocks: its start's run ending,
+its volume going. Called from the run's end (any process) and the runner agent."""
+
+import contextlib
+import logging
+
+import docker.errors
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.actions import record
+from core import fanout
+from runs.models import Purpose, Run, RunState
+from runs.services import stop_service
+from sandbox.engine import engine
+from sessions.models import LIVE_STATES, RESTARTABLE_STATES, Exec, ExecState, Session, SessionState
+from sessions.outcomes import describe_exec, describe_session
+
+log = logging.getLogger("berth.sessions")
+
+
+def group_name(session_public_id: str) -> str:
+    """Watchers of a session's state (its page, a waiting API call)."""
+    return f"session_{session_public_id}"
+
+
+def changed(session: Session) -> None:
+    transaction.on_commit(
+        lambda: fanout.group_send(
+            group_name(session.public_id), {"type": "session.changed", "state": session.state}
+        )
+    )
+
+
+def end_execs(session: Session, why: str) -> None:
+    """Every exec of the session without an end: the session's stop ended it."""
+    for row in Exec.objects.filter(
+        session=session, state__in=(ExecState.QUEUED, ExecState.RUNNING)
+    ):
+        reason = "session_stopped" if row.state == ExecState.RUNNING else "not_started"
+        if row.finish(reason, describe_exec(reason, why=why, detail=why)):
+            fanout.group_send(
+                f"run_{row.public_id}", {"type": "log.signal", "seq": 0, "ended": True}
+            )
+
+
+def on_run_finished(sender: object, run: Run, **_: object) -> None:
+    """Its start's run ended: the session stops, fails or is lost, typed; a session
+    asked to be deleted loses its volume now."""
+    if run.purpose != Purpose.SESSION:
+        return
+    session = Session.objects.select_related("workspace__team").filter(run=run).first()
+    if session is None or session.state not in LIVE_STATES:
+        return
+    end_execs(session, session.stop_reason or run.reason)
+    now = timezone.now()
+    facts = {
+        "who": session.stop_requested_by or "a user",
+        "idle_stop_s": session.idle_stop_s,
+        "lifetime_s": session.lifetime_s,
+        "deadline_s": 0,
+        "run_reason": run.reason,
+        "run_message": run.message,
+    }
+    if session.stop_reason == "deleted":
+        remove_volume(session)
+        to, reason = SessionState.DELETED, "deleted"
+    elif session.stop_reason:
+        to, reason = SessionState.STOPPED, session.stop_reason
+    elif session.state == SessionState.STARTING:
+        to, reason = SessionState.FAILED, "start_failed"
+    elif run.state == RunState.LOST:
+        to, reason = SessionState.LOST, "lost"
+    else:
+        to, reason = SessionState.FAILED, "process_ended"
+    if session.move(
+        to,
+        LIVE_STATES,
+        reason=reason,
+        message=describe_session(reason, **facts),
+        stopped_at=now,
+        **({"deleted_at": now} if to == SessionState.DELETED else {}),
+    ):
+        record(
+            session.workspace.team,
+            None,
+            f"session.{to}",
+            f"session:{session.public_id}",
+            session.workspace.slug,
+            reason=reason,
+        )
+        changed(session)
+
+
+def ask_stop(session: Session, reason: str, who: str) -> bool:
+    """Stop its container (a frozen one is thawed first by the engine loop): its files
+    stay on its volume, everything else in the container goes."""
+    with transaction.atomic():
+        if not session.move(
+            SessionState.STOPPING,
+            tuple(s for s in LIVE_STATES if s != SessionState.STOPPING),
+            stop_reason=reason,
+            stop_requested_by=who,
+        ):
+            return False
+        if session.run is not None:
+            stop_service(session.run, "session_stopped", who)
+        record(
+            session.workspace.team,
+            None,
+            "session.stopping",
+            f"session:{session.public_id}",
+            session.workspace.slug,
+            reason=reason,
+            by=who,
+        )
+        changed(session)
+    return True
+
+
+def remove_volume(session: Session) -> None:
+    """Its /workspace volume, with every uncommitted file in it (gone already is fine)."""
+    with contextlib.suppress(docker.errors.NotFound):
+        engine().api.remove_volume(session.volume, force=True)
+
+
+def expire(session: Session) -> bool:
+    """A stopped session past its retention: its files go."""
+    if session.state not in RESTARTABLE_STATES:
+        return False
+    remove_volume(session)
+    done = session.move(
+        SessionState.DELETED,
+        RESTARTABLE_STATES,
+        reason="retention",
+        message=describe_session("retention", retention_s=session.retention_s),
+        deleted_at=timezone.now(),
+    )
+    if done:
+        changed(session)
+    return done

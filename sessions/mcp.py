@@ -1,0 +1,167 @@
+"""MCP tools onto sessions, written for an agent that works in one sandbox turn after
+turn: each answer says what survives and what the next useful call is, and each error
+names the fix. Waits are asynchronous, so one agent's wait holds no thread of Django's."""
+
+from channels.db import database_sync_to_async
+
+from accounts.auth import actor_of
+from core.mcp import Ctx, tool
+from logs import logstore
+from runs.logs_api import MAX_LIMIT
+from runs.schemas import LogEntry, LogPage
+from sessions import actions
+from sessions.access import access_exec, access_session
+from sessions.models import Exec, Session, SessionState
+from sessions.schemas import ExecOut, SessionOut
+from sessions.waiting import MAX_WAIT_S, wait_for_exec, wait_for_session
+from workspaces.mcp import workspace_for
+
+
+def _session(public_id: str) -> SessionOut:
+    return SessionOut.of(
+        Session.objects.select_related("workspace", "run", "requested_by", "token").get(
+            public_id=public_id
+        )
+    )
+
+
+def _exec(public_id: str) -> ExecOut:
+    return ExecOut.of(
+        Exec.objects.select_related("session", "requested_by", "token").get(public_id=public_id)
+    )
+
+
+def _clamp(seconds: int) -> int:
+    return max(0, min(seconds, MAX_WAIT_S))
+
+
+@tool()
+async def open_session(
+    ctx: Ctx,
+    workspace: str,
+    ref: str | None = None,
+    session: str | None = None,
+    runtime: str | None = None,
+    wait_seconds: int = 60,
+) -> SessionOut:
+    """Open a session: a sandbox on a branch (default: the default branch) that lives
+    between your turns, so installs in $HOME, running processes and warm caches stay
+    until it stops. With `session`, start that stopped session again on its files
+    instead. Waits up to wait_seconds (default 60, max 120) for it to be ready (a few
+    seconds; longer when [setup] runs). Then call exec(session=id, command=...)."""
+    actor = await actor_of(ctx)
+
+    def start() -> str:
+        if session:
+            found = access_session(actor, session)
+            return actions.start_again(found, actor).public_id
+        w = workspace_for(actor, workspace, "run")
+        return actions.open_session(w, actor, ref, runtime).public_id
+
+    public_id = await database_sync_to_async(start)()
+    await wait_for_session(
+        public_id,
+        (SessionState.READY, SessionState.FAILED, SessionState.STOPPED, SessionState.LOST),
+        _clamp(wait_seconds),
+    )
+    return await database_sync_to_async(_session)(public_id)
+
+
+@tool()
+async def exec(
+    ctx: Ctx,
+    session: str,
+    command: str,
+    wait_seconds: int = 30,
+    detach: bool = False,
+    timeout_s: int | None = None,
+    secrets: list[str] | None = None,
+) -> ExecOut:
+    """Run a shell command (`sh -c`) in the session, in /workspace, and wait up to
+    wait_seconds (default 30, max 120) for it to end: the answer has its exit, a message
+    saying what to do next, and its last 200 lines. A frozen session resumes for it.
+    With detach, answers at once (for servers, watchers, long builds); read its output
+    with read_output. `secrets` go in this command's environment only."""
+    actor = await actor_of(ctx)
+
+    def start() -> str:
+        found = access_session(actor, session)
+        return actions.exec_in(
+            found, actor, command, timeout_s=timeout_s, detach=detach, secret_names=secrets
+        ).public_id
+
+    public_id = await database_sync_to_async(start)()
+    if not detach:
+        await wait_for_exec(public_id, _clamp(wait_seconds))
+    return await database_sync_to_async(_exec)(public_id)
+
+
+@tool()
+async def read_output(
+    ctx: Ctx, exec_id: str, after: int = 0, limit: int = 1000, wait_seconds: int = 0
+) -> LogPage:
+    """An exec's output after the cursor `after` (0 for the start), oldest first, at
+    most `limit` (max 5000); `complete` says it ended and nothing follows. With
+    wait_seconds, first waits for it to end."""
+    actor = await actor_of(ctx)
+    row = await database_sync_to_async(lambda: access_exec(actor, exec_id))()
+    if row.is_active:
+        await wait_for_exec(row.public_id, _clamp(wait_seconds))
+
+    def page() -> LogPage:
+        fresh = access_exec(actor, exec_id)
+        ended = not fresh.is_active
+        entries = [
+            LogEntry.model_validate(e)
+            for e in logstore.read(fresh.public_id, max(0, after), max(1, min(limit, MAX_LIMIT)))
+        ]
+        cursor = entries[-1].seq if entries else max(0, after)
+        return LogPage(
+            entries=entries,
+            next=cursor,
+            complete=ended and cursor >= logstore.count(fresh.public_id),
+        )
+
+    return await database_sync_to_async(page)()
+
+
+@tool()
+async def session_status(ctx: Ctx, session: str) -> SessionOut:
+    """The session's state, its clocks (when it freezes, stops, is deleted) and what
+    survives each stop. Counts as activity. Instant."""
+    actor = await actor_of(ctx)
+
+    def status() -> SessionOut:
+        found = access_session(actor, session, use=False)
+        if found.is_live:
+            found.touch()
+        return SessionOut.of(found)
+
+    return await database_sync_to_async(status)()
+
+
+@tool()
+async def keep_alive(ctx: Ctx, session: str) -> SessionOut:
+    """Activity now: the idle clocks start again, and a frozen session resumes. Call it
+    when you will be away a while and want the session as you left it."""
+    actor = await actor_of(ctx)
+    return await database_sync_to_async(
+        lambda: SessionOut.of(actions.keep_alive(access_session(actor, session), actor))
+    )()
+
+
+@tool()
+async def close_session(ctx: Ctx, session: str, delete: bool = False) -> SessionOut:
+    """Stop the session: its uncommitted files stay (until deleted), everything else in
+    its container goes. With delete, its files go too. Commit what you want to keep
+    first (commit_session_changes)."""
+    actor = await actor_of(ctx)
+
+    def close() -> SessionOut:
+        found = access_session(actor, session, use=False)
+        done = (
+            actions.delete_session(found, actor) if delete else actions.stop_session(found, actor)
+        )
+        return SessionOut.of(done)
+
+    return await database_sync_to_async(close)()

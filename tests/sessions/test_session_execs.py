@@ -1,0 +1,33 @@
+"""Sessions through the API: one sandbox that lives between an agent's turns, carried by
+a real Celery worker and runner agent on the real Docker engine, under both runtimes."""
+
+import pytest
+
+from tests.support.sessions import lines
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_an_exec_answers_with_its_output_and_a_process_lives_between_turns(agent, runtime):
+    session = agent.ready(runtime=runtime)
+    assert session["runtime"] == runtime
+    assert session["persistence"]["processes_and_memory"]["kept_now"] is True
+
+    hi = agent.exec(session, "echo hi; echo there >&2; exit 3")
+    assert (hi["state"], hi["reason"], hi["exit_code"]) == ("ended", "exit_nonzero", 3)
+    assert lines(hi) == ["hi"] and lines(hi, "stderr") == ["there"]
+
+    # A process started in one turn is there in the next: the same sandbox.
+    server = agent.exec(session, "sleep 300", detach=True, status=202)
+    assert server["state"] in ("queued", "running")
+    seen = agent.exec(session, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
+    assert any("sleep 300" in line for line in lines(seen))
+    # And a file written outside /workspace too, while the session lives.
+    agent.exec(session, "echo kept > $HOME/note")
+    assert lines(agent.exec(session, "cat $HOME/note")) == ["kept"]
+
+    killed = agent.post(f"/execs/{server['id']}/kill", {})
+    assert killed.status_code == 202
+    ended = agent.wait_exec(server)
+    assert ended["reason"] == "killed"

@@ -1,0 +1,87 @@
+"""Sessions as the tests drive them: an agent through the API, and what the engine
+holds for a session (its container, its volume), looked at directly."""
+
+from sandbox.engine import engine
+from tests.support.api import bearer
+from tests.support.servers import wait_for
+
+SETTLED = {"ready", "failed", "stopped", "lost", "deleted"}
+
+
+class SessionAgent:
+    """An API client acting as an agent in sessions of the workspace `shop`."""
+
+    def __init__(self, client, secret: str, workspace: str = "shop") -> None:
+        self.client, self.headers, self.workspace = client, bearer(secret), workspace
+
+    def post(self, path: str, body: dict | None = None):
+        return self.client.post(
+            f"/api/v1{path}", body or {}, content_type="application/json", **self.headers
+        )
+
+    def get(self, path: str):
+        return self.client.get(f"/api/v1{path}", **self.headers)
+
+    def open(self, **body) -> dict:
+        r = self.post(f"/workspaces/{self.workspace}/sessions", body)
+        assert r.status_code == 201, r.content
+        return r.json()
+
+    def session(self, session: dict | str) -> dict:
+        sid = session if isinstance(session, str) else session["id"]
+        r = self.get(f"/sessions/{sid}")
+        assert r.status_code == 200, r.content
+        return r.json()
+
+    def wait_state(self, session: dict, *states: str, timeout: float = 120) -> dict:
+        return wait_for(
+            lambda: self.session(session),
+            timeout,
+            interval=0.1,
+            what=f"session {session['id']} to be {' or '.join(states)}",
+            until=lambda s: s["state"] in states,
+        )
+
+    def ready(self, **body) -> dict:
+        session = self.open(**body)
+        done = self.wait_state(session, *SETTLED)
+        assert done["state"] == "ready", done
+        return done
+
+    def exec(self, session: dict, command: str, status: int | None = 200, **body) -> dict:
+        r = self.post(f"/sessions/{session['id']}/exec", {"command": command, **body})
+        if status is not None:
+            assert r.status_code == status, r.content
+        return r.json()
+
+    def wait_exec(self, row: dict, timeout: float = 120) -> dict:
+        return wait_for(
+            lambda: self.get(f"/execs/{row['id']}").json(),
+            timeout,
+            interval=0.1,
+            what=f"exec {row['id']} to end",
+            until=lambda e: e["state"] == "ended",
+        )
+
+    def log(self, row: dict) -> list[dict]:
+        entries, after = [], 0
+        while True:
+            page = self.get(f"/execs/{row['id']}/logs?after={after}&limit=5000").json()
+            entries.extend(page["entries"])
+            after = page["next"]
+            if not page["entries"]:
+                return entries
+
+
+def lines(row: dict, stream: str = "stdout") -> list[str]:
+    return [e["text"] for e in row["output"] if e["stream"] == stream]
+
+
+def container_of(run_id: str):
+    """The engine's container of a session's current run (None when there is none)."""
+    found = engine().containers.list(all=True, filters={"label": [f"berth.owner={run_id}"]})
+    return found[0] if found else None
+
+
+def volume_exists(name: str) -> bool:
+    return any(v.name == name for v in engine().volumes.list())
