@@ -57,10 +57,9 @@ def list_sessions(request: HttpRequest, slug: str, limit: int = 50) -> list[Sess
     summary="One session: state, clocks, and what survives each stop",
 )
 def get_session(request: HttpRequest, session_id: str) -> SessionOut:
-    session = access_session(actor_of(request), session_id, use=False)
-    if session.is_live:
-        session.touch()  # an API call on the session is activity
-    return SessionOut.of(session)
+    # Reading its state is not activity: a page or a script that watches a session must
+    # not keep it from freezing (keep-alive is the explicit call).
+    return SessionOut.of(access_session(actor_of(request), session_id, use=False))
 
 
 @router.post(

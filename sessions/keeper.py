@@ -10,8 +10,9 @@
    whenever the engine says it is not); stopped after `idle_stop_s` without activity
    or at its maximum lifetime; a stopped session's files deleted after its retention.
 
-Activity is an exec, a keep-alive or an API call on the session (the doors touch it);
-an exec that is still running counts as activity for as long as it runs.
+Activity is an exec, a keep-alive, or a call that changes the session (the doors touch
+it); an exec that is still running counts as activity for as long as it runs. Reading
+a session's state is not: a watcher must not keep it from freezing.
 """
 
 import asyncio

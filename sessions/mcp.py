@@ -128,16 +128,11 @@ async def read_output(
 @tool()
 async def session_status(ctx: Ctx, session: str) -> SessionOut:
     """The session's state, its clocks (when it freezes, stops, is deleted) and what
-    survives each stop. Counts as activity. Instant."""
+    survives each stop. Reading it is not activity (keep_alive is). Instant."""
     actor = await actor_of(ctx)
-
-    def status() -> SessionOut:
-        found = access_session(actor, session, use=False)
-        if found.is_live:
-            found.touch()
-        return SessionOut.of(found)
-
-    return await database_sync_to_async(status)()
+    return await database_sync_to_async(
+        lambda: SessionOut.of(access_session(actor, session, use=False))
+    )()
 
 
 @tool()

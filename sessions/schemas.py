@@ -126,7 +126,8 @@ class SessionOut(Out):
             ref=session.ref,
             base_commit=session.base_commit,
             state=session.state,
-            reason=session.reason or None,
+            # While it stops: why it was asked to.
+            reason=session.reason or session.stop_reason or None,
             message=session.message or None,
             runtime=run.runtime if run else session.runtime or None,
             run=run.public_id if run else None,

@@ -36,6 +36,7 @@ CHUNK = 8192  # base64 of it stays under Docker's 16 KB log message
 PARTIAL_S = 0.05
 MAX_REQUEST = 1 << 20
 KILL_GRACE_S = 5.0
+PIPE_GRACE_S = 1.0
 KEEP_ENDED = 1000  # ends remembered for `status`, after their frame was written
 OUT = sys.stdout.buffer
 PR_SET_DUMPABLE = 4
@@ -112,13 +113,19 @@ async def carry(run: Exec, timeout_s: float, oom_before: int | None) -> None:
     """Its output to the end, then its end frame."""
     assert run.proc.stdout is not None and run.proc.stderr is not None
     timer = asyncio.ensure_future(deadline(run, timeout_s)) if timeout_s > 0 else None
-    await asyncio.gather(pump(run, run.proc.stdout, b"o"), pump(run, run.proc.stderr, b"e"))
+    pumps = asyncio.gather(pump(run, run.proc.stdout, b"o"), pump(run, run.proc.stderr, b"e"))
     code = await run.proc.wait()
     if timer is not None:
         timer.cancel()
-    # The group's other processes (a shell's background job) go with it.
+    # The group's other processes (a shell's background job) go with it: a process that
+    # lives on between turns is a detached exec of its own.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(run.proc.pid, signal.SIGKILL)
+    # What is left in the pipes, unless a process that left the group holds them open.
+    try:
+        await asyncio.wait_for(asyncio.shield(pumps), PIPE_GRACE_S)
+    except TimeoutError:
+        pumps.cancel()
     after = oom_kills()
     sig = -code if code < 0 else None
     oom = None if after is None or oom_before is None else after > oom_before

@@ -2,6 +2,7 @@
 holds for a session (its container, its volume), looked at directly."""
 
 from sandbox.engine import engine
+from sessions.models import Session
 from tests.support.api import bearer
 from tests.support.servers import wait_for
 
@@ -85,3 +86,7 @@ def container_of(run_id: str):
 
 def volume_exists(name: str) -> bool:
     return any(v.name == name for v in engine().volumes.list())
+
+
+def session_volume(session: dict) -> str:
+    return Session.objects.get(public_id=session["id"]).volume
