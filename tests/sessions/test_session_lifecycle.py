@@ -4,8 +4,8 @@ step (what it says survives does; what it says is lost is gone)."""
 
 import pytest
 
-from tests.support.sessions import container_of, lines, session_volume, volume_exists
 from tests.support.servers import wait_for
+from tests.support.sessions import container_of, lines, session_volume, volume_exists
 
 pytestmark = pytest.mark.docker
 
