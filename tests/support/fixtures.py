@@ -1,6 +1,8 @@
 """The fixtures every folder may use (loaded by tests/conftest.py): the cast, the real
 servers (daphne, a Celery worker, the runner agent) and a few the folders share."""
 
+import http.server
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +14,7 @@ from accounts import actions
 from accounts.access import Actor
 from accounts.models import ApiToken, Role, Team
 from tests.support import servers
+from tests.support.egress import Files
 from tests.support.runs import Agent
 from workspaces import actions as workspace_actions
 
@@ -144,3 +147,15 @@ def agents(client, cast, run_stack) -> tuple[Agent, Agent]:
     _, a = cast.token(cast.carol, ["workspace:read", "run"])
     _, b = cast.token(cast.charlie, ["workspace:read", "run"])
     return Agent(client, a), Agent(client, b)
+
+
+@pytest.fixture
+def files() -> Iterator[int]:
+    """A host-local HTTP server on 127.0.0.1: sandboxes reach it as files.test:<port>
+    (the egress tests, of runs and of sessions)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    thread.join()

@@ -1,0 +1,64 @@
+"""The runner agent killed under a session: an exec's output and end, and a frozen
+session with its egress, all come back whole when it starts again."""
+
+import base64
+
+import pytest
+
+from sessions.models import Session
+from tests.support.egress import policy
+from tests.support.servers import wait_for
+from tests.support.sessions import container_of, lines
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_an_exec_printing_through_an_agent_restart_keeps_its_whole_log_and_end(
+    agent, run_stack, runtime
+):
+    session = agent.ready(runtime=runtime)
+    printer = agent.exec(
+        session,
+        "for i in $(seq 1 40); do echo line $i; sleep 0.1; done; exit 4",
+        detach=True,
+        status=202,
+    )
+    wait_for(lambda: any(e["text"] == "line 3" for e in agent.log(printer)), 30, what="line 3")
+    run_stack.agent.kill()
+    # It goes on printing while no agent listens: wait until the engine holds more.
+    frame = base64.b64encode(b"line 12")
+    container = container_of(session["run"])
+    wait_for(lambda: frame in container.logs(), 30, what="line 12 in the engine's log")
+    run_stack.agent.start()
+    ended = agent.wait_exec(printer, timeout=120)
+    assert (ended["reason"], ended["exit_code"]) == ("exit_nonzero", 4)
+    assert [e["text"] for e in agent.log(printer)] == [f"line {i}" for i in range(1, 41)]
+    # And the session goes on: the channel never stopped.
+    assert lines(agent.exec(session, "echo still")) == ["still"]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_a_frozen_session_survives_an_agent_restart_and_resumes_with_its_egress(
+    agent, run_stack, shop, cast, files, runtime
+):
+    policy(shop, cast, [f"files.test:{files}"], runtime)
+    session = agent.ready(idle_freeze_s=2)
+    agent.exec(session, "echo warm > $HOME/cache")
+    agent.wait_state(session, "frozen", timeout=30)
+    run_stack.agent.kill()
+    run_stack.agent.start()
+    # Still frozen after the reconcile: a paused container is live, not lost.
+    row = Session.objects.select_related("run__sandbox").get(public_id=session["id"])
+    wait_for(
+        lambda: (
+            Session.objects.get(pk=row.pk).state == "frozen"
+            and container_of(session["run"]).status == "paused"
+        ),
+        30,
+        what="the session to stay frozen through the restart",
+    )
+    out = agent.exec(session, f"cat $HOME/cache; curl -sS http://files.test:{files}/x")
+    assert out["reason"] == "exit_zero", out
+    assert lines(out) == ["warm", "hello through the proxy"]
+    assert agent.session(session)["state"] == "ready"
