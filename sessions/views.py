@@ -53,6 +53,17 @@ PERSISTENCE_ROWS = {
     "processes_and_memory": "Running processes and memory",
 }
 ACTIONS = ("keep-alive", "stop", "start", "delete")
+# What to expect in a state that carries no message of its own (a stop, a failure and
+# a deletion say theirs).
+WAITING = {
+    SessionState.STARTING: "Starting: the sandbox is being prepared with the branch's files "
+    "(and [setup], when its cache misses). A command sent now runs once it is ready.",
+    SessionState.READY: "Ready: each command runs at once in this same sandbox.",
+    SessionState.FREEZING: "Freezing after its idle time: its processes are being paused.",
+    SessionState.FROZEN: "Frozen (paused) after its idle time: its processes and memory are "
+    "kept. A command or Keep alive resumes it.",
+    SessionState.STOPPING: "Stopping: its container goes; its files stay on its volume.",
+}
 
 
 def page_context(
@@ -116,6 +127,7 @@ def session_context(session: Session, error: str = "") -> dict[str, Any]:
         "can_stop": session.state in LIVE_STATES and session.state != SessionState.STOPPING,
         "can_start": session.state in RESTARTABLE_STATES,
         "can_delete": not session.is_deleted,
+        "waiting": WAITING.get(SessionState(session.state), ""),
         "action_error": error,
     }
 
