@@ -147,10 +147,13 @@ def exec_context(row: Exec, session: Session) -> dict[str, Any]:
     }
 
 
-def session_of(membership: Membership, workspace: Workspace, session_id: str) -> Session:
-    """The session through the one access helper, and only under its own workspace."""
+def session_of(
+    membership: Membership, workspace: Workspace, session_id: str, use: bool = False
+) -> Session:
+    """The session through the one access helper (`use` as the API's door for the same
+    action), and only under its own workspace."""
     try:
-        session = access_session(Actor(membership.user), session_id, use=False)
+        session = access_session(Actor(membership.user), session_id, use=use)
     except NotFound as e:
         raise Http404(e.message) from e
     if session.workspace_id != workspace.pk:
@@ -236,12 +239,9 @@ def exec_command(
     """Run a command in the session; for htmx the exec's item (its output live), else
     the session's page."""
     actor = Actor(membership.user)
-    session = session_of(membership, workspace, session_id)
-    command = request.POST.get("command", "")
+    session = session_of(membership, workspace, session_id, use=True)
     try:
-        session = access_session(actor, session.public_id)  # using it: grants covered
-        session.workspace = workspace
-        row = actions.exec_in(session, actor, command)
+        row = actions.exec_in(session, actor, request.POST.get("command", ""))
     except BerthError as e:
         if not is_htmx(request):
             messages.error(request, e.message)
@@ -293,7 +293,7 @@ def act(
     if action not in ACTIONS:
         raise Http404("No such action.")
     actor = Actor(membership.user)
-    session = session_of(membership, workspace, session_id)
+    session = session_of(membership, workspace, session_id, use=action in ("keep-alive", "start"))
     error = ""
     try:
         if action == "keep-alive":
@@ -301,7 +301,7 @@ def act(
         elif action == "stop":
             actions.stop_session(session, actor)
         elif action == "start":
-            actions.start_again(access_session(actor, session.public_id), actor)
+            actions.start_again(session, actor)
         else:
             actions.delete_session(session, actor)
     except BerthError as e:
