@@ -10,9 +10,15 @@ from previews.decide import decider
 from previews.gate import from_gateway
 from previews.routing import websocket_urlpatterns as preview_websockets
 from runs.routing import websocket_urlpatterns as runner_websockets
+from sessions.routing import websocket_urlpatterns as session_websockets
 
 # Each app appends its consumers' routes here (logs, activity) as they arrive.
-websocket_urlpatterns: list[Any] = [*runner_websockets, *preview_websockets, *activity_websockets]
+websocket_urlpatterns: list[Any] = [
+    *runner_websockets,
+    *session_websockets,
+    *preview_websockets,
+    *activity_websockets,
+]
 
 
 def route_by_host(app: Any) -> Any:

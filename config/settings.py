@@ -333,6 +333,12 @@ SESSION_IDLE_FREEZE_S = envint("SESSION_IDLE_FREEZE_S", 5 * 60)
 SESSION_IDLE_STOP_S = envint("SESSION_IDLE_STOP_S", 30 * 60)
 SESSION_LIFETIME_S = envint("SESSION_LIFETIME_S", 8 * 3600)
 SESSION_RETENTION_S = envint("SESSION_RETENTION_S", 7 * 24 * 3600)
+# The most a team's admin may set (sessions.policy): the host's memory and disk are the
+# operator's, so a team raises its own maxima up to these, never past them.
+SESSION_CEILING_SESSIONS = envint("SESSION_CEILING_SESSIONS", 20)
+SESSION_CEILING_IDLE_S = envint("SESSION_CEILING_IDLE_S", 24 * 3600)
+SESSION_CEILING_LIFETIME_S = envint("SESSION_CEILING_LIFETIME_S", 7 * 24 * 3600)
+SESSION_CEILING_RETENTION_S = envint("SESSION_CEILING_RETENTION_S", 90 * 24 * 3600)
 # A session that is not ready this long after its start failed (its setup included).
 SESSION_START_DEADLINE_S = envint("SESSION_START_DEADLINE_S", 300)
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)

@@ -17,6 +17,7 @@ urlpatterns = [
     # Before accounts: the team dashboard at /t/<team>/ is the workspaces list.
     path("", include("workspaces.urls")),
     path("", include("runs.urls")),
+    path("", include("sessions.urls")),
     path("", include("previews.urls")),
     path("", include("deploys.urls")),
     path("", include("accounts.urls")),

@@ -1,18 +1,19 @@
-"""WebSocket door onto a run's log: `/ws/runs/<id>/logs?after=<seq>`.
+"""WebSocket doors onto a log of the store: a run's, `/ws/runs/<id>/logs?after=<seq>`
+(a preview's and a session exec's are the same door, in their rooms).
 
 Sends `{"type": "entries", "entries": [{seq, stream, text}], "next"}` from the cursor
-on, then `{"type": "end", state, reason, exit_code}` once the run is terminal and every
-entry is sent, and closes. Refusals close with 4000 + the HTTP status the API would
-answer (4404 for a run the caller may not see, whoever's it is), and so does a socket
-whose access goes while it is open (accounts.socket_access: 4401 for a token revoked or
-expired, 4404 for a person removed from the team).
+on, then `{"type": "end", state, reason, exit_code}` once what the log belongs to has
+ended and every entry is sent, and closes. Refusals close with 4000 + the HTTP status
+the API would answer (4404 for a run the caller may not see, whoever's it is), and so
+does a socket whose access goes while it is open (accounts.socket_access: 4401 for a
+token revoked or expired, 4404 for a person removed from the team).
 """
 
 import asyncio
 import contextlib
 import json
 import logging
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -34,20 +35,40 @@ BATCH = 5000
 RECHECK_S = 10.0
 
 
-class RunLogConsumer(AccessCheckedConsumer):
-    run_id = ""
+class Owner(Protocol):
+    """What a socket follows (a run, a session's exec, a session): its public id."""
+
+    public_id: str
+
+
+class Followed(Owner, Protocol):
+    """What a log belongs to (a Run, a session's Exec): its log is the store's files
+    under its public id, and its writer writes every entry before its end."""
+
+    state: str
+    reason: str
+    exit_code: int | None
+
+    @property
+    def is_active(self) -> bool: ...
+
+
+class LogConsumer(AccessCheckedConsumer):
+    """The one streaming door: a subclass says whose log it is (`authorise`, which
+    also sets `access_of`) and how to read its end again (`reload`). A door that
+    follows something else of the same owner (a session's state) overrides `pump`."""
+
+    followed_id = ""
     cursor = 0
     group = ""
     pump_task: "asyncio.Task[None] | None" = None
-    # Whose access this socket streams on: (team id, actor), set by `check_access`.
+    # Whose access this socket streams on: (team id, actor), set by `authorise`.
     access_of: tuple[int, Actor] | None = None
 
     async def connect(self) -> None:
-        self.run_id = self.scope["url_route"]["kwargs"].get("run_id", "")
         try:
             self.cursor = after_of(self.scope["query_string"])
-            # The log followed is the run's (for a preview: its current process's).
-            self.run_id = (await database_sync_to_async(self.authorise)()).public_id
+            self.followed_id = (await database_sync_to_async(self.authorise)()).public_id
         except BerthError as e:
             # Accept first: a close before accepting is an HTTP 403 and the code is lost.
             await self.accept()
@@ -55,7 +76,7 @@ class RunLogConsumer(AccessCheckedConsumer):
             return
         self.wake = asyncio.Event()
         # Join before replaying: a signal sent while we replay still wakes the pump.
-        self.group = logstore.group_name(self.run_id)
+        self.group = self.group_for(self.followed_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self.pump_task = self.streaming_task = asyncio.create_task(self.pump())
@@ -65,13 +86,17 @@ class RunLogConsumer(AccessCheckedConsumer):
             team_id, actor.user.pk, actor.token.expires_at if actor.token else None
         )
 
-    def authorise(self) -> Run:
-        """An agent's bearer token with scope `run`, or a signed-in member of the team:
-        the run whose log is followed."""
-        actor = self.scope_actor()
-        run = access_run(actor, self.run_id, "run")
-        self.access_of = (run.workspace.team_id, actor)
-        return run
+    def authorise(self) -> Owner:
+        """What the socket follows, if its actor may read it."""
+        raise NotImplementedError
+
+    def group_for(self, public_id: str) -> str:
+        """The channel-layer group whose signals wake the pump: its log's writer's."""
+        return logstore.group_name(public_id)
+
+    def reload(self) -> Followed | None:
+        """It again, as stored now (None once it is gone)."""
+        raise NotImplementedError
 
     def check_access(self) -> None:
         """Asked again while the socket is open (BerthError when access is gone)."""
@@ -106,31 +131,31 @@ class RunLogConsumer(AccessCheckedConsumer):
         self.wake.set()
 
     async def pump(self) -> None:
-        """Replay, then follow until the run ends.
+        """Replay, then follow until its owner ends.
 
-        1. Re-read the run's state, then send every stored entry after the cursor.
-           State first: the agent writes every entry before the run's end, so a run
-           seen terminal has nothing after what the read that follows returns.
-        2. Terminal: send `end` and close. Otherwise wait for the next signal. The
-           first pass is the replay, and it also ends a run that finished before we
+        1. Re-read the owner's state, then send every stored entry after the cursor.
+           State first: the agent writes every entry before the end, so an owner seen
+           ended has nothing after what the read that follows returns.
+        2. Ended: send `end` and close. Otherwise wait for the next signal. The first
+           pass is the replay, and it also ends a log whose owner ended before we
            joined its group (no signal would come).
         """
         try:
             while True:
                 self.wake.clear()
-                run = await database_sync_to_async(self.reload)()
-                if run is None:
+                owner = await database_sync_to_async(self.reload)()
+                if owner is None:
                     await self.close(code=4404)
                     return
                 while frame := await asyncio.to_thread(self.next_frame):
                     await self.send(text_data=frame)
-                if not run.is_active:
+                if not owner.is_active:
                     await self.send_json(
                         {
                             "type": "end",
-                            "state": run.state,
-                            "reason": run.reason,
-                            "exit_code": run.exit_code,
+                            "state": owner.state,
+                            "reason": owner.reason,
+                            "exit_code": owner.exit_code,
                         }
                     )
                     await self.close()
@@ -140,13 +165,8 @@ class RunLogConsumer(AccessCheckedConsumer):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), RECHECK_S)
         except Exception:
-            log.exception("streaming the log of run %s failed", self.run_id)
+            log.exception("streaming the log %s failed", self.followed_id)
             await self.close(code=1011)
-
-    def reload(self) -> Run | None:
-        return (
-            Run.objects.only("state", "reason", "exit_code").filter(public_id=self.run_id).first()
-        )
 
     def next_frame(self) -> str | None:
         """The next batch after the cursor as one message, or None when caught up.
@@ -156,7 +176,7 @@ class RunLogConsumer(AccessCheckedConsumer):
         """
         entries = [
             {"seq": e["seq"], "stream": e["stream"], "text": e["text"]}
-            for e in logstore.read(self.run_id, self.cursor, BATCH)
+            for e in logstore.read(self.followed_id, self.cursor, BATCH)
         ]
         if not entries:
             return None
@@ -171,6 +191,22 @@ class RunLogConsumer(AccessCheckedConsumer):
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         await self.stop_watching_access()
+
+
+class RunLogConsumer(LogConsumer):
+    def authorise(self) -> Run:
+        """An agent's bearer token with scope `run`, or a signed-in member of the team:
+        the run whose log is followed."""
+        actor = self.scope_actor()
+        run = access_run(actor, self.scope["url_route"]["kwargs"]["run_id"], "run")
+        self.access_of = (run.workspace.team_id, actor)
+        return run
+
+    def reload(self) -> Run | None:
+        # The log followed is a run's (for a preview: its current process's, as
+        # `authorise` found it at connect).
+        fields = ("public_id", "state", "reason", "exit_code")
+        return Run.objects.only(*fields).filter(public_id=self.followed_id).first()
 
 
 def after_of(query_string: bytes) -> int:

@@ -4,14 +4,24 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Query, Router, Status
 
+from accounts.models import Team
 from core.schemas import answers
 from logs import logstore
 from runs.logs_api import MAX_LIMIT, Cursor
 from runs.schemas import LogEntry, LogPage
-from sessions import actions
+from sessions import actions, policy
 from sessions.access import access_exec, access_session
-from sessions.models import Exec, Session
-from sessions.schemas import ExecIn, ExecOut, KillIn, SessionIn, SessionOut
+from sessions.models import Exec, Session, SessionPolicy
+from sessions.schemas import (
+    ExecIn,
+    ExecOut,
+    KillIn,
+    SessionIn,
+    SessionMaxima,
+    SessionOut,
+    SessionPolicyIn,
+    SessionPolicyOut,
+)
 from sessions.waiting import MAX_WAIT_S, wait_for_exec
 from workspaces.api import actor_of, workspace_for
 
@@ -193,3 +203,36 @@ def delete_session(request: HttpRequest, session_id: str) -> Status:
     actor = actor_of(request)
     session = access_session(actor, session_id, use=False)
     return Status(202, SessionOut.of(actions.delete_session(session, actor)))
+
+
+def _policy_out(team: Team) -> SessionPolicyOut:
+    return SessionPolicyOut(
+        team=team.slug,
+        source="team" if policy.has_own(team) else "defaults",
+        live_sessions=policy.live_sessions(team),
+        ceilings=SessionMaxima(**policy.ceilings()),
+        **SessionPolicy.of(team),
+    )
+
+
+@router.get(
+    "/session-policy",
+    response=answers(SessionPolicyOut),
+    summary="The token's team: its session maxima (live sessions, the four numbers)",
+)
+def get_session_policy(request: HttpRequest) -> SessionPolicyOut:
+    token = actor_of(request).token
+    assert token is not None
+    return _policy_out(token.team)
+
+
+@router.put(
+    "/session-policy",
+    response=answers(SessionPolicyOut, 403, 422),
+    summary="Set the token's team's session maxima (an admin's token with workspace:write)",
+)
+def put_session_policy(request: HttpRequest, body: SessionPolicyIn) -> SessionPolicyOut:
+    actor = actor_of(request)
+    assert actor.token is not None
+    policy.set_policy(actor.token.team, actor, body.model_dump())
+    return _policy_out(actor.token.team)

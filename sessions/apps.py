@@ -10,12 +10,16 @@ class SessionsConfig(AppConfig):
     def ready(self) -> None:
         # Once the app registry is ready: these modules import models. Registered here,
         # not imported by the rooms below: a session's container is followed by its own
-        # demultiplexer, and a session hears of its run's end.
+        # demultiplexer, a session hears of its run's end, and the team's usage counts its
+        # live sessions.
+        from runs import quotas
         from runs.engine_owner import FOLLOWERS
         from runs.models import run_finished
         from sandbox.models import SandboxKind
         from sessions.follow import SessionFollower
         from sessions.lifecycle import on_run_finished
+        from sessions.policy import usage
 
         FOLLOWERS[SandboxKind.SESSION] = SessionFollower
+        quotas.USAGE_PARTS["sessions"] = usage
         run_finished.connect(on_run_finished, dispatch_uid="sessions.run_finished")

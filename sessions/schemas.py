@@ -263,3 +263,46 @@ class ExecOut(Out):
                 else "exec the next command in the same session"
             ),
         )
+
+
+class SessionPolicyIn(In):
+    """A team's session maxima, all five (PUT replaces them); each at most the
+    operator's ceiling (422 `over_ceiling` naming it)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "max_sessions": 4,
+                    "idle_freeze_s": 300,
+                    "idle_stop_s": 1800,
+                    "lifetime_s": 28800,
+                    "retention_s": 604800,
+                }
+            ]
+        }
+    )
+
+    max_sessions: int = Field(ge=0, description="live sessions at once (frozen ones count)")
+    idle_freeze_s: int = Field(ge=1, description="the most idle time before a freeze")
+    idle_stop_s: int = Field(ge=1, description="the most idle time before a stop")
+    lifetime_s: int = Field(ge=1, description="the most one start may last")
+    retention_s: int = Field(ge=0, description="the most a stopped session's files are kept")
+
+
+class SessionMaxima(Out):
+    max_sessions: int
+    idle_freeze_s: int
+    idle_stop_s: int
+    lifetime_s: int
+    retention_s: int
+
+
+class SessionPolicyOut(SessionMaxima):
+    """A team's session maxima: what a session may ask for at most, and how many may
+    be live at once."""
+
+    team: str
+    source: str = Field(description="team (an admin set them) or defaults (the settings')")
+    live_sessions: int
+    ceilings: SessionMaxima = Field(description="the most an admin may set (the operator's)")

@@ -1,9 +1,11 @@
 // The live log viewer of a run (run page and the workspace page's run dock).
 //
-// Markup: an element with `data-run-log` and `data-ws="/ws/runs/<id>/logs"`, holding
-// `.log-lines`; optionally `data-status-url` (the run page: refresh `#run-status` from
-// it with htmx when the run starts and ends) and a `[data-run-badge]` nearby (the
-// dock: set from the `end` message). Log text only ever becomes text nodes.
+// Markup: an element with `data-run-log` and `data-ws="/ws/runs/<id>/logs"` (or a
+// session exec's, `/ws/execs/<id>/logs`: the same messages), holding `.log-lines`;
+// optionally `data-status-url` (the run page: refresh `#run-status`, or the element
+// `data-status-target` names, from it with htmx when the run starts and ends) and a
+// `[data-run-badge]` nearby (the dock: set from the `end` message). Log text only ever
+// becomes text nodes.
 (function () {
   "use strict";
 
@@ -113,7 +115,7 @@
       const url = root.dataset.statusUrl;
       if (!url || !window.htmx) return;
       refreshing = refreshing.then(() => {
-        const target = document.getElementById("run-status");
+        const target = document.getElementById(root.dataset.statusTarget || "run-status");
         if (target) return window.htmx.ajax("GET", url, { target, swap: "outerHTML" });
       }).catch(() => {});
     }
@@ -127,7 +129,9 @@
     function finished(message) {
       ended = true;
       const code = message.exit_code === null || message.exit_code === undefined ? "" : `, exit code ${message.exit_code}`;
-      say(`Ended: ${message.state.replace("_", " ")}${code}.`, message.state);
+      // An exec's end is "ended": its reason (exit_zero, killed, ...) says how.
+      const how = message.state === "ended" && message.reason ? message.reason : message.state;
+      say(`Ended: ${how.replaceAll("_", " ")}${code}.`, message.state);
       setBadge(message.state);
       refreshStatus();
     }

@@ -1,0 +1,84 @@
+"""WebSocket doors onto a session: an exec's log, and the session's state.
+
+`/ws/execs/<id>/logs?after=<seq>` is a run's log door (runs.consumers.LogConsumer) on
+the exec's log: the same messages, then `{"type": "end", "state": "ended", reason,
+exit_code}`. Its access is the exec's (sessions.access.access_exec): another team's
+closes 4404, and a session whose execs were granted secrets needs an actor whose
+grants cover them (4403).
+
+`/ws/sessions/<id>` sends `{"type": "state", state, reason}` at once and again at each
+change of the session's state, for its page to refresh itself; at `deleted` (its last)
+it closes. The keeper and the lifecycle signal each move to the session's group
+(sessions.lifecycle.group_name); a signal is only a wake-up, the row is read again.
+"""
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from runs.consumers import RECHECK_S, LogConsumer
+from sessions.access import access_exec, access_session
+from sessions.lifecycle import group_name
+from sessions.models import Exec, Session, SessionState
+
+log = logging.getLogger(__name__)
+
+
+class ExecLogConsumer(LogConsumer):
+    def authorise(self) -> Exec:
+        actor = self.scope_actor()
+        row = access_exec(actor, self.scope["url_route"]["kwargs"]["exec_id"])
+        self.access_of = (row.session.workspace.team_id, actor)
+        return row
+
+    def reload(self) -> Exec | None:
+        fields = ("public_id", "state", "reason", "exit_code")
+        return Exec.objects.only(*fields).filter(public_id=self.followed_id).first()
+
+
+class SessionStateConsumer(LogConsumer):
+    """The log door's access (who, checked again while open) and wake-ups, on the
+    session's state instead of a log."""
+
+    last: tuple[str, str] | None = None
+
+    def authorise(self) -> Session:
+        """Its state is for whoever may see the session (as `GET /sessions/{id}`), even
+        without grants covering its secrets: a state says nothing of them."""
+        actor = self.scope_actor()
+        session = access_session(actor, self.scope["url_route"]["kwargs"]["session_id"], use=False)
+        self.access_of = (session.workspace.team_id, actor)
+        return session
+
+    def group_for(self, public_id: str) -> str:
+        return group_name(public_id)
+
+    async def session_changed(self, message: dict[str, Any]) -> None:
+        self.wake.set()  # only a wake-up: the state is read from the database
+
+    async def pump(self) -> None:
+        try:
+            while True:
+                self.wake.clear()
+                now = await database_sync_to_async(self.state_now)()
+                if now is None:
+                    await self.close(code=4404)
+                    return
+                if now != self.last:
+                    self.last = now
+                    await self.send_json({"type": "state", "state": now[0], "reason": now[1]})
+                if now[0] == SessionState.DELETED:
+                    await self.close()  # its last state: nothing more will change
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), RECHECK_S)
+        except Exception:
+            log.exception("following the state of session %s failed", self.followed_id)
+            await self.close(code=1011)
+
+    def state_now(self) -> tuple[str, str] | None:
+        row = Session.objects.filter(public_id=self.followed_id).values("state", "reason").first()
+        return (row["state"], row["reason"]) if row else None
