@@ -34,8 +34,9 @@ def test_every_answer_of_the_api_is_one_its_schema_declares(berth_server, cast):
 
 def seed(api: str, secret: str) -> dict[str, str]:
     """What the operations' path parameters point at (tests/config/schemathesis.toml names
-    them): the workspace `shop` with a run (cancelled: nothing waits on it), a preview
-    and a deploy request, and the workspace `scratch` for the one delete of a workspace."""
+    them): the workspace `shop` with a run (cancelled: nothing waits on it), a preview,
+    a deploy request and a deleted session with its ended exec, and the workspace
+    `scratch` for the one delete of a workspace."""
     auth = {"Authorization": f"Bearer {secret}"}
 
     def call(method: str, path: str, body: dict | None, expected: int) -> dict:
@@ -49,7 +50,20 @@ def seed(api: str, secret: str) -> dict[str, str]:
     call("POST", f"/runs/{run['id']}/cancel", None, 202)
     preview = call("POST", "/workspaces/shop/previews", {}, 202)
     deploy = call("POST", "/workspaces/shop/deploys", {"note": "contract"}, 201)
-    return {"RUN": run["id"], "PREVIEW": preview["id"], "DEPLOY": deploy["id"]}
+    # A deleted session with an exec that never ran: every exec or start asked of it is
+    # refused at once, and a wait on the exec returns at once (nothing waits on a sandbox).
+    session = call("POST", "/workspaces/shop/sessions", {}, 201)
+    exec_row = call(
+        "POST", f"/sessions/{session['id']}/exec", {"command": "true", "detach": True}, 202
+    )
+    call("DELETE", f"/sessions/{session['id']}", None, 202)
+    return {
+        "RUN": run["id"],
+        "PREVIEW": preview["id"],
+        "DEPLOY": deploy["id"],
+        "SESSION": session["id"],
+        "EXEC": exec_row["id"],
+    }
 
 
 def run_schemathesis(url: str, secret: str, seeded: dict[str, str], reports: Path) -> list[str]:
