@@ -90,3 +90,52 @@ def in_namespace(pid: int) -> dict[str, list[int]]:
         except OSError:
             continue
     return found
+
+
+# -- a Berth of the benchmark's own ----------------------------------------------------
+
+
+def fresh_instance(data_dir: Path) -> None:
+    """An empty DATA_DIR, Django set up on it, migrated (the caller's environment names
+    DATA_DIR and REDIS_URL before this)."""
+    import shutil
+
+    import django
+    from django.core.management import call_command
+
+    shutil.rmtree(data_dir, ignore_errors=True)
+    data_dir.mkdir(parents=True)
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def start_logged(cmd: list[str], log: Path) -> subprocess.Popen:
+    out = open(log, "w")  # noqa: SIM115 (lives as long as the process)
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+
+def start_stack(port: int, data_dir: Path) -> list[subprocess.Popen]:
+    """daphne, a Celery worker and the runner agent, once the agent has started."""
+    bin_dir = Path(sys.executable).parent
+    worker = [str(bin_dir / "celery"), "-A", "config", "worker", "-Q", "celery,runner"]
+    worker += ["--pool", "threads", "--concurrency", "4"]
+    worker += ["--without-heartbeat", "--without-mingle", "--without-gossip"]
+    procs = [
+        start_daphne(port),
+        start_logged(worker, data_dir / "worker.log"),
+        start_logged([sys.executable, "manage.py", "runner_agent"], data_dir / "agent.log"),
+    ]
+    deadline = time.monotonic() + 60
+    while "runner agent started" not in (data_dir / "agent.log").read_text():
+        if time.monotonic() > deadline:
+            stop_all(procs)
+            raise SystemExit("the runner agent did not start")
+        time.sleep(0.1)
+    return procs
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(20)

@@ -1,0 +1,231 @@
+"""Session benchmark (issue 25), run by hand: `.venv/bin/python bench/sessions.py`.
+
+Per runtime (runc, gVisor), side by side in one run:
+- `echo hi` through the API in a ready session, answered with its output (one POST that
+  waits), interleaved with docker-py's `exec_run` of the same command in the same
+  container: medians, p95 and their ratio;
+- resume: a frozen session, then `echo hi` through the API until its answer;
+- a write (`PUT …/files/…`, which answers once every ready session of the branch has
+  applied it) until the write is visible in the session;
+- an agent's edit→test turn: write a test file, then exec a small unittest, minus the
+  test's own time (the same command through docker-py's exec_run in the same container).
+
+Uses its own DATA_DIR (var/bench-sessions), Redis db 6, and its own daphne, Celery worker
+and runner agent. Goals: echo ≤ 100 ms p50 and ≤ 1.3x exec_run (aim ≤ 25 ms); resume ≤
+150 ms; write → visible ≤ 200 ms p50; an edit→test turn ≤ 150 ms of platform time.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = ROOT / "var" / "bench-sessions"
+sys.path.insert(0, str(ROOT))
+os.environ.update(
+    DJANGO_SETTINGS_MODULE="config.settings",
+    DATA_DIR=str(DATA_DIR),
+    REDIS_URL="redis://127.0.0.1:6379/6",
+    PYTHONUNBUFFERED="1",
+)
+
+from bench.common import fresh_instance, p95, start_stack, stop_all  # noqa: E402
+
+PORT = 18771
+TEST = """import unittest
+
+
+class Small(unittest.TestCase):
+    def test_adds(self):
+        self.assertEqual(1 + {n}, {m})
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+
+
+def setup_instance() -> str:
+    fresh_instance(DATA_DIR)
+    from accounts import actions as accounts
+    from accounts.access import Actor
+    from workspaces import actions
+
+    team, _ = accounts.create_team("bench")
+    user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
+    scopes = ["workspace:read", "workspace:write", "run"]
+    _, token = accounts.create_token(team, user, "bench", scopes, None)
+    actions.create_workspace(team, Actor(user), "App", "app", "python-http")
+    return token
+
+
+class Client:
+    def __init__(self, token: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def call(self, method: str, path: str, body: dict | None = None) -> Any:
+        self.conn.request(
+            method, "/api/v1" + path, json.dumps(body) if body else None, self.headers
+        )
+        response = self.conn.getresponse()
+        answer = json.loads(response.read())
+        assert response.status < 300, (method, path, response.status, answer)
+        return answer
+
+    def session(self, **body: Any) -> dict:
+        session = self.call("POST", "/workspaces/app/sessions", body)
+        deadline = time.monotonic() + 180
+        while session["state"] != "ready":
+            assert session["state"] == "starting" and time.monotonic() < deadline, session
+            time.sleep(0.1)
+            session = self.call("GET", f"/sessions/{session['id']}")
+        return session
+
+    def exec(self, session: dict, command: str) -> dict:
+        row = self.call(
+            "POST", f"/sessions/{session['id']}/exec", {"command": command, "wait_seconds": 60}
+        )
+        assert row["state"] == "ended", row
+        return row
+
+    def wait_state(self, session: dict, state: str) -> None:
+        deadline = time.monotonic() + 60
+        while self.call("GET", f"/sessions/{session['id']}")["state"] != state:
+            assert time.monotonic() < deadline, f"not {state}"
+            time.sleep(0.05)
+
+
+def out(row: dict) -> list[str]:
+    return [e["text"] for e in row["output"] if e["stream"] == "stdout"]
+
+
+def container_of(session: dict) -> Any:
+    from sandbox.engine import engine
+    from sessions.models import Session
+
+    row = Session.objects.select_related("run__sandbox").get(public_id=session["id"])
+    assert row.run is not None and row.run.sandbox is not None
+    return engine().containers.get(row.run.sandbox.name)
+
+
+def timed_ms(fn: Any) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = fn()
+    return (time.perf_counter() - start) * 1000, result
+
+
+def bench_runtime(
+    client: Client, runtime: str, runs: int, resumes: int, parts: set[str]
+) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    session = client.session(runtime=runtime)
+    container = container_of(session)
+    for _ in range(3):  # warm: connections, the channel, the page cache
+        client.exec(session, "echo hi")
+        container.exec_run(["sh", "-c", "echo hi"])
+    berth, bare = [], []
+    for _ in range(runs):  # interleaved: both see the same machine noise
+        took, row = timed_ms(lambda: client.exec(session, "echo hi"))
+        assert out(row) == ["hi"], row
+        berth.append(took)
+        took, result = timed_ms(lambda: container.exec_run(["sh", "-c", "echo hi"]))
+        assert result.output == b"hi\n", result
+        bare.append(took)
+    figures["echo"] = (berth, bare)
+
+    writes, turns, own = [], [], []
+    for i in range(runs if "writes" in parts else 0):
+        took, _ = timed_ms(
+            lambda i=i: client.call(
+                "PUT", "/workspaces/app/files/notes.txt", {"content": f"note {i}\n"}
+            )
+        )
+        writes.append(took)
+        assert out(client.exec(session, "cat notes.txt")) == [f"note {i}"]
+        test = TEST.format(n=i, m=i + 1)
+        start = time.perf_counter()
+        client.call("PUT", "/workspaces/app/files/test_small.py", {"content": test})
+        row = client.exec(session, "python3 -m unittest -q test_small")
+        turns.append((time.perf_counter() - start) * 1000)
+        assert row["reason"] == "exit_zero", row
+        took, result = timed_ms(
+            lambda: container.exec_run(
+                ["sh", "-c", "python3 -m unittest -q test_small"], workdir="/workspace"
+            )
+        )
+        assert result.exit_code == 0, result
+        own.append(took)
+    figures["write"] = writes
+    figures["turn"] = (turns, own)
+    client.call("POST", f"/sessions/{session['id']}/stop")
+
+    frozen = client.session(runtime=runtime, idle_freeze_s=1)
+    resumed = []
+    for _ in range(resumes if "resume" in parts else 0):
+        client.wait_state(frozen, "frozen")
+        took, row = timed_ms(lambda: client.exec(frozen, "echo hi"))
+        assert out(row) == ["hi"], row
+        resumed.append(took)
+    figures["resume"] = resumed
+    client.call("POST", f"/sessions/{frozen['id']}/stop")
+    return figures
+
+
+def report(runtime: str, f: dict[str, Any]) -> None:
+    berth, bare = f["echo"]
+    turns, own = f["turn"]
+    platform = [t - o for t, o in zip(turns, own, strict=True)]
+    f["resume"] = f.get("resume") or []
+    print(f"\n{runtime}")
+    print(f"  {'figure':52} {'median ms':>10} {'p95 ms':>9} {'ratio':>7}")
+    ratio = statistics.median(berth) / statistics.median(bare)
+    rows = [
+        ("echo hi through the API, answered with its output", berth, f"{ratio:6.2f}x"),
+        ("docker-py exec_run, same container", bare, ""),
+        ("resume from frozen -> the exec's answer", f["resume"], ""),
+        ("write (PUT file) -> visible in the session", f["write"], ""),
+        ("edit->test turn (write + exec unittest)", turns, ""),
+        ("  the test's own time (exec_run)", own, ""),
+        ("  platform time of the turn", platform, ""),
+    ]
+    for label, values, extra in rows:
+        if not values:
+            continue
+        print(f"  {label:52} {statistics.median(values):10.1f} {p95(values):9.1f} {extra:>7}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--resumes", type=int, default=8)
+    parser.add_argument("--runtimes", default="runc,gvisor")
+    parser.add_argument("--parts", default="writes,resume", help="besides echo")
+    args = parser.parse_args()
+    token = setup_instance()
+    procs = start_stack(PORT, DATA_DIR)
+    results = {}
+    try:
+        client = Client(token)
+        for runtime in args.runtimes.split(","):
+            results[runtime] = bench_runtime(
+                client, runtime, args.runs, args.resumes, set(args.parts.split(","))
+            )
+    finally:
+        stop_all(procs)
+    for runtime, figures in results.items():
+        report(runtime, figures)
+    print(
+        "\ngoals: echo <= 100 ms p50 and <= 1.3x exec_run (aim <= 25 ms); resume <= 150 ms;"
+        " write -> visible <= 200 ms p50; edit->test turn <= 150 ms of platform time"
+    )
+
+
+if __name__ == "__main__":
+    main()
