@@ -187,6 +187,7 @@ def start_again(session: Session, actor: Actor) -> Session:
             frozen_at=None,
             stopped_at=None,
             last_active_at=now,
+            deps_stale=False,  # a start mounts the cache of its own key again
         ):
             raise Conflict("The session changed meanwhile; look at it again.", code="conflict")
         _start(session, actor)

@@ -69,7 +69,9 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
         to, reason = SessionState.STOPPED, session.stop_reason
     elif session.state == SessionState.STARTING:
         to, reason = SessionState.FAILED, "start_failed"
-    elif run.state == RunState.LOST:
+    elif run.state == RunState.LOST or run.reason == "exit_zero":
+        # The channel exits 0 only when told to stop, and no stop was asked: something
+        # outside stopped the container (the engine's restart, a `docker stop`).
         to, reason = SessionState.LOST, "lost"
     else:
         to, reason = SessionState.FAILED, "process_ended"

@@ -85,8 +85,9 @@ SESSION_ENDS: dict[str, str] = {
         "again, and if it repeats, check the session's log."
     ),
     "lost": (
-        "Its container disappeared (the engine restarted, or it was removed); its files "
-        "are kept: start it again."
+        "Its container was stopped or removed from outside Berth (the engine restarted, "
+        "or someone stopped it by hand): its processes and $HOME are gone, its files are "
+        "kept; start it again."
     ),
 }
 

@@ -62,3 +62,29 @@ def test_a_frozen_session_survives_an_agent_restart_and_resumes_with_its_egress(
     assert out["reason"] == "exit_zero", out
     assert lines(out) == ["warm", "hello through the proxy"]
     assert agent.session(session)["state"] == "ready"
+
+
+def test_an_engine_restart_under_a_session_ends_it_lost_and_a_start_keeps_its_files(agent):
+    """The engine's restart stops every container (no live-restore): the session ends
+    `lost`, never `ready` with nothing behind it, its running exec ends typed, and a
+    start brings it back on its files."""
+    from tests.support.servers import restart_engine
+
+    session = agent.ready()
+    agent.exec(session, "echo draft > /workspace/draft.txt")
+    sleeper = agent.exec(session, "sleep 300", detach=True, status=202)
+    wait_for(
+        lambda: agent.get(f"/execs/{sleeper['id']}").json()["state"] == "running",
+        30,
+        what="the detached exec to run",
+    )
+    restart_engine()
+    lost = agent.wait_state(session, "lost", "failed", "stopped", timeout=120)
+    assert (lost["state"], lost["reason"]) == ("lost", "lost"), lost
+    assert "start it again" in lost["message"]
+    assert agent.wait_exec(sleeper)["reason"] == "session_stopped"
+    r = agent.post(f"/sessions/{session['id']}/start")
+    assert r.status_code == 202, r.content
+    again = agent.wait_state(session, "ready", "failed", "lost", timeout=120)
+    assert again["state"] == "ready", again
+    assert lines(agent.exec(session, "cat /workspace/draft.txt")) == ["draft"]
