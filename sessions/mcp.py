@@ -43,12 +43,16 @@ async def open_session(
     session: str | None = None,
     runtime: str | None = None,
     wait_seconds: int = 60,
+    idle_freeze_s: int | None = None,
+    idle_stop_s: int | None = None,
 ) -> SessionOut:
     """Open a session: a sandbox on a branch (default: the default branch) that lives
     between your turns, so installs in $HOME, running processes and warm caches stay
     until it stops. With `session`, start that stopped session again on its files
     instead. Waits up to wait_seconds (default 60, max 120) for it to be ready (a few
-    seconds; longer when [setup] runs). Then call exec(session=id, command=...)."""
+    seconds; longer when [setup] runs). idle_freeze_s and idle_stop_s (at most the
+    team's maxima) say how long it may sit idle before it is frozen, then stopped. Then
+    call exec(session=id, command=...)."""
     actor = await actor_of(ctx)
 
     def start() -> str:
@@ -56,7 +60,9 @@ async def open_session(
             found = access_session(actor, session)
             return actions.start_again(found, actor).public_id
         w = workspace_for(actor, workspace, "run")
-        return actions.open_session(w, actor, ref, runtime).public_id
+        return actions.open_session(
+            w, actor, ref, runtime, idle_freeze_s=idle_freeze_s, idle_stop_s=idle_stop_s
+        ).public_id
 
     public_id = await database_sync_to_async(start)()
     await wait_for_session(

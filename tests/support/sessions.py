@@ -90,3 +90,33 @@ def volume_exists(name: str) -> bool:
 
 def session_volume(session: dict) -> str:
     return Session.objects.get(public_id=session["id"]).volume
+
+
+def tiny_wheel() -> tuple[str, bytes]:
+    """A pure-Python wheel made here (no index, no network): `tinyhello.hello()`."""
+    import base64
+    import hashlib
+    import io
+    import zipfile
+
+    files = {
+        "tinyhello/__init__.py": b'def hello():\n    return "hello from a wheel"\n',
+        "tinyhello-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinyhello\n"
+        b"Version: 0.1\n",
+        "tinyhello-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: berth-tests\n"
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{path},sha256="
+        f"{base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}\n"
+        for path, data in files.items()
+    )
+    files["tinyhello-0.1.dist-info/RECORD"] = (
+        record + "tinyhello-0.1.dist-info/RECORD,,\n"
+    ).encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+    return "tinyhello-0.1-py3-none-any.whl", out.getvalue()
