@@ -19,16 +19,17 @@ from runs.models import Purpose
 from runs.services import start_service
 from sandbox.images import SESSION_INIT
 from sandbox.models import this_host
-from sessions.lifecycle import ask_stop, changed, remove_volume
+from sessions.lifecycle import ask_stop, changed, remove_volume, signal_ended
 from sessions.models import (
     LIVE_STATES,
     RESTARTABLE_STATES,
     Exec,
+    ExecState,
     Session,
     SessionPolicy,
     SessionState,
 )
-from sessions.outcomes import describe_session
+from sessions.outcomes import describe_exec, describe_session
 from workspaces import contract, reviews
 from workspaces.models import Workspace
 from workspaces.store import open_store
@@ -285,6 +286,11 @@ def kill_exec(row: Exec, actor: Actor, force: bool = False) -> Exec:
     actor.require_scope("run")
     if not row.is_active:
         raise Conflict(f"The exec already ended ({row.reason}).", {"reason": row.reason})
+    # Not handed to the channel yet: it ends here and never starts (the agent's start
+    # is conditional on it still being queued).
+    if row.state == ExecState.QUEUED and row.finish("killed", describe_exec("killed")):
+        signal_ended(row)
+        return row
     row.ask_kill(force)
     nudge(_host_of(row.session))
     return row

@@ -23,11 +23,11 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from core import fanout
 from logs import logstore
 from logs.follow import SIGNAL_EVERY_S, Follower, _blocks, _frames, ts_ns
 from runs import secrets
 from sandbox.models import Sandbox
+from sessions.lifecycle import signal_ended
 from sessions.models import Exec
 from sessions.outcomes import describe_end
 
@@ -165,7 +165,4 @@ class SessionFollower(Follower):
             log_entries=entry.writer.count,
         )
         close_old_connections()
-        fanout.group_send(
-            logstore.group_name(exec_id),
-            {"type": "log.signal", "seq": entry.writer.count, "ended": True},
-        )
+        signal_ended(row, entry.writer.count)

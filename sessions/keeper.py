@@ -32,7 +32,7 @@ from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
-from sessions.lifecycle import ask_stop, changed, expire
+from sessions.lifecycle import ask_stop, changed, expire, signal_ended
 from sessions.models import (
     LIVE_STATES,
     RESTARTABLE_STATES,
@@ -184,9 +184,7 @@ class Keeper:
     @staticmethod
     def _end(row: Exec, reason: str, message: str) -> None:
         if row.finish(reason, message):
-            fanout.group_send(
-                f"run_{row.public_id}", {"type": "log.signal", "seq": 0, "ended": True}
-            )
+            signal_ended(row)
 
     async def _kill(self, row: Exec) -> None:
         session = row.session

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from accounts.actions import record
 from core import fanout
+from logs import logstore
 from runs.models import Purpose, Run, RunState
 from runs.services import stop_service
 from sandbox.engine import engine
@@ -32,6 +33,13 @@ def changed(session: Session) -> None:
     )
 
 
+def signal_ended(row: Exec, seq: int = 0) -> None:
+    """Tell an exec's watchers its end is written (its log's group, as a run's)."""
+    fanout.group_send(
+        logstore.group_name(row.public_id), {"type": "log.signal", "seq": seq, "ended": True}
+    )
+
+
 def end_execs(session: Session, why: str) -> None:
     """Every exec of the session without an end: the session's stop ended it."""
     for row in Exec.objects.filter(
@@ -39,9 +47,7 @@ def end_execs(session: Session, why: str) -> None:
     ):
         reason = "session_stopped" if row.state == ExecState.RUNNING else "not_started"
         if row.finish(reason, describe_exec(reason, why=why, detail=why)):
-            fanout.group_send(
-                f"run_{row.public_id}", {"type": "log.signal", "seq": 0, "ended": True}
-            )
+            signal_ended(row)
 
 
 def on_run_finished(sender: object, run: Run, **_: object) -> None:

@@ -3,6 +3,7 @@ a real Celery worker and runner agent on the real Docker engine, under both runt
 
 import pytest
 
+from tests.support.servers import wait_for
 from tests.support.sessions import lines
 
 pytestmark = pytest.mark.docker
@@ -21,6 +22,11 @@ def test_an_exec_answers_with_its_output_and_a_process_lives_between_turns(agent
     # A process started in one turn is there in the next: the same sandbox.
     server = agent.exec(session, "sleep 300", detach=True, status=202)
     assert server["state"] in ("queued", "running")
+    wait_for(
+        lambda: agent.get(f"/execs/{server['id']}").json()["state"] == "running",
+        30,
+        what="the detached exec to start",
+    )
     seen = agent.exec(session, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done")
     assert any("sleep 300" in line for line in lines(seen))
     # And a file written outside /workspace too, while the session lives.
