@@ -176,21 +176,32 @@ class Follower(threading.Thread):
             if frame is not None:
                 stream, payload = frame
                 ts, _, data = payload.partition(b" ")
-                if last is not None and ts_ns(ts) <= last:
+                at = ts_ns(ts)
+                if last is not None and at <= last:
                     continue  # already stored (before a restart, or by the follow stream)
-                if self.masker:
-                    data = self.masker.bytes(data)
-                writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())
+                last = at
+                self.store_frame(writer, "stderr" if stream == 2 else "stdout", ts.decode(), data)
                 if len(writer._pending) < 10_000:
                     continue
             # All that has arrived is parsed (or a big batch is waiting): store it, and
             # tell readers, at most every SIGNAL_EVERY_S.
             writer.flush()
+            self.flushed(writer)
             now = time.monotonic()
             if now - signalled_at >= SIGNAL_EVERY_S:
                 self._signal(writer.count)
                 signalled_at = now
         writer.flush()
+        self.flushed(writer)
+
+    def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
+        """One message of the container's output (a line, or a piece of a long one)."""
+        if self.masker:
+            data = self.masker.bytes(data)
+        writer.append(stream, data, ts)
+
+    def flushed(self, writer: logstore.LogWriter) -> None:
+        """What has arrived is stored: a subclass stores what it keeps elsewhere."""
 
     def _signal(self, seq: int) -> None:
         if not self.loop.is_closed():

@@ -19,12 +19,11 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from django.db import close_old_connections, connection
 
 from logs import logstore
-from logs.follow import SIGNAL_EVERY_S, Follower, _blocks, _frames, ts_ns
+from logs.follow import SIGNAL_EVERY_S, Follower, ts_ns
 from runs import secrets
 from sandbox.models import Sandbox
 from sessions.lifecycle import signal_ended
@@ -75,39 +74,26 @@ class SessionFollower(Follower):
             writer.last_ts = resumed
         super()._follow(writer)
 
-    def _store(self, response: Any, writer: logstore.LogWriter) -> None:
-        last = ts_ns(writer.last_ts) if writer.last_ts else None
-        signalled_at = 0.0
-        for frame in _frames(_blocks(response)):
-            if frame is not None:
-                stream, payload = frame
-                ts, _, data = payload.partition(b" ")
-                at = ts_ns(ts)
-                if last is not None and at <= last:
-                    continue
-                last = at
-                writer.last_ts = ts.decode()
-                if data.startswith(MARK):
-                    self._exec_frame(data[1:], ts.decode(), at)
-                else:
-                    writer.append("stderr" if stream == 2 else "stdout", data, ts.decode())
-                continue
-            # All that has arrived is handled: store it, and tell readers.
-            writer.flush()
-            now = time.monotonic()
-            for entry in self.execs.values():
-                if entry is not None and entry.dirty:
-                    entry.writer.flush()
-                    entry.dirty = False
-                    if now - entry.signalled_at >= SIGNAL_EVERY_S:
-                        entry.signalled_at = now
-                        logstore.signal(entry.row.public_id, entry.writer.count)
-            if now - signalled_at >= SIGNAL_EVERY_S:
-                self._signal(writer.count)
-                signalled_at = now
-            if writer.last_ts:
-                self._save_cursor(writer.last_ts)
-        writer.flush()
+    def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
+        writer.last_ts = ts  # the cursor moves past a frame whatever log it went to
+        if data.startswith(MARK):
+            self._exec_frame(data[1:], ts, ts_ns(ts))
+        else:
+            writer.append(stream, data, ts)
+
+    def flushed(self, writer: logstore.LogWriter) -> None:
+        """Each exec's new entries stored and told (at most every SIGNAL_EVERY_S each),
+        then the cursor: after an agent restart, following resumes past it."""
+        now = time.monotonic()
+        for entry in self.execs.values():
+            if entry is not None and entry.dirty:
+                entry.writer.flush()
+                entry.dirty = False
+                if now - entry.signalled_at >= SIGNAL_EVERY_S:
+                    entry.signalled_at = now
+                    logstore.signal(entry.row.public_id, entry.writer.count)
+        if writer.last_ts:
+            self._save_cursor(writer.last_ts)
 
     def _save_cursor(self, ts: str) -> None:
         tmp = self.cursor.with_suffix(".cursor.tmp")
