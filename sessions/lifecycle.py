@@ -40,12 +40,16 @@ def signal_ended(row: Exec, seq: int = 0) -> None:
     )
 
 
-def end_execs(session: Session, why: str) -> None:
-    """Every exec of the session without an end: the session's stop ended it."""
+def end_execs(session: Session, why: str, oom: bool = False) -> None:
+    """Every exec of the session without an end: the session's stop ended it (with
+    `oom`, the container ran out of memory: under gVisor the limit is the whole
+    sandbox's, so an exec past it takes the session with it)."""
     for row in Exec.objects.filter(
         session=session, state__in=(ExecState.QUEUED, ExecState.RUNNING)
     ):
         reason = "session_stopped" if row.state == ExecState.RUNNING else "not_started"
+        if oom and row.state == ExecState.RUNNING:
+            reason = "oom_killed"
         if row.finish(reason, describe_exec(reason, why=why, detail=why)):
             signal_ended(row)
 
@@ -58,7 +62,7 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
     session = Session.objects.select_related("workspace__team").filter(run=run).first()
     if session is None or session.state not in LIVE_STATES:
         return
-    end_execs(session, session.stop_reason or run.reason)
+    end_execs(session, session.stop_reason or run.reason, oom=run.reason == "oom")
     now = timezone.now()
     facts = {
         "who": session.stop_requested_by or "a user",

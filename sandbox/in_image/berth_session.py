@@ -129,7 +129,9 @@ async def carry(run: Exec, timeout_s: float, oom_before: int | None) -> None:
     after = oom_kills()
     sig = -code if code < 0 else None
     oom = None if after is None or oom_before is None else after > oom_before
-    reason = run.reason or ("oom_killed" if oom and sig == signal.SIGKILL else "")
+    # Killed by the kernel: its own SIGKILL, or a shell's 128+9 for the command it ran.
+    killed = sig == signal.SIGKILL or code == 128 + signal.SIGKILL
+    reason = run.reason or ("oom_killed" if oom and killed else "")
     end = {"exit_code": code if code >= 0 else None, "signal": sig, "reason": reason, "oom": oom}
     frame(run.id, b"x", json.dumps(end).encode())
     run.end = end

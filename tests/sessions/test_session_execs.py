@@ -3,6 +3,7 @@ a real Celery worker and runner agent on the real Docker engine, under both runt
 
 import pytest
 
+from tests.support.runs import set_toml
 from tests.support.servers import wait_for
 from tests.support.sessions import lines
 
@@ -37,3 +38,22 @@ def test_an_exec_answers_with_its_output_and_a_process_lives_between_turns(agent
     assert killed.status_code == 202
     ended = agent.wait_exec(server)
     assert ended["reason"] == "killed"
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_an_exec_past_the_memory_limit_ends_oom_killed_typed(agent, shop, cast, runtime):
+    set_toml(shop, cast, f'[sandbox]\nruntime = "{runtime}"\nmemory_mb = 256\n')
+    session = agent.ready()
+    hog = agent.exec(session, "python3 -c 'x = bytearray(1024 * 1024 * 1024); print(len(x))'")
+    assert (hog["state"], hog["reason"]) == ("ended", "oom_killed"), hog
+    assert "memory_mb" in hog["message"]
+    if runtime == "runc":
+        # The kernel killed the exec's process alone (the channel asks to go first):
+        # the session answers.
+        assert lines(agent.exec(session, "echo alive")) == ["alive"]
+        assert agent.session(session)["state"] == "ready"
+    else:
+        # gVisor's limit is the whole sandbox's: the session ends with it, typed, and
+        # starts again on its files.
+        failed = agent.wait_state(session, "failed", timeout=60)
+        assert failed["reason"] == "process_ended" and "memory" in failed["message"]
