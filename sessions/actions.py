@@ -27,6 +27,7 @@ from sessions.models import (
     Session,
     SessionPolicy,
     SessionState,
+    SessionSync,
 )
 from sessions.outcomes import describe_session
 from workspaces import contract, reviews
@@ -47,9 +48,17 @@ def nudge(host: str) -> None:
     transaction.on_commit(lambda: fanout.group_send(agent_group(host), {"type": "sessions.nudge"}))
 
 
-def _host_of(session: Session) -> str:
+def host_of(session: Session) -> str:
     run = session.run
     return run.sandbox.host if run is not None and run.sandbox is not None else this_host()
+
+
+def queue_sync(session: Session, commit: str) -> SessionSync:
+    """The session is to be brought to `commit` before its next exec (its agent applies
+    it: sessions.applier)."""
+    row = SessionSync.objects.create(session=session, commit=commit)
+    nudge(host_of(session))
+    return row
 
 
 def _timers(team: Team, asked: dict[str, int | None]) -> dict[str, int]:
@@ -158,6 +167,10 @@ def _start(session: Session, actor: Actor) -> None:
     )
     Session.objects.filter(pk=session.pk).update(run=run, starts=session.starts + 1)
     session.refresh_from_db()
+    if commit != session.base_commit:
+        # Started again on its volume: the branch's head reaches its files once it is
+        # ready, before its first exec, as a write on the branch would.
+        queue_sync(session, commit)
     changed(session)
 
 
@@ -187,6 +200,7 @@ def start_again(session: Session, actor: Actor) -> Session:
             frozen_at=None,
             stopped_at=None,
             last_active_at=now,
+            deps_stale=False,  # this start's /deps is keyed from the branch's head
         ):
             raise Conflict("The session changed meanwhile; look at it again.", code="conflict")
         _start(session, actor)
@@ -276,7 +290,7 @@ def exec_in(
             session.grant(names)
         row.save()
         session.touch()
-        nudge(_host_of(session))
+        nudge(host_of(session))
     return row
 
 
@@ -285,7 +299,7 @@ def kill_exec(row: Exec, actor: Actor, force: bool = False) -> Exec:
     if not row.is_active:
         raise Conflict(f"The exec already ended ({row.reason}).", {"reason": row.reason})
     row.ask_kill(force)
-    nudge(_host_of(row.session))
+    nudge(host_of(row.session))
     return row
 
 
@@ -295,7 +309,7 @@ def keep_alive(session: Session, actor: Actor) -> Session:
     session.touch()
     if session.state in (SessionState.FREEZING, SessionState.FROZEN):
         session.ask_resume()
-        nudge(_host_of(session))
+        nudge(host_of(session))
     return session
 
 

@@ -10,12 +10,16 @@ class SessionsConfig(AppConfig):
     def ready(self) -> None:
         # Once the app registry is ready: these modules import models. Registered here,
         # not imported by the rooms below: a session's container is followed by its own
-        # demultiplexer, and a session hears of its run's end.
+        # demultiplexer, a session hears of its run's end and of writes on its branch.
         from runs.engine_owner import FOLLOWERS
         from runs.models import run_finished
         from sandbox.models import SandboxKind
         from sessions.follow import SessionFollower
         from sessions.lifecycle import on_run_finished
+        from sessions.sync import on_branch_moved
+        from workspaces.signals import branch_moved
 
         FOLLOWERS[SandboxKind.SESSION] = SessionFollower
         run_finished.connect(on_run_finished, dispatch_uid="sessions.run_finished")
+        # A write on a branch answers once the sessions following it have it.
+        branch_moved.connect(on_branch_moved, dispatch_uid="sessions.branch_moved")

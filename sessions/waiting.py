@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from core import fanout
 from logs import logstore
 from sessions.lifecycle import group_name
-from sessions.models import Exec, ExecState, Session
+from sessions.models import Exec, ExecState, Session, Snapshot, SnapshotState
 
 MAX_WAIT_S = 120
 RECHECK_S = 2.0
@@ -51,6 +51,16 @@ async def wait_for_session(public_id: str, states: tuple[str, ...], seconds: flo
     await _wait(
         group_name(public_id),
         Session.objects.filter(public_id=public_id, state__in=states).exists,
+        seconds,
+        on_end_signal=False,
+    )
+
+
+async def wait_for_read(public_id: str, pk: int, seconds: float) -> None:
+    """Until a read of the session's files (Snapshot `pk`) is made or `seconds` pass."""
+    await _wait(
+        group_name(public_id),
+        Snapshot.objects.filter(pk=pk).exclude(state=SnapshotState.PENDING).exists,
         seconds,
         on_end_signal=False,
     )
