@@ -32,7 +32,7 @@ from core.errors import BerthError, Conflict, Invalid, MissingScope, NotFound
 from runs import secrets
 from runs.outputs import describe_changes, flatten
 from sessions.actions import host_of, nudge, require_usable
-from sessions.models import Session, Snapshot, SnapshotState
+from sessions.models import Session, SessionState, Snapshot, SnapshotState
 from workspaces import config as workspace_config
 from workspaces import reviews
 from workspaces.changes import TreeEditor
@@ -56,6 +56,14 @@ class SessionCommit:
 def ask_read(session: Session) -> Snapshot:
     """A read of the session's files, for its agent to make (a frozen one resumes)."""
     require_usable(session)
+    if session.state == SessionState.STARTING:
+        # Its files are there once it is ready (a start may wait on admission a while).
+        raise Conflict(
+            "The session is starting; its files can be read once it is ready (GET "
+            f"/api/v1/sessions/{session.public_id}, or session_status), then ask again.",
+            {"state": session.state},
+            code="session_starting",
+        )
     row = Snapshot.objects.create(session=session)
     session.touch()
     nudge(host_of(session))
@@ -66,6 +74,7 @@ def read_result(pk: int) -> Snapshot:
     """The read once made; typed when it was not (503) or could not be (409)."""
     row = Snapshot.objects.select_related("session__workspace").get(pk=pk)
     if row.state == SnapshotState.PENDING:
+        require_usable(row.session)  # it stopped meanwhile: typed, with what to call
         raise BerthError(
             f"The session's files were not read within {settings.SESSION_READ_WAIT_S} s "
             "(its runner agent is busy or down); try again.",

@@ -95,6 +95,14 @@ def test_a_file_the_session_changed_too_is_reported_and_never_overwritten(agent,
     assert agent.cat(session, "README.md") == "From the branch"
     assert agent.session(session)["conflicts"] == ["app.py", "test_app.py"]
 
+    # A folder the session made a symlink is never followed: nothing lands outside.
+    agent.exec(session, "mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere docs")
+    said = follower(agent.write("docs/guide.md", "# Guide\n"), session)
+    assert said["conflicts"] == [
+        {"path": "docs/guide.md", "why": "a folder on its path is a symlink"}
+    ]
+    assert agent.cat(session, "/tmp/elsewhere/guide.md") == "<absent>"
+
     # A later write the session already matches settles that file.
     agent.exec(session, "printf 'def test_it(): assert True\\n' > test_app.py")
     again = agent.write("test_app.py", "def test_it(): assert True\n")
@@ -117,6 +125,21 @@ def test_a_frozen_session_gets_the_write_on_resume(agent, runtime):
     # The exec resumes it, and the write is applied before the exec runs.
     assert agent.cat(session, "notes.md") == "written while it slept"
     assert agent.session(session)["state"] in ("ready", "freezing", "frozen")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_stopped_session_gets_the_branch_at_its_next_start(agent, runtime):
+    session = agent.ready(runtime=runtime)
+    agent.exec(session, "echo kept > mine.txt")
+    assert agent.post(f"/sessions/{session['id']}/stop").status_code == 202
+    agent.wait_state(session, "stopped")
+
+    # Nothing live follows the branch: the write answers at once.
+    assert agent.write("notes.md", "written while it was stopped\n")["followers"] == []
+    assert agent.post(f"/sessions/{session['id']}/start").status_code == 202
+    assert agent.wait_state(session, "ready", "failed")["state"] == "ready"
+    assert agent.cat(session, "notes.md") == "written while it was stopped"
+    assert agent.cat(session, "mine.txt") == "kept"
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
