@@ -71,9 +71,10 @@ async def _apply(session: Session, row: SessionSync) -> None:
     )()
     try:
         items = await on_thread(plan)(session, base, row.commit)
-    except Exception as e:  # the commit is gone from the store: nothing can be applied
+    except Exception as e:  # a commit gone from the store: nothing can be applied
         log.warning("session %s: sync to %s not planned: %s", session.public_id, row.commit, e)
-        await db(_finish)(session, row, base, 0, [{"path": "", "why": f"not applied: {e}"}], {}, [])
+        failed = [{"path": "*", "why": f"nothing applied: the commit cannot be read ({e})"}]
+        await db(_finish)(session, row, base, 0, failed, {}, [])
         return
     ns = await on_thread(namespace_of)(session.run.sandbox)
     applied: list[str] = []

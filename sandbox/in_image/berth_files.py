@@ -2,8 +2,9 @@
 
 Run inside the sandbox as the sandbox user, so what they write is the session's own and
 nothing the host does ever goes through the volume's host path. No symlink is followed
-anywhere: every folder on a path is opened relative to its parent with O_NOFOLLOW, and
-a file is opened with O_NOFOLLOW and checked with fstat before it is read.
+anywhere: every folder on a path is opened relative to its parent with O_NOFOLLOW (and
+checked to be that folder), and a file is opened with O_NOFOLLOW and checked with fstat
+before it is read.
 
 - `apply`: for each file, its current Git blob id is compared with the one the host
   thinks is there (`base`); only a match is replaced (a temporary file in the same
@@ -58,11 +59,30 @@ def _why_not_folder(fd: int, name: str) -> str:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return "a folder on its path disappeared"
-    return (
-        "a folder on its path is a symlink"
-        if stat.S_ISLNK(st.st_mode)
-        else ("a folder on its path is not a folder")
-    )
+    if stat.S_ISLNK(st.st_mode):
+        return "a folder on its path is a symlink"
+    return "a folder on its path is not a folder"
+
+
+def _open_folder(name: str, parent: int) -> int:
+    """`name` in `parent`, only if it is a folder and not a link (OSError otherwise).
+
+    O_NOFOLLOW without O_DIRECTORY: gVisor follows a link to a folder when both are
+    given (runsc here opens it), and refuses it with ELOOP when only O_NOFOLLOW is. The
+    fd is then checked to be a folder, and to be the entry `name` names (not a link)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
+    try:
+        st = os.fstat(fd)
+        entry = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != (
+            entry.st_dev,
+            entry.st_ino,
+        ):
+            raise NotADirectoryError(name)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def open_folders(parts: list[str], create: bool) -> list[int] | None:
@@ -71,9 +91,8 @@ def open_folders(parts: list[str], create: bool) -> list[int] | None:
     fds = [os.open(ROOT, os.O_RDONLY | os.O_DIRECTORY)]
     try:
         for name in parts[:-1]:
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
             try:
-                fds.append(os.open(name, flags, dir_fd=fds[-1]))
+                fds.append(_open_folder(name, fds[-1]))
                 continue
             except FileNotFoundError:
                 if not create:
@@ -84,7 +103,7 @@ def open_folders(parts: list[str], create: bool) -> list[int] | None:
             with contextlib.suppress(FileExistsError):  # made meanwhile: checked below
                 os.mkdir(name, 0o755, dir_fd=fds[-1])
             try:
-                fds.append(os.open(name, flags, dir_fd=fds[-1]))
+                fds.append(_open_folder(name, fds[-1]))
             except OSError:
                 raise Refused(_why_not_folder(fds[-1], name)) from None
     except BaseException:

@@ -96,7 +96,11 @@ def test_a_file_the_session_changed_too_is_reported_and_never_overwritten(agent,
     assert agent.session(session)["conflicts"] == ["app.py", "test_app.py"]
 
     # A folder the session made a symlink is never followed: nothing lands outside.
-    agent.exec(session, "mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere docs")
+    made = agent.exec(
+        session,
+        "mkdir /tmp/elsewhere && python3 -c \"import os; os.symlink('/tmp/elsewhere', 'docs')\"",
+    )
+    assert made["exit_code"] == 0, made["output"]
     said = follower(agent.write("docs/guide.md", "# Guide\n"), session)
     assert said["conflicts"] == [
         {"path": "docs/guide.md", "why": "a folder on its path is a symlink"}
@@ -107,7 +111,7 @@ def test_a_file_the_session_changed_too_is_reported_and_never_overwritten(agent,
     agent.exec(session, "printf 'def test_it(): assert True\\n' > test_app.py")
     again = agent.write("test_app.py", "def test_it(): assert True\n")
     assert follower(again, session)["state"] == "applied"
-    assert agent.session(session)["conflicts"] == ["app.py"]
+    assert agent.session(session)["conflicts"] == ["app.py", "docs/guide.md"]
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
