@@ -67,7 +67,9 @@ class _Reading:
         self.root = Node(dirty=True)
         self.entries = self.bytes = 0
         self.out = Tree(None)
-        self.wanted: dict[str, int] = {}  # path: mode, for files to read
+        # Files to read, by the name the sandbox has (a name in another Unicode form
+        # than the path rules' NFC is read by its own): (path in the tree, mode).
+        self.wanted: dict[str, tuple[str, int]] = {}
 
     def skip(self, path: str, why: str) -> None:
         self.out.skipped_count += 1
@@ -120,19 +122,17 @@ class _Reading:
             self.skip(name.encode("utf-8", "replace").decode(), "not a path Git or Berth can hold")
             return None
         kind = raw.get("type")
-        if kind == "dir":
-            return None if is_ignored(self.ignore, self.old, path + "/") else path
+        if kind == "dir":  # listed next by its own name
+            return None if is_ignored(self.ignore, self.old, path + "/") else name
         if is_ignored(self.ignore, self.old, path):
             return None
         names = self.masker.scanner()
-        names.feed(
-            path.encode() + (b"\0" + str(raw.get("target")).encode() if kind == "link" else b"")
-        )
+        target = str(raw.get("target")).encode("utf-8", "surrogateescape")
+        names.feed(path.encode() + (b"\0" + target if kind == "link" else b""))
         if names.names():
             self.withhold(path, names.names())  # a value in a name would be in a tree
             return None
         if kind == "link":
-            target = str(raw["target"]).encode("utf-8", "surrogateescape")
             self.count(len(target))
             self.put(path, (MODE_LINK, self._blob(target)))
         elif kind == "file":
@@ -149,15 +149,17 @@ class _Reading:
             ):
                 self.put(path, (mode, sha))  # content the store holds already
             else:
-                self.wanted[path] = mode
+                self.wanted[name] = (path, mode)
         else:
             self.skip(path, "not a file, folder or symlink")
         return None
 
     def content(self, raw: dict[str, Any]) -> None:
         """One file read: scanned, then stored (or withheld)."""
-        path = str(raw.get("path"))
-        mode = self.wanted.pop(path, MODE_FILE)
+        name = str(raw.get("path"))
+        if name not in self.wanted:
+            return  # not asked for
+        path, mode = self.wanted.pop(name)
         if raw.get("type") != "file" or raw.get("too_large"):
             if raw.get("too_large"):
                 self.skip(path, f"larger than {settings.WORKSPACE_MAX_FILE_BYTES >> 20} MB")
