@@ -341,6 +341,11 @@ SESSION_CEILING_LIFETIME_S = envint("SESSION_CEILING_LIFETIME_S", 7 * 24 * 3600)
 SESSION_CEILING_RETENTION_S = envint("SESSION_CEILING_RETENTION_S", 90 * 24 * 3600)
 # A session that is not ready this long after its start failed (its setup included).
 SESSION_START_DEADLINE_S = envint("SESSION_START_DEADLINE_S", 300)
+# A write waits this long for the ready sessions on its branch to apply it (sessions.sync);
+# past it the answer says so, and each applies it before its next exec anyway.
+SESSION_SYNC_WAIT_S = envint("SESSION_SYNC_WAIT_S", 10)
+# A read of a session's files (its changes, a commit of them) waits this long for its agent.
+SESSION_READ_WAIT_S = envint("SESSION_READ_WAIT_S", 60)
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
 # After a deploy switches the release host to a new release, the previous release's
 # process keeps running this long, so requests already on their way to it finish.

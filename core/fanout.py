@@ -17,10 +17,11 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from channels.layers import get_channel_layer
+from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers, get_channel_layer
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,10 @@ def group_send(group: str, message: dict[str, Any]) -> None:
 def _after_fork_in_child() -> None:
     """A child inherits the variables, never the sending thread (nor a lock another
     thread held): it starts afresh on first use."""
-    global _lock, _loop
+    global _lock, _loop, _wait_layer
     _lock = threading.Lock()
     _loop = None
+    _wait_layer = None
     _pending.clear()
 
 
@@ -93,6 +95,64 @@ def drain(timeout: float = EXIT_DRAIN_S) -> None:
         pending = list(_pending)
     if pending:
         concurrent.futures.wait(pending, timeout)
+
+
+_wait_layer: Any = None
+
+
+def _layer_for_waits() -> Any:
+    """A channel layer of the sending loop's own: one layer receives on one event loop
+    at a time, and daphne's loop receives on the shared one."""
+    global _wait_layer
+    with _lock:
+        if _wait_layer is None and get_channel_layer() is not None:
+            _wait_layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+        return _wait_layer
+
+
+def wait(groups: Sequence[str], done: Callable[[], bool], seconds: float, recheck: float) -> bool:
+    """From sync code (a request's thread): until `done()` — looked at first, at each
+    signal to one of `groups` and every `recheck` s — or `seconds` pass; whether it is.
+    The listening runs on the sending loop. Without a channel layer (or with Redis
+    down) it looks every `recheck` s: slower, never wrong."""
+    deadline = time.monotonic() + seconds
+    if done() or seconds <= 0:
+        return done()
+    layer, loop = _layer_for_waits(), _sender_loop()
+
+    def run(coro: Any, timeout: float) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    channel = joined = None
+    try:
+        if layer is not None:
+            channel = joined = run(layer.new_channel(), SEND_TIMEOUT_S)
+            for group in groups:
+                run(layer.group_add(group, channel), SEND_TIMEOUT_S)
+    except Exception as e:
+        log.warning("waiting without signals (channel layer: %r)", e)
+        channel = None
+    try:
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            step = min(left, recheck)
+            if channel is None:
+                time.sleep(step)  # no signal can come: look again after a while
+                continue
+            try:
+                run(asyncio.wait_for(layer.receive(channel), step), step + SEND_TIMEOUT_S)
+            except (TimeoutError, concurrent.futures.TimeoutError):
+                pass
+            except Exception as e:
+                log.warning("waiting without signals from now (channel layer: %r)", e)
+                joined, channel = channel, None
+        return True
+    finally:
+        if joined is not None:
+            for group in groups:  # not waited for: the group's entry expires on its own
+                asyncio.run_coroutine_threadsafe(layer.group_discard(group, joined), loop)
 
 
 @contextlib.asynccontextmanager

@@ -123,32 +123,13 @@ class _Reader:
         self.withheld: list[dict[str, Any]] = []
 
     def _flatten(self, tree_sha: bytes, prefix: str) -> dict[str, tuple[int, bytes]]:
-        out: dict[str, tuple[int, bytes]] = {}
-        tree = self.store.repo[tree_sha]
-        assert isinstance(tree, Tree)
-        for entry in tree.iteritems():
-            path = prefix + entry.path.decode("utf-8", "replace")
-            if entry.mode == MODE_TREE:
-                out.update(self._flatten(entry.sha, path + "/"))
-            else:
-                out[path] = (entry.mode, entry.sha)
-        return out
+        return flatten(self.store, tree_sha, prefix)
 
     def _ignore_filter(self) -> IgnoreFilter | None:
-        entry = self.old.get(".gitignore")
-        if entry is None or entry[0] != MODE_FILE:
-            return None
-        lines = self.store.blob(entry[1]).splitlines()
-        return IgnoreFilter([ln for ln in lines if ln.strip() and not ln.startswith(b"#")])
+        return ignore_filter(self.store, self.old)
 
     def _ignored(self, path: str) -> bool:
-        if self.ignore is None or path in self.old:
-            return False  # tracked files are never ignored (git's rule too)
-        parts = path.split("/")
-        for i in range(1, len(parts)):
-            if self.ignore.is_ignored("/".join(parts[:i]) + "/"):
-                return True
-        return bool(self.ignore.is_ignored(path))
+        return is_ignored(self.ignore, self.old, path)
 
     def _skip(self, path: str, why: str) -> None:
         self.skipped_count += 1
@@ -348,46 +329,81 @@ class _Reader:
         )
 
     def _changes(self, tree: bytes) -> dict[str, Any]:
-        diff = (
-            diff_trees(self.store, self.input_tree, tree)
-            if tree != self.input_tree
-            else {"files": [], "stats": {"files": 0, "additions": 0, "deletions": 0}}
-        )
-        limit_paths, limit_bytes = (
-            settings.RUN_CHANGES_MAX_PATHS,
-            settings.RUN_CHANGES_MAX_DIFF_BYTES,
-        )
-        out = {
-            **empty_changes(),
-            "stats": diff["stats"],
-            "skipped": self.skipped,
-            "skipped_count": self.skipped_count,
-        }
-        text: list[str] = []
-        size = 0
-        for i, item in enumerate(diff["files"]):
-            if i >= limit_paths:
-                out["truncated"] = True
-                break
-            path = self.masker.text(item["path"])
-            status = item["status"]
-            if status == "renamed":
-                out["renamed"].append({"from": self.masker.text(item["old_path"]), "to": path})
-            elif status in ("added", "modified", "deleted"):
-                out[status].append(path)
-            else:
-                out["added"].append(path)
-            if item["binary"] or item["too_large"]:
-                out["binary"].append(path)
-                continue
-            patch = self.masker.text(item["patch"])
-            if size + len(patch) > limit_bytes:
-                out["truncated"] = True
-                continue
-            text.append(patch)
-            size += len(patch)
-        out["diff"] = "".join(text)
+        out = describe_changes(self.store, self.input_tree, tree, self.masker)
+        out.update(skipped=self.skipped, skipped_count=self.skipped_count)
         return out
+
+
+def flatten(store: GitStore, tree_sha: bytes, prefix: str = "") -> dict[str, tuple[int, bytes]]:
+    """Every file, link and submodule of a tree by path, as (mode, object id)."""
+    out: dict[str, tuple[int, bytes]] = {}
+    tree = store.repo[tree_sha]
+    assert isinstance(tree, Tree)
+    for entry in tree.iteritems():
+        path = prefix + entry.path.decode("utf-8", "replace")
+        if entry.mode == MODE_TREE:
+            out.update(flatten(store, entry.sha, path + "/"))
+        else:
+            out[path] = (entry.mode, entry.sha)
+    return out
+
+
+def ignore_filter(store: GitStore, old: dict[str, tuple[int, bytes]]) -> IgnoreFilter | None:
+    """The root .gitignore of the input tree (flattened), if it has one."""
+    entry = old.get(".gitignore")
+    if entry is None or entry[0] != MODE_FILE:
+        return None
+    lines = store.blob(entry[1]).splitlines()
+    return IgnoreFilter([ln for ln in lines if ln.strip() and not ln.startswith(b"#")])
+
+
+def is_ignored(ignore: IgnoreFilter | None, old: dict[str, Any], path: str) -> bool:
+    """Whether a new path is one git would leave out (a folder path ends with /)."""
+    if ignore is None or path.rstrip("/") in old:
+        return False  # tracked files are never ignored (git's rule too)
+    parts = path.rstrip("/").split("/")
+    for i in range(1, len(parts)):
+        if ignore.is_ignored("/".join(parts[:i]) + "/"):
+            return True
+    return bool(ignore.is_ignored(path))
+
+
+def describe_changes(store: GitStore, old: bytes, new: bytes, masker: Masker) -> dict[str, Any]:
+    """A tree's changes against another, as a run's `changes` say them: the paths by
+    status and one unified diff, within RUN_CHANGES_MAX_PATHS and _DIFF_BYTES, with
+    granted values masked."""
+    diff = (
+        diff_trees(store, old, new)
+        if new != old
+        else {"files": [], "stats": {"files": 0, "additions": 0, "deletions": 0}}
+    )
+    limit_paths, limit_bytes = (settings.RUN_CHANGES_MAX_PATHS, settings.RUN_CHANGES_MAX_DIFF_BYTES)
+    out = {**empty_changes(), "stats": diff["stats"]}
+    text: list[str] = []
+    size = 0
+    for i, item in enumerate(diff["files"]):
+        if i >= limit_paths:
+            out["truncated"] = True
+            break
+        path = masker.text(item["path"])
+        status = item["status"]
+        if status == "renamed":
+            out["renamed"].append({"from": masker.text(item["old_path"]), "to": path})
+        elif status in ("added", "modified", "deleted"):
+            out[status].append(path)
+        else:
+            out["added"].append(path)
+        if item["binary"] or item["too_large"]:
+            out["binary"].append(path)
+            continue
+        patch = masker.text(item["patch"])
+        if size + len(patch) > limit_bytes:
+            out["truncated"] = True
+            continue
+        text.append(patch)
+        size += len(patch)
+    out["diff"] = "".join(text)
+    return out
 
 
 def read_outputs(

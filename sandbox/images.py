@@ -59,6 +59,9 @@ os.execvp(sys.argv[1], sys.argv[1:])
 # session's container. An image without this label cannot hold a session.
 SESSION_INIT = "/usr/local/bin/berth-session"
 SESSION_INIT_SCRIPT = (Path(__file__).parent / "in_image" / "berth_session.py").read_text()
+# Its file operations (sandbox/in_image/berth_files.py), a module it imports from here.
+SESSION_LIB = "/usr/local/lib/berth"
+SESSION_FILES_SCRIPT = (Path(__file__).parent / "in_image" / "berth_files.py").read_text()
 
 # Runs in the chroot as root. Mount points are owned by the sandbox uid because a new
 # named volume takes its owner from the image's mount point (docs/architecture.md, "Engine facts").
@@ -77,6 +80,10 @@ chmod 0755 {EGRESS_WAIT}
 cat > {SESSION_INIT} <<'SESSION_INIT'
 {SESSION_INIT_SCRIPT}SESSION_INIT
 chmod 0755 {SESSION_INIT}
+mkdir -p {SESSION_LIB}
+cat > {SESSION_LIB}/berth_files.py <<'SESSION_FILES'
+{SESSION_FILES_SCRIPT}SESSION_FILES
+chmod 0644 {SESSION_LIB}/berth_files.py
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/*
 # The host's name and resolver must not leak into the image; Docker provides both.

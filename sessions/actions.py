@@ -28,6 +28,7 @@ from sessions.models import (
     Session,
     SessionPolicy,
     SessionState,
+    SessionSync,
 )
 from sessions.outcomes import describe_exec, describe_session
 from workspaces import contract, reviews
@@ -48,9 +49,17 @@ def nudge(host: str) -> None:
     transaction.on_commit(lambda: fanout.group_send(agent_group(host), {"type": "sessions.nudge"}))
 
 
-def _host_of(session: Session) -> str:
+def host_of(session: Session) -> str:
     run = session.run
     return run.sandbox.host if run is not None and run.sandbox is not None else this_host()
+
+
+def queue_sync(session: Session, commit: str) -> SessionSync:
+    """The session is to be brought to `commit` before its next exec (its agent applies
+    it: sessions.applier)."""
+    row = SessionSync.objects.create(session=session, commit=commit)
+    nudge(host_of(session))
+    return row
 
 
 def _timers(team: Team, asked: dict[str, int | None]) -> dict[str, int]:
@@ -159,6 +168,10 @@ def _start(session: Session, actor: Actor) -> None:
     )
     Session.objects.filter(pk=session.pk).update(run=run, starts=session.starts + 1)
     session.refresh_from_db()
+    if commit != session.base_commit:
+        # Started again on its volume: the branch's head reaches its files once it is
+        # ready, before its first exec, as a write on the branch would.
+        queue_sync(session, commit)
     changed(session)
 
 
@@ -278,7 +291,7 @@ def exec_in(
             session.grant(names)
         row.save()
         session.touch()
-        nudge(_host_of(session))
+        nudge(host_of(session))
     return row
 
 
@@ -292,7 +305,7 @@ def kill_exec(row: Exec, actor: Actor, force: bool = False) -> Exec:
         signal_ended(row)
         return row
     row.ask_kill(force)
-    nudge(_host_of(row.session))
+    nudge(host_of(row.session))
     return row
 
 
@@ -302,7 +315,7 @@ def keep_alive(session: Session, actor: Actor) -> Session:
     session.touch()
     if session.state in (SessionState.FREEZING, SessionState.FROZEN):
         session.ask_resume()
-        nudge(_host_of(session))
+        nudge(host_of(session))
     return session
 
 

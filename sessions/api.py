@@ -1,28 +1,33 @@
 """JSON API doors onto sessions and their execs (thin: access, then an action)."""
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Query, Router, Status
 
+from accounts.access import Actor
 from accounts.models import Team
 from core.schemas import answers
 from logs import logstore
 from runs.logs_api import MAX_LIMIT, Cursor
 from runs.schemas import LogEntry, LogPage
-from sessions import actions, policy
+from sessions import actions, changes, policy
 from sessions.access import access_exec, access_session
-from sessions.models import Exec, Session, SessionPolicy
+from sessions.models import Exec, Session, SessionPolicy, Snapshot
 from sessions.schemas import (
     ExecIn,
     ExecOut,
     KillIn,
+    SessionChangesOut,
+    SessionCommitIn,
+    SessionCommitOut,
     SessionIn,
     SessionMaxima,
     SessionOut,
     SessionPolicyIn,
     SessionPolicyOut,
 )
-from sessions.waiting import MAX_WAIT_S, wait_for_exec
+from sessions.waiting import MAX_WAIT_S, wait_for_exec, wait_for_read
 from workspaces.api import actor_of, workspace_for
 
 router = Router(tags=["sessions"])
@@ -236,3 +241,48 @@ def put_session_policy(request: HttpRequest, body: SessionPolicyIn) -> SessionPo
     assert actor.token is not None
     policy.set_policy(actor.token.team, actor, body.model_dump())
     return _policy_out(actor.token.team)
+
+
+def _read(actor: Actor, session_id: str, *scopes: str) -> Snapshot:
+    session = access_session(actor, session_id)
+    for scope in scopes:
+        actor.require_scope(scope)
+    return changes.ask_read(session)
+
+
+@router.get(
+    "/sessions/{session_id}/changes",
+    response=answers(SessionChangesOut, 403, 404, 409, 422, 503),
+    summary="The session's uncommitted changes against its base commit, with a diff "
+    "(a frozen session resumes for it)",
+)
+async def session_changes(request: HttpRequest, session_id: str) -> SessionChangesOut:
+    # Async: the wait for its agent's read holds no thread of Django's.
+    actor = actor_of(request)
+    row = await sync_to_async(_read)(actor, session_id)
+    await wait_for_read(session_id, row.pk, settings.SESSION_READ_WAIT_S)
+
+    def answer() -> SessionChangesOut:
+        done = changes.read_result(row.pk)
+        return SessionChangesOut.of(done.session, done.base_commit, changes.describe(done))
+
+    return await sync_to_async(answer)()
+
+
+@router.post(
+    "/sessions/{session_id}/commit",
+    response=answers(SessionCommitOut, 403, 404, 409, 422, 503, status=201),
+    summary="Commit the session's changes on its branch: a three-way merge with what the "
+    "branch got meanwhile (overlaps refused, 409 merge_conflict with the paths)",
+)
+async def commit_session(request: HttpRequest, session_id: str, body: SessionCommitIn) -> Status:
+    actor = actor_of(request)
+    row = await sync_to_async(_read)(actor, session_id, "workspace:write")
+    await wait_for_read(session_id, row.pk, settings.SESSION_READ_WAIT_S)
+
+    def commit() -> SessionCommitOut:
+        done = changes.read_result(row.pk)
+        result = changes.commit(done, actor, body.message, body.paths)
+        return SessionCommitOut.of(result, done.session)
+
+    return Status(201, await sync_to_async(commit)())

@@ -10,8 +10,8 @@ class SessionsConfig(AppConfig):
     def ready(self) -> None:
         # Once the app registry is ready: these modules import models. Registered here,
         # not imported by the rooms below: a session's container is followed by its own
-        # demultiplexer, a session hears of its run's end, and the team's usage counts its
-        # live sessions.
+        # demultiplexer, a session hears of its run's end and of writes on its branch,
+        # and the team's usage counts its live sessions.
         from runs import quotas
         from runs.engine_owner import FOLLOWERS
         from runs.models import run_finished
@@ -19,7 +19,11 @@ class SessionsConfig(AppConfig):
         from sessions.follow import SessionFollower
         from sessions.lifecycle import on_run_finished
         from sessions.policy import usage
+        from sessions.sync import on_branch_moved
+        from workspaces.signals import branch_moved
 
         FOLLOWERS[SandboxKind.SESSION] = SessionFollower
         quotas.USAGE_PARTS["sessions"] = usage
         run_finished.connect(on_run_finished, dispatch_uid="sessions.run_finished")
+        # A write on a branch answers once the sessions following it have it.
+        branch_moved.connect(on_branch_moved, dispatch_uid="sessions.branch_moved")

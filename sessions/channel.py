@@ -38,8 +38,13 @@ def namespace_of(sandbox: Sandbox) -> Namespace:
     return ns
 
 
-async def ask(ns: Namespace, request: dict[str, Any], timeout: float = TIMEOUT_S) -> dict[str, Any]:
-    """The channel's answer to one request."""
+async def ask(
+    ns: Namespace,
+    request: dict[str, Any],
+    timeout: float = TIMEOUT_S,
+    max_answer: int = MAX_ANSWER,
+) -> dict[str, Any]:
+    """The channel's answer to one request (of at most `max_answer` bytes)."""
     loop = asyncio.get_running_loop()
     try:
         sock = await connect(ns, CHANNEL_PORT, timeout)
@@ -48,15 +53,17 @@ async def ask(ns: Namespace, request: dict[str, Any], timeout: float = TIMEOUT_S
     try:
         async with asyncio.timeout(timeout):
             await loop.sock_sendall(sock, json.dumps(request).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = await loop.sock_recv(sock, 65536)
-                if not chunk or len(data) > MAX_ANSWER:
+            chunks: list[bytes] = []
+            size = 0
+            while not chunks or not chunks[-1].endswith(b"\n"):
+                chunk = await loop.sock_recv(sock, 1 << 20)
+                if not chunk or size > max_answer:
                     raise ChannelError("the exec channel closed without an answer")
-                data += chunk
+                chunks.append(chunk)
+                size += len(chunk)
     except (OSError, TimeoutError) as e:
         raise ChannelError(f"the exec channel did not answer ({e})") from None
     finally:
         sock.close()
-    answer: dict[str, Any] = json.loads(data)
+    answer: dict[str, Any] = json.loads(b"".join(chunks))
     return answer

@@ -1,9 +1,12 @@
 """The runner agent's work for the sessions of its host (wired in agent.loop).
 
 1. Execs: each queued exec is handed to its session's exec channel (a frozen session is
-   thawed for it first); kills asked for are sent; after an agent restart, an exec the
-   channel never heard of is ended `lost` (its output and end otherwise come from the
-   container's log, which the session's follower resumes).
+   thawed for it first, and every write on its branch is applied before it: an exec
+   sees what was written before it was asked for); kills asked for are sent; after an
+   agent restart, an exec the channel never heard of is ended `lost` (its output and
+   end otherwise come from the container's log, which the session's follower resumes).
+   Writes on a ready session's branch are applied as soon as they are announced
+   (sessions.applier), and reads of its files are made when asked (sessions.snapshot).
 2. Lifecycle, every tick and at each pause or unpause the engine reports: starting →
    ready once the channel answers; ready → freezing → frozen after `idle_freeze_s`
    without activity (frozen only once the engine says it is paused, and ready again
@@ -30,6 +33,7 @@ from runs.models import RunState
 from sandbox import backend
 from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
+from sessions import applier, snapshot
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
 from sessions.lifecycle import ask_stop, changed, expire, signal_ended
@@ -40,6 +44,8 @@ from sessions.models import (
     ExecState,
     Session,
     SessionState,
+    SnapshotState,
+    SyncState,
 )
 from sessions.outcomes import describe_exec, describe_session
 
@@ -91,6 +97,28 @@ def _reload(pk: int) -> Session:
     return Session.objects.select_related("run__sandbox", "workspace__team").get(pk=pk)
 
 
+def _to_sync() -> list[Session]:
+    """Ready sessions of this host with a write to apply."""
+    return list(
+        Session.objects.filter(state=SessionState.READY, syncs__state=SyncState.PENDING, **_here())
+        .distinct()
+        .select_related("run__sandbox", "workspace__team")
+    )
+
+
+def _to_read() -> list[Session]:
+    """Sessions of this host with a read of their files asked for (a frozen one thaws)."""
+    return list(
+        Session.objects.filter(
+            state__in=(SessionState.READY, SessionState.FREEZING, SessionState.FROZEN),
+            snapshots__state=SnapshotState.PENDING,
+            **_here(),
+        )
+        .distinct()
+        .select_related("run__sandbox", "workspace__team")
+    )
+
+
 def _busy(session: Session) -> bool:
     return Exec.objects.filter(
         session=session, state__in=(ExecState.QUEUED, ExecState.RUNNING)
@@ -103,6 +131,7 @@ class Keeper:
         self.woken = asyncio.Event()
         self.locks: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.in_flight: set[int] = set()  # exec pks being handed to a channel
+        self.file_work: set[int] = set()  # session pks whose files are being synced or read
         self.reconciled = False
 
     def jobs(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
@@ -134,6 +163,10 @@ class Keeper:
                 self.engine.spawn(self.engine.safely(lambda r=row: self._hand(r)))
         for row in await db(_kills)():
             self.engine.spawn(self.engine.safely(lambda r=row: self._kill(r)))
+        for session in [*await db(_to_sync)(), *await db(_to_read)()]:
+            if session.pk not in self.file_work:
+                self.file_work.add(session.pk)
+                self.engine.spawn(self.engine.safely(lambda s=session: self._files(s)))
         resumes = await db(
             lambda: [
                 s
@@ -145,8 +178,27 @@ class Keeper:
             async with self.locks[session.pk]:
                 await self._thaw(session)
 
+    async def _files(self, found: Session) -> None:
+        """Its pending writes applied, then the reads of its files asked for made."""
+        try:
+            async with self.locks[found.pk]:
+                session = await db(_reload)(found.pk)
+                if session.state in (SessionState.FREEZING, SessionState.FROZEN):
+                    if not await db(snapshot.pending)(session):
+                        return  # a write waits for the resume
+                    await self._thaw(session)
+                if session.state != SessionState.READY:
+                    return
+                await applier.apply_pending(session)
+                await snapshot.take(session)
+        except ChannelError as e:
+            log.info("session %s: files not synced or read yet: %s", found.public_id, e)
+        finally:
+            self.file_work.discard(found.pk)
+
     async def _hand(self, row: Exec) -> None:
-        """One exec to its session's channel, once the session is ready."""
+        """One exec to its session's channel, once the session is ready and has every
+        write on its branch announced so far."""
         try:
             async with self.locks[row.session_id]:
                 session = await db(_reload)(row.session_id)
@@ -154,6 +206,7 @@ class Keeper:
                     await self._thaw(session)
                 if session.state != SessionState.READY:
                     return  # starting: handed once ready; stopping: its end ends it
+                await applier.apply_pending(session)
             assert session.run is not None and session.run.sandbox is not None
             ns = await on_thread(namespace_of)(session.run.sandbox)
             if not await db(row.mark_running)():
@@ -245,7 +298,9 @@ class Keeper:
         if session.state == SessionState.STARTING:
             await self._starting(session)
         elif session.state == SessionState.READY:
-            if await db(_busy)(session):
+            if await db(applier.has_pending)(session):
+                await applier.apply_pending(session)  # its signal was lost: a tick late
+            elif await db(_busy)(session):
                 if now - session.last_active_at > TOUCH_EVERY:
                     await db(session.touch)()
             elif idle >= session.idle_stop_s:
@@ -274,6 +329,9 @@ class Keeper:
             except ChannelError:
                 pass
             else:
+                # A start again on its volume, or writes while it started: its files
+                # reach the branch's head before it is ready for execs.
+                await applier.apply_pending(session)
                 now = timezone.now()
                 if await db(self._move)(
                     session, SessionState.READY, ready_at=now, last_active_at=now
@@ -299,11 +357,16 @@ class Keeper:
             await db(self._move)(session, SessionState.READY)
 
     async def _thaw(self, session: Session) -> None:
-        """Unpaused in the engine (its answer says it runs again), ready at once."""
+        """Unpaused in the engine (its answer says it runs again), the writes made on
+        its branch while it was frozen applied, then ready."""
         assert session.run is not None and session.run.sandbox is not None
         sandbox = session.run.sandbox
         await asyncio.to_thread(backend.pause_sandbox, sandbox.name, False)
         await db(sandbox.mark_paused)(False)
+        try:
+            await applier.apply_pending(session)
+        except ChannelError as e:  # its next exec tries again first
+            log.info("session %s: writes not applied on resume yet: %s", session.public_id, e)
         now = timezone.now()
         await db(self._move)(
             session,

@@ -3,17 +3,18 @@ turn: each answer says what survives and what the next useful call is, and each 
 names the fix. Waits are asynchronous, so one agent's wait holds no thread of Django's."""
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 
 from accounts.auth import actor_of
 from core.mcp import Ctx, tool
 from logs import logstore
 from runs.logs_api import MAX_LIMIT
 from runs.schemas import LogEntry, LogPage
-from sessions import actions
+from sessions import actions, changes
 from sessions.access import access_exec, access_session
 from sessions.models import Exec, Session, SessionState
-from sessions.schemas import ExecOut, SessionOut
-from sessions.waiting import MAX_WAIT_S, wait_for_exec, wait_for_session
+from sessions.schemas import ExecOut, SessionCommitOut, SessionOut
+from sessions.waiting import MAX_WAIT_S, wait_for_exec, wait_for_read, wait_for_session
 from workspaces.mcp import workspace_for
 
 
@@ -149,6 +150,34 @@ async def keep_alive(ctx: Ctx, session: str) -> SessionOut:
     return await database_sync_to_async(
         lambda: SessionOut.of(actions.keep_alive(access_session(actor, session), actor))
     )()
+
+
+@tool()
+async def commit_session_changes(
+    ctx: Ctx, session: str, message: str | None = None, paths: list[str] | None = None
+) -> SessionCommitOut:
+    """Commit what you changed in the session's /workspace on its branch (all of it, or
+    only `paths`): merged with what the branch got meanwhile, never undoing it. A file
+    both changed is refused (error merge_conflict, with the paths): make the session's
+    copy right, or leave it out with `paths`. Files holding a granted secret's value are
+    withheld (listed). The answer names the commit and the files; the session keeps
+    going on the merged files. Needs workspace:write."""
+    actor = await actor_of(ctx)
+
+    def ask() -> int:
+        found = access_session(actor, session)
+        actor.require_scope("workspace:write")
+        return changes.ask_read(found).pk
+
+    pk = await database_sync_to_async(ask)()
+    await wait_for_read(session, pk, settings.SESSION_READ_WAIT_S)
+
+    def commit() -> SessionCommitOut:
+        done = changes.read_result(pk)
+        result = changes.commit(done, actor, message, paths)
+        return SessionCommitOut.of(result, done.session)
+
+    return await database_sync_to_async(commit)()
 
 
 @tool()

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from accounts.models import ApiToken, Team
@@ -103,6 +103,11 @@ class Session(Timers):
     secret_names = models.JSONField(default=list, blank=True)
     # A file of the dependency cache's key changed since it started: /deps is stale.
     deps_stale = models.BooleanField(default=False)
+    # Files a sync left as the session had them (it had changed them too), each with the
+    # version its own was based on ({mode, sha}, None: absent): a commit of the
+    # session's changes merges them from that base, so it never silently undoes the
+    # branch's change.
+    sync_conflicts = models.JSONField(default=dict, blank=True)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
     )
@@ -180,6 +185,20 @@ class Session(Timers):
     def mark_deps_stale(self) -> None:
         Session.objects.filter(pk=self.pk).update(deps_stale=True)
         self.deps_stale = True
+
+    def record_sync(
+        self, commit: str, conflicts: dict[str, dict[str, Any] | None], settled: list[str]
+    ) -> None:
+        """Its files were brought to `commit`: paths newly left in conflict keep the
+        base their own version had (a conflict already recorded keeps its first one),
+        and paths that now hold the branch's version are settled."""
+        with transaction.atomic():
+            row = Session.objects.select_for_update().get(pk=self.pk)
+            kept = {p: b for p, b in row.sync_conflicts.items() if p not in settled}
+            for path, base in conflicts.items():
+                kept.setdefault(path, base)
+            Session.objects.filter(pk=self.pk).update(base_commit=commit, sync_conflicts=kept)
+        self.base_commit, self.sync_conflicts = commit, kept
 
 
 class ExecState(models.TextChoices):
@@ -264,3 +283,71 @@ class Exec(models.Model):
             return False
         self.refresh_from_db()
         return True
+
+
+class SyncState(models.TextChoices):
+    PENDING = "pending"  # the session has not applied it yet
+    APPLIED = "applied"
+    CONFLICT = "conflict"  # applied but for `conflicts`, left as the session had them
+
+
+class SessionSync(models.Model):
+    """One commit a session is to be brought to (a write on its branch, or its branch's
+    head at a start): the runner agent applies them in order, through the exec channel,
+    before the session's next exec."""
+
+    session = models.ForeignKey(Session, models.CASCADE, related_name="syncs")
+    commit = models.CharField(max_length=40)
+    state = models.CharField(
+        max_length=8, choices=SyncState.choices, default=SyncState.PENDING, db_index=True
+    )
+    applied = models.PositiveIntegerField(default=0)  # files changed to the branch's version
+    conflicts = models.JSONField(default=list, blank=True)  # [{path, why}]
+    created_at = models.DateTimeField(default=timezone.now)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"sync of session {self.session_id} to {self.commit[:12]} ({self.state})"
+
+    def finish(self, applied: int, conflicts: list[dict[str, str]]) -> bool:
+        done = SessionSync.objects.filter(pk=self.pk, state=SyncState.PENDING).update(
+            state=SyncState.CONFLICT if conflicts else SyncState.APPLIED,
+            applied=applied,
+            conflicts=conflicts,
+            done_at=timezone.now(),
+        )
+        return bool(done)
+
+
+class SnapshotState(models.TextChoices):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Snapshot(models.Model):
+    """What a session's /workspace holds, as a Git tree the runner agent wrote into the
+    workspace's store (objects only, no ref): what its changes and its commit are read
+    from. Asked for by a door, made by the agent (the one process that enters)."""
+
+    session = models.ForeignKey(Session, models.CASCADE, related_name="snapshots")
+    state = models.CharField(
+        max_length=8, choices=SnapshotState.choices, default=SnapshotState.PENDING, db_index=True
+    )
+    base_commit = models.CharField(max_length=40, blank=True)  # the session's, when read
+    tree = models.CharField(max_length=40, blank=True)
+    skipped = models.JSONField(default=list, blank=True)  # [{path, why}]
+    skipped_count = models.PositiveIntegerField(default=0)
+    withheld = models.JSONField(default=list, blank=True)  # [{path, secrets}]
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"snapshot of session {self.session_id} ({self.state})"

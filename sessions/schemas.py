@@ -8,8 +8,11 @@ from pydantic import ConfigDict, Field
 from accounts.schemas import RequestedBy
 from core.schemas import In, Out, Timestamp
 from logs import logstore
+from runs.schemas import RefusedOut, RunChanges, WithheldOut
+from sessions.changes import SessionCommit
 from sessions.models import Exec, Session, SessionState
 from sessions.persistence import statement
+from workspaces.schemas import FollowerOut
 
 MAX_OUTPUT_ENTRIES = 200  # an exec's answer holds at most its last this many lines
 
@@ -46,6 +49,19 @@ class ExecIn(In):
     cwd: str = Field("/workspace", max_length=500)
     env: dict[str, str] = Field(default_factory=dict, max_length=100)
     secrets: list[str] = Field(default_factory=list, max_length=50)
+
+
+class SessionCommitIn(In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"message": "Add the report", "paths": ["report.md"]}]}
+    )
+
+    message: str | None = Field(None, max_length=10_000)
+    paths: list[str] | None = Field(
+        None,
+        max_length=1000,
+        description="commit only these files or folders (default: every change)",
+    )
 
 
 class KillIn(In):
@@ -107,7 +123,14 @@ class SessionOut(Out):
     times: SessionTimes
     persistence: PersistenceOut
     secrets: list[str] = Field(description="secrets its execs were granted")
-    deps_stale: bool
+    deps_stale: bool = Field(
+        description="a file of the dependency cache's key changed on its branch since it "
+        "started: /deps is out of date until it starts again"
+    )
+    conflicts: list[str] = Field(
+        description="files the branch changed that the session had changed too, left as "
+        "the session has them; a commit of its changes refuses to undo the branch's"
+    )
     requested_by: RequestedBy
     next: str = Field(description="the next useful call")
 
@@ -155,6 +178,7 @@ class SessionOut(Out):
             persistence=PersistenceOut.model_validate(statement(session)),
             secrets=session.secret_names,
             deps_stale=session.deps_stale,
+            conflicts=sorted(session.sync_conflicts or {}),
             requested_by=RequestedBy.of(session.requested_by, session.token),
             next=next_call(session),
         )
@@ -306,3 +330,63 @@ class SessionPolicyOut(SessionMaxima):
     source: str = Field(description="team (an admin set them) or defaults (the settings')")
     live_sessions: int
     ceilings: SessionMaxima = Field(description="the most an admin may set (the operator's)")
+
+
+class SessionChangesOut(Out):
+    """What the session's /workspace holds against its base commit, as a run's changes."""
+
+    session: str
+    branch: str
+    base_commit: str = Field(description="the branch's commit its files were last brought to")
+    changes: RunChanges
+    conflicts: list[str] = Field(
+        description="files a write on the branch left as the session had them"
+    )
+    next: str
+
+    @classmethod
+    def of(cls, session: Session, base_commit: str, changes: dict[str, Any]) -> "SessionChangesOut":
+        sid = session.public_id
+        return cls(
+            session=sid,
+            branch=session.ref,
+            base_commit=base_commit,
+            changes=RunChanges.model_validate(changes),
+            conflicts=sorted(session.sync_conflicts or {}),
+            next=f"commit them on {session.ref} (POST /api/v1/sessions/{sid}/commit, or "
+            "commit_session_changes)"
+            if changes.get("stats", {}).get("files")
+            else "exec: the session has no uncommitted changes",
+        )
+
+
+class SessionCommitOut(Out):
+    """The session's changes as one commit on its branch, merged with what the branch
+    got meanwhile; and whether the sessions following the branch have it."""
+
+    commit: str
+    branch: str
+    parent: str = Field(description="the branch's head it was merged with")
+    files: list[str] = Field(description="the files the commit changed")
+    withheld: list[WithheldOut] = Field(
+        description="files left out: they hold a granted secret's value"
+    )
+    skipped: list[RefusedOut] = Field(
+        description="what Git cannot hold (too large, not a file), left out"
+    )
+    followers: list[FollowerOut]
+    next: str
+
+    @classmethod
+    def of(cls, result: SessionCommit, session: Session) -> "SessionCommitOut":
+        return cls(
+            commit=result.sha,
+            branch=result.branch,
+            parent=result.parent,
+            files=result.files,
+            withheld=[WithheldOut.model_validate(w) for w in result.withheld],
+            skipped=[RefusedOut.model_validate(w) for w in result.skipped],
+            followers=[FollowerOut.of(f) for f in result.followers],
+            next=f"run or preview commit {result.sha[:12]}, or go on in the session "
+            f"({session.public_id}): it has the merged files",
+        )

@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import Callable
 
 from channels.db import database_sync_to_async
+from django.db.models import Q
 
 from core import fanout
 from logs import logstore
 from sessions.lifecycle import group_name
-from sessions.models import Exec, ExecState, Session
+from sessions.models import LIVE_STATES, Exec, ExecState, Session, Snapshot, SnapshotState
 
 MAX_WAIT_S = 120
 RECHECK_S = 2.0
@@ -51,6 +52,19 @@ async def wait_for_session(public_id: str, states: tuple[str, ...], seconds: flo
     await _wait(
         group_name(public_id),
         Session.objects.filter(public_id=public_id, state__in=states).exists,
+        seconds,
+        on_end_signal=False,
+    )
+
+
+async def wait_for_read(public_id: str, pk: int, seconds: float) -> None:
+    """Until a read of the session's files (Snapshot `pk`) is made, the session stops
+    (no read can be made then), or `seconds` pass."""
+    await _wait(
+        group_name(public_id),
+        Snapshot.objects.filter(
+            Q(pk=pk) & (~Q(state=SnapshotState.PENDING) | ~Q(session__state__in=LIVE_STATES))
+        ).exists,
         seconds,
         on_end_signal=False,
     )

@@ -23,7 +23,7 @@ from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import GitStore, check_branch_name
 from workspaces.models import Workspace
 from workspaces.paths import clean_path
-from workspaces.signals import announce_branch_moved
+from workspaces.signals import Follower, announce_branch_moved
 from workspaces.store import author_of, open_store
 from workspaces.treesize import FileTooLarge
 
@@ -35,6 +35,9 @@ class CommitResult:
     parent: str | None
     files: list[str]
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    # What follows the branch (sessions) and whether each has this commit, as the
+    # branch_moved receivers reported it once the commit was made.
+    followers: list[Follower] = field(default_factory=list)
 
 
 def create_workspace(
@@ -186,7 +189,10 @@ def commit_changes(
         message=message.strip()[:200],
         files=files[:20],
     )
-    transaction.on_commit(lambda: announce_branch_moved(workspace, branch, sha, actor))
+    # Outside a transaction this runs at once, so the answer carries the reports.
+    transaction.on_commit(
+        lambda: result.followers.extend(announce_branch_moved(workspace, branch, sha, actor))
+    )
     return result
 
 

@@ -53,6 +53,14 @@ class TreeEditor:
                 )
             self._put(change.to, self._remove(change.path))
 
+    def set_entry(self, path: str, entry: tuple[int, bytes] | None) -> None:
+        """Put a stored object at `path` as it is (mode and id), or remove what is
+        there (nothing there is fine): what a merge of trees writes."""
+        if entry is not None:
+            self._put(path, entry)
+        elif self._get(path) is not None:
+            self._remove(path)
+
     def write(self) -> bytes:
         return self.store.write_node(self.root)
 

@@ -9,6 +9,7 @@ form posts.
 import json
 import re
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from django.contrib import messages
@@ -68,6 +69,7 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
             "branch": result.branch,
             "parent": result.parent,
             "warnings": result.warnings,
+            "followers": [asdict(f) for f in result.followers],
             "commit_url": f"{urls_of(workspace)['commits']}{result.sha}/",
         }
     )
@@ -128,6 +130,9 @@ def change_one_file(
     except BerthError as e:
         return failed(request, e, back)
     messages.success(request, f"{message}: commit {result.sha[:7]}.")
+    for follower in result.followers:
+        if follower.state == "conflict":
+            messages.warning(request, f"Session {follower.id}: {follower.message}")
     return done(request, page_url(workspace, ref=result.branch, path=then))
 
 

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field
 from core.schemas import ErrorObject, In, Out
 from workspaces.actions import CommitResult
 from workspaces.models import Workspace
+from workspaces.signals import Follower
 from workspaces.store import open_store
 
 # -- requests ---------------------------------------------------------------------------
@@ -153,8 +154,39 @@ class FileOut(Out):
     target: str | None = Field(None, description="a symlink's target (never followed)")
 
 
+class PathConflict(Out):
+    path: str
+    why: str
+
+
+class FollowerOut(Out):
+    """One session following the branch, and whether it has the write."""
+
+    kind: str = Field(description="what follows the branch: session")
+    id: str
+    state: str = Field(
+        description="applied (an exec started now sees the write), conflict (applied but "
+        "for `conflicts`: files the session had changed too, left as it has them), "
+        "frozen (applied on resume, before its next exec), starting (applied before its "
+        "first exec), or pending (applied before its next exec)"
+    )
+    message: str
+    conflicts: list[PathConflict]
+
+    @classmethod
+    def of(cls, follower: Follower) -> "FollowerOut":
+        return cls(
+            kind=follower.kind,
+            id=follower.id,
+            state=follower.state,
+            message=follower.message,
+            conflicts=[PathConflict.model_validate(c) for c in follower.conflicts],
+        )
+
+
 class CommitOut(Out):
-    """What a write made: one commit."""
+    """What a write made: one commit, and whether the sessions following its branch
+    have it."""
 
     commit: str
     branch: str
@@ -162,6 +194,10 @@ class CommitOut(Out):
     files: list[str]
     warnings: list[ErrorObject] = Field(
         description="what is wrong in what was committed (a workspace.toml runs refuse)"
+    )
+    followers: list[FollowerOut] = Field(
+        description="the live sessions following the branch, each with the write or "
+        "saying when it will have it"
     )
 
     @classmethod
@@ -172,6 +208,7 @@ class CommitOut(Out):
             parent=result.parent,
             files=list(result.files),
             warnings=[ErrorObject.model_validate(w) for w in result.warnings],
+            followers=[FollowerOut.of(f) for f in result.followers],
         )
 
 

@@ -1,17 +1,34 @@
 """What other apps may follow of workspaces without workspaces knowing them."""
 
 import logging
+from dataclasses import dataclass, field
 
 from django.dispatch import Signal
 
 # Sent after the commit that moved a branch (a commit from Berth, or a push):
-# kwargs workspace, branch, sha, actor.
+# kwargs workspace, branch, sha, actor. A receiver may answer with a list of Followers:
+# what follows the branch (a session) and whether it has the new commit yet.
 branch_moved = Signal()
 
 
-def announce_branch_moved(workspace: object, branch: str, sha: str, actor: object) -> None:
-    """Send `branch_moved`; a receiver's failure is logged, never allowed to fail the
-    commit or the push that already happened."""
+@dataclass(frozen=True)
+class Follower:
+    """One thing that follows a branch, as its receiver reports it after a write: the
+    write's answer shows it (a session: applied, conflict, frozen: applied on resume)."""
+
+    kind: str
+    id: str
+    state: str
+    message: str
+    conflicts: list[dict[str, str]] = field(default_factory=list)  # [{path, why}]
+
+
+def announce_branch_moved(
+    workspace: object, branch: str, sha: str, actor: object
+) -> list[Follower]:
+    """Send `branch_moved` and gather what its receivers report; a receiver's failure is
+    logged, never allowed to fail the commit or the push that already happened."""
+    reports: list[Follower] = []
     for receiver, result in branch_moved.send_robust(
         type(workspace), workspace=workspace, branch=branch, sha=sha, actor=actor
     ):
@@ -19,3 +36,6 @@ def announce_branch_moved(workspace: object, branch: str, sha: str, actor: objec
             logging.getLogger(__name__).error(
                 "%s failed after %s moved: %r", receiver, branch, result
             )
+        elif isinstance(result, list):
+            reports.extend(r for r in result if isinstance(r, Follower))
+    return reports

@@ -15,6 +15,11 @@ after a restart, from its last timestamp) like a run's:
     \\x1e<exec id> e <base64 of a stderr line>
     \\x1e<exec id> x <JSON of its end: exit_code, signal, reason, oom>
 
+Files (berth_files.py beside it): `apply` brings files to the branch's version only
+where they still hold the version the host thinks is there (a compare-and-swap on
+their Git blob ids), and `manifest` and `read` show the host what /workspace holds, so
+the host never checks out or reads a session's tree through the volume's host path.
+
 A line is framed whole, or in pieces of at most CHUNK bytes; a partial line (a prompt)
 is framed after PARTIAL_S without more. Nothing else writes to this stdout: an exec's
 output goes through pipes, and this process is not dumpable, so an exec cannot open its
@@ -31,10 +36,15 @@ import signal
 import sys
 from typing import Any
 
+sys.path.insert(0, "/usr/local/lib/berth")  # berth_files.py, baked beside this (-I leaves it out)
+import berth_files  # type: ignore[import-not-found]
+
 PORT = 61001
 CHUNK = 8192  # base64 of it stays under Docker's 16 KB log message
 PARTIAL_S = 0.05
-MAX_REQUEST = 1 << 20
+# One request line: an `apply` of one file at the workspace's file cap (10 MB, in
+# base64) fits; the host sends larger batches as several requests.
+MAX_REQUEST = 16 << 20
 KILL_GRACE_S = 5.0
 PIPE_GRACE_S = 1.0
 KEEP_ENDED = 1000  # ends remembered for `status`, after their frame was written
@@ -50,6 +60,7 @@ class Exec:
         self.carrier: asyncio.Future[None] | None = None
 
 
+FILE_OPS = {"apply": berth_files.apply, "manifest": berth_files.manifest, "read": berth_files.read}
 EXECS: dict[str, Exec] = {}
 ENDED: dict[str, dict[str, Any]] = {}
 
@@ -207,6 +218,9 @@ async def answer(request: dict[str, Any]) -> dict[str, Any]:
         }
     if op == "ping":
         return {"ok": True, "running": sorted(EXECS)}
+    if op in FILE_OPS:
+        # On a thread: hashing and writing files must not hold up the execs' output.
+        return await asyncio.to_thread(FILE_OPS[op], request)
     return {"ok": False, "error": "unknown_op"}
 
 
@@ -215,7 +229,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         while line := await reader.readline():
             try:
                 reply = await answer(json.loads(line))
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, OSError) as e:
                 reply = {"ok": False, "error": "bad_request", "detail": str(e)}
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()

@@ -127,8 +127,14 @@
     if (editor.getText() === text) editor.markSaved();
     message.value = "";
     let html = `Saved as <a class="mono" href="${escape(data.commit_url)}">${escape(data.commit.slice(0, 7))}</a>.`;
-    if (data.warnings && data.warnings.length) {
-      html += '<ul class="warnings">' + data.warnings.map((w) => `<li>${escape(w.message)}</li>`).join("") + "</ul>";
+    // Sessions following the branch: each has the save, or says when it will.
+    const followers = data.followers || [];
+    if (followers.length) {
+      html += '<ul class="followers">' + followers.map((f) => `<li>Session <span class="mono">${escape(f.id)}</span>: ${escape(f.message)}</li>`).join("") + "</ul>";
+    }
+    const conflicted = followers.some((f) => f.state === "conflict");
+    if ((data.warnings && data.warnings.length) || conflicted) {
+      html += '<ul class="warnings">' + (data.warnings || []).map((w) => `<li>${escape(w.message)}</li>`).join("") + "</ul>";
       show("warn", html);
     } else {
       show("ok", html);

@@ -64,6 +64,28 @@ class SessionAgent:
             until=lambda e: e["state"] == "ended",
         )
 
+    def put(self, path: str, body: dict):
+        return self.client.put(
+            f"/api/v1{path}", body, content_type="application/json", **self.headers
+        )
+
+    def write(self, path: str, text: str) -> dict:
+        """One file written on the default branch through the API: its commit, with
+        what each session following the branch says of it."""
+        r = self.put(f"/workspaces/{self.workspace}/files/{path}", {"content": text})
+        assert r.status_code == 200, r.content
+        return r.json()
+
+    def branch_file(self, path: str) -> str:
+        r = self.get(f"/workspaces/{self.workspace}/files/{path}")
+        assert r.status_code == 200, r.content
+        return r.json()["content"]
+
+    def cat(self, session: dict, path: str) -> str:
+        """A file as the session sees it ("" and exit 1 when absent)."""
+        done = self.exec(session, f"cat {path}")
+        return "\n".join(lines(done)) if done["exit_code"] == 0 else "<absent>"
+
     def log(self, row: dict) -> list[dict]:
         entries, after = [], 0
         while True:
@@ -120,3 +142,10 @@ def tiny_wheel() -> tuple[str, bytes]:
         for path, data in files.items():
             wheel.writestr(path, data)
     return "tinyhello-0.1-py3-none-any.whl", out.getvalue()
+
+
+def follower(answer: dict, session: dict) -> dict:
+    """What a write's answer says of one session."""
+    found = [f for f in answer["followers"] if f["id"] == session["id"]]
+    assert len(found) == 1, answer["followers"]
+    return found[0]
