@@ -10,6 +10,7 @@ from tests.support.servers import wait_for_async
 from tests.support.sessions import tiny_wheel
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
+from workspaces.store import open_store
 
 pytestmark = pytest.mark.docker
 
@@ -70,8 +71,29 @@ def test_an_agent_installs_once_tests_twice_and_resumes_a_frozen_session(
         assert resumed["reason"] == "exit_zero", everything(resumed)
         assert (await agent("session_status", session=sid))["state"] == "ready"
 
+        # A write through write_files is there for the very next exec.
+        wrote = await agent(
+            "write_files",
+            workspace="shop",
+            changes=[{"op": "write", "path": "NOTES.md", "content": "from the agent\n"}],
+            message="notes",
+        )
+        assert [(f["id"], f["state"]) for f in wrote["followers"]] == [(sid, "applied")]
+        seen = await agent("exec", session=sid, command="cat NOTES.md")
+        assert stdout(seen) == ["from the agent"]
+
+        # A file the session generated, committed on its branch.
         made = await agent("exec", session=sid, command="echo report > report.txt")
         assert made["reason"] == "exit_zero" and "next" in made
+        committed = await agent(
+            "commit_session_changes", session=sid, message="the report", paths=["report.txt"]
+        )
+        assert committed["files"] == ["report.txt"] and committed["branch"] == "main"
+        with open_store(shop) as store:
+            head = store.branch_head("main")
+            assert committed["commit"] == head
+            _, blob = store.lookup(head, "report.txt")
+            assert store.blob(blob) == b"report\n"
         closed = await agent("close_session", session=sid)
         assert closed["state"] in ("stopping", "stopped")
 
