@@ -160,7 +160,9 @@ def _start(session: Session, actor: Actor) -> None:
         actor,
         commit,
         session.ref,
-        SESSION_INIT,
+        # exec: the channel itself is the container's process under its init, so a stop's
+        # SIGTERM reaches it (a shell in between would die of it and orphan the channel).
+        f"exec {SESSION_INIT}",
         Purpose.SESSION,
         contract_review=review,
         runtime=session.runtime or None,
