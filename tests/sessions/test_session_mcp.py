@@ -91,7 +91,7 @@ def test_an_agent_installs_once_tests_twice_and_resumes_a_frozen_session(
         assert committed["files"] == ["report.txt"] and committed["branch"] == "main"
         with open_store(shop) as store:
             head = store.branch_head("main")
-            assert committed["commit"] == head
+            assert head is not None and committed["commit"] == head
             _, blob = store.lookup(head, "report.txt")
             assert store.blob(blob) == b"report\n"
         closed = await agent("close_session", session=sid)
