@@ -39,16 +39,14 @@ class Purpose(models.TextChoices):
     # A release build: source in /app of a writable root layer, committed to
     # `output_image` when it succeeds; its DeployRequest follows the run's end.
     BUILD = "build"
-    # A session's container (sessions.models.Session): one run per start, its process
-    # the in-sandbox exec channel, its /workspace the session's own volume.
-    SESSION = "session"
+    SESSION = "session"  # a session's container, one run per start (sessions.models)
 
 
 # A run's sandboxes are owned under this kind (sandbox.models.Sandbox.owner_kind).
 OWNER = "run"
 
 ACTIVE_STATES = (RunState.QUEUED, RunState.PREPARING, RunState.RUNNING)
-# Long-lived servers another app owns: a preview's process, a release's process.
+# Long-lived servers another app owns: a preview's, a release's, a session's process.
 SERVICE_PURPOSES = (Purpose.PREVIEW, Purpose.RELEASE, Purpose.SESSION)
 TERMINAL_STATES = tuple(s for s in RunState if s not in ACTIVE_STATES)
 
@@ -106,8 +104,7 @@ class Run(models.Model):
     sandbox = models.ForeignKey(
         "sandbox.Sandbox", models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    # A volume kept past the run, mounted at /workspace in place of one of its own (a
-    # session's files, through stops): the source goes in only when it is new.
+    # A volume kept past the run at /workspace (a session's): its source goes in once.
     workspace_volume = models.CharField(max_length=200, blank=True)
     # lifecycle and outputs
     state = models.CharField(
@@ -338,11 +335,10 @@ class EgressEvent(models.Model):
     address = models.CharField(max_length=45, blank=True)
     allowed = models.BooleanField()
     # not_allowed, address_not_allowed, resolve_failed, connect_failed, connection_cap,
-    # byte_cap (refused or cut), idle_timeout, bad_upstream; sandbox_connection_cap,
-    # team_connection_cap, agent_connection_cap (refused at the proxy's door, before
-    # any request: method and host empty); refusal_flood (`count` connections past a
-    # cap closed unanswered in one second, past EGRESS_MAX_REFUSALS_PER_S); empty for
-    # a normal end
+    # byte_cap (refused or cut), idle_timeout, bad_upstream; sandbox_, team_ and
+    # agent_connection_cap (refused at the proxy's door: method and host empty);
+    # refusal_flood (`count` connections past a cap closed unanswered in one second,
+    # past EGRESS_MAX_REFUSALS_PER_S); empty for a normal end
     reason = models.CharField(max_length=24, blank=True)
     bytes_up = models.PositiveBigIntegerField(default=0)
     bytes_down = models.PositiveBigIntegerField(default=0)

@@ -492,9 +492,7 @@ class UsageOut(Out):
         None, description="live previews (counted by the previews app, when installed)"
     )
     sessions: LiveUsage | None = Field(
-        None,
-        description="live sessions, frozen ones included (counted by the sessions app, "
-        "when installed); the limit is the team's session policy",
+        None, description="live sessions, frozen ones included (the team's session policy)"
     )
     cpu: CpuUsage
     host: HostUsage
