@@ -212,7 +212,10 @@ def _kept_volume(run: Run) -> _Kept:
         .exclude(pk=run.pk)
         .exists()
     )
-    if not caches.volume_exists(name):
+    there = caches.volume_exists(name)
+    # A filled volume gone since (removed by hand) is filled again from the commit.
+    filled = filled and there
+    if not there:
         backend.create_volume(
             name,
             labels={

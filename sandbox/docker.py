@@ -74,7 +74,10 @@ def _host_config(
         security_opt=hardening.security_opt(runtime),
         read_only=sandbox.kind != SandboxKind.BUILD,
         network_mode="none",
-        init=True,
+        # A session's exec channel is its own init (it reaps orphans): then no process
+        # in the sandbox but the non-dumpable channel holds the container's output,
+        # which would otherwise let a command forge its frames through /proc/1/fd/1.
+        init=sandbox.kind != SandboxKind.SESSION,
         ipc_mode="private",
         mem_limit=memory,
         memswap_limit=memory,  # no swap: past the limit is an OOM kill, not a crawl

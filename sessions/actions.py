@@ -24,7 +24,6 @@ from sessions.models import (
     LIVE_STATES,
     RESTARTABLE_STATES,
     Exec,
-    ExecState,
     Session,
     SessionPolicy,
     SessionState,
@@ -303,7 +302,7 @@ def kill_exec(row: Exec, actor: Actor, force: bool = False) -> Exec:
         raise Conflict(f"The exec already ended ({row.reason}).", {"reason": row.reason})
     # Not handed to the channel yet: it ends here and never starts (the agent's start
     # is conditional on it still being queued).
-    if row.state == ExecState.QUEUED and row.finish("killed", describe_exec("killed")):
+    if row.end_unstarted("killed", describe_exec("killed")):
         signal_ended(row)
         return row
     row.ask_kill(force)

@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from django.db import close_old_connections, connection
 
@@ -27,12 +28,40 @@ from logs.follow import SIGNAL_EVERY_S, Follower, ts_ns
 from runs import secrets
 from sandbox.models import Sandbox
 from sessions.lifecycle import signal_ended
-from sessions.models import Exec
+from sessions.models import Exec, ExecState
 from sessions.outcomes import describe_end
 
 log = logging.getLogger("berth.runner_agent")
 
 MARK = b"\x1e"
+REFRESH_S = 0.2  # unknown exec ids look the session's running execs up at most this often
+
+
+# Exec ids the keeper of this process handed to each session run's channel, so their
+# first frames are taken at once (sessions.keeper adds them before it asks the channel).
+HANDED: dict[str, set[str]] = {}
+
+
+def handed(run_id: str, exec_id: str) -> None:
+    HANDED.setdefault(run_id, set()).add(exec_id)
+
+
+def valid_end(body: bytes) -> dict[str, Any]:
+    """An end frame's facts, each of its type or absent: a malformed frame never stops
+    the follower (it would stop at the same frame again after every restart)."""
+    try:
+        end = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(end, dict):
+        return {}
+    facts: dict[str, Any] = {}
+    for key in ("exit_code", "signal"):
+        if isinstance(end.get(key), int) and not isinstance(end.get(key), bool):
+            facts[key] = end[key]
+    if end.get("reason") in ("timeout", "killed", "oom_killed", "session_stopped"):
+        facts["reason"] = end["reason"]
+    return facts
 
 
 def cursor_path(run_id: str) -> Path:
@@ -53,7 +82,8 @@ class _ExecLog:
 class SessionFollower(Follower):
     def __init__(self, run_id: str, sandbox: Sandbox, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(run_id, sandbox.name, loop)
-        self.execs: dict[str, _ExecLog | None] = {}  # None: not this session's exec
+        self.execs: dict[str, _ExecLog] = {}  # running execs handed to its channel
+        self.refreshed_at = 0.0
         self.cursor = cursor_path(run_id)
 
     def run(self) -> None:
@@ -61,8 +91,7 @@ class SessionFollower(Follower):
             super().run()
         finally:
             for entry in self.execs.values():
-                if entry is not None:
-                    entry.writer.close()
+                entry.writer.close()
             connection.close()
 
     def _follow(self, writer: logstore.LogWriter) -> None:
@@ -77,7 +106,11 @@ class SessionFollower(Follower):
     def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
         writer.last_ts = ts  # the cursor moves past a frame whatever log it went to
         if data.startswith(MARK):
-            self._exec_frame(data[1:], ts, ts_ns(ts))
+            try:
+                self._exec_frame(data[1:], ts, ts_ns(ts))
+            except Exception:
+                # One bad frame is dropped; following goes on past it.
+                log.exception("session run %s: a frame was dropped", self.run_id)
         else:
             writer.append(stream, data, ts)
 
@@ -86,7 +119,7 @@ class SessionFollower(Follower):
         then the cursor: after an agent restart, following resumes past it."""
         now = time.monotonic()
         for entry in self.execs.values():
-            if entry is not None and entry.dirty:
+            if entry.dirty:
                 entry.writer.flush()
                 entry.dirty = False
                 if now - entry.signalled_at >= SIGNAL_EVERY_S:
@@ -101,17 +134,27 @@ class SessionFollower(Follower):
         os.replace(tmp, self.cursor)
 
     def _entry(self, exec_id: str) -> _ExecLog | None:
-        if exec_id not in self.execs:
-            row = (
-                Exec.objects.select_related("session__run")
-                .filter(public_id=exec_id, session__run__public_id=self.run_id)
-                .first()
-            )
+        """The log of a running exec Berth handed to this session's channel, or None.
+
+        A process in the sandbox can ask the channel for execs of its own, under ids
+        Berth never handed out: their frames are nobody's output, and they must cost
+        neither memory nor a query each. So unknown ids are looked up together, at most
+        every REFRESH_S (the session's running execs), and never remembered."""
+        entry = self.execs.get(exec_id)
+        if entry is not None:
+            return entry
+        now = time.monotonic()
+        # Handed by this process's keeper just now: looked up at once. Otherwise (after
+        # a restart of the agent) the session's running execs, at most every REFRESH_S.
+        if exec_id in HANDED.get(self.run_id, ()) or now - self.refreshed_at >= REFRESH_S:
+            self.refreshed_at = now
+            for row in Exec.objects.select_related("session__run").filter(
+                session__run__public_id=self.run_id, state=ExecState.RUNNING
+            ):
+                if row.public_id not in self.execs:
+                    self.execs[row.public_id] = _ExecLog(row)
             close_old_connections()
-            # A frame for an id Berth never handed to this session's channel (a process
-            # in the sandbox talking to the channel itself) is no exec's output.
-            self.execs[exec_id] = _ExecLog(row) if row is not None else None
-        return self.execs[exec_id]
+        return self.execs.get(exec_id)
 
     def _exec_frame(self, data: bytes, ts: str, at: int) -> None:
         head, _, body = data.rstrip(b"\n").partition(b" ")
@@ -135,12 +178,10 @@ class SessionFollower(Follower):
             self._end(exec_id, entry, body)
 
     def _end(self, exec_id: str, entry: _ExecLog, body: bytes) -> None:
-        try:
-            end = json.loads(body)
-        except ValueError:
-            end = {}
+        end = valid_end(body)
         entry.writer.close()
-        self.execs[exec_id] = None  # no frame of it after its end counts
+        del self.execs[exec_id]  # no frame of it after its end counts (it is not running)
+        HANDED.get(self.run_id, set()).discard(exec_id)
         row = entry.row
         reason, message = describe_end(end, timeout_s=row.timeout_s)
         row.finish(

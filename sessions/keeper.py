@@ -24,6 +24,7 @@ from collections import defaultdict
 from datetime import timedelta
 from typing import Any
 
+import docker.errors
 from django.conf import settings
 from django.utils import timezone
 
@@ -31,11 +32,13 @@ from core import fanout
 from runs import secrets
 from runs.models import RunState
 from sandbox import backend
+from sandbox.engine import engine
 from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
 from sessions import applier, snapshot
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
+from sessions.follow import handed
 from sessions.lifecycle import ask_stop, changed, expire, signal_ended
 from sessions.models import (
     LIVE_STATES,
@@ -53,6 +56,10 @@ log = logging.getLogger("berth.runner_agent")
 
 TICK_S = 0.5
 TOUCH_EVERY = timedelta(seconds=5)  # a running exec keeps its session active this often
+SWEEP_EVERY_S = 10.0
+# Asked to pause this long ago and the engine never said so (the agent restarted between
+# the two, or the engine thawed it at once): ready again, the next idle turn tries again.
+FREEZING_FOR = timedelta(seconds=15)
 SYSTEM = "Berth"
 # The keeper's own moves, each from where it may start.
 MOVES_FROM: dict[str, tuple[str, ...]] = {
@@ -90,6 +97,13 @@ def _sessions(states: tuple[str, ...]) -> list[Session]:
             "run__sandbox", "workspace__team"
         )
     )
+
+
+def _remove_volume(name: str) -> None:
+    try:
+        engine().api.remove_volume(name, force=True)
+    except docker.errors.APIError as e:  # still held, or gone meanwhile: the next sweep
+        log.info("session volume %s: %s", name, e)
 
 
 def _reload(pk: int) -> Session:
@@ -133,6 +147,7 @@ class Keeper:
         self.in_flight: set[int] = set()  # exec pks being handed to a channel
         self.file_work: set[int] = set()  # session pks whose files are being synced or read
         self.reconciled = False
+        self.stepping: set[int] = set()  # sessions whose step runs now
 
     def jobs(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         every = self.engine.every
@@ -140,6 +155,7 @@ class Keeper:
             asyncio.create_task(self.listen(stop)),
             asyncio.create_task(every(TICK_S, self.dispatch, stop, self.woken)),
             asyncio.create_task(every(TICK_S, self.step_all, stop, self.engine.paused_event)),
+            asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_volumes, stop)),
         ]
 
     async def listen(self, stop: asyncio.Event) -> None:
@@ -220,6 +236,7 @@ class Keeper:
                 "timeout_s": row.timeout_s,
                 "env": env,
             }
+            handed(session.run.public_id, row.public_id)
             try:
                 answer = await ask(ns, request)
             except ChannelError as e:
@@ -275,12 +292,43 @@ class Keeper:
         if not self.reconciled:
             self.reconciled = True
             await self.reconcile_execs()
+        # Each session's step is a task of its own: one whose channel stalls (a stopped
+        # process, a slow apply) holds up no other session's clocks.
         for session in await db(_sessions)((*LIVE_STATES, *RESTARTABLE_STATES)):
-            try:
-                async with self.locks[session.pk]:
-                    await self._step(session)
-            except (ChannelError, OSError) as e:
-                log.info("session %s: %s", session.public_id, e)
+            if session.pk not in self.stepping:
+                self.stepping.add(session.pk)
+                self.engine.spawn(self._step_one(session))
+
+    async def _step_one(self, session: Session) -> None:
+        try:
+            async with self.locks[session.pk]:
+                await self._step(session)
+        except (ChannelError, OSError) as e:
+            log.info("session %s: %s", session.public_id, e)
+        except Exception:
+            log.exception("session %s: its step failed", session.public_id)
+        finally:
+            self.stepping.discard(session.pk)
+
+    async def sweep_volumes(self) -> None:
+        """The volumes of deleted sessions that are still there (one that a container
+        still held when its session was deleted): removed now that it is gone."""
+        found = await asyncio.to_thread(
+            lambda: engine().volumes.list(
+                filters={
+                    "label": [f"berth.instance={settings.BERTH_INSTANCE}", "berth.kind=session"]
+                }
+            )
+        )
+        names = {v.name for v in found}
+        kept = await db(
+            lambda: {
+                s.volume
+                for s in Session.objects.exclude(state=SessionState.DELETED).only("public_id")
+            }
+        )()
+        for name in names - kept:
+            await asyncio.to_thread(_remove_volume, name)
 
     async def _step(self, session: Session) -> None:
         now = timezone.now()
@@ -310,6 +358,8 @@ class Keeper:
         elif session.state == SessionState.FREEZING:
             if sandbox.paused:
                 await db(self._move)(session, SessionState.FROZEN, frozen_at=now)
+            elif session.frozen_at and now - session.frozen_at > FREEZING_FOR:
+                await db(self._move)(session, SessionState.READY, frozen_at=None)
         elif session.state == SessionState.FROZEN:
             if not sandbox.paused:
                 # Thawed by the engine itself (Docker can, on signals): ready again.
@@ -351,7 +401,8 @@ class Keeper:
     async def _freeze(self, session: Session) -> None:
         """Paused in the engine; frozen once the engine reports it (its pause event)."""
         assert session.run is not None and session.run.sandbox is not None
-        if not await db(self._move)(session, SessionState.FREEZING):
+        # frozen_at: when the pause was asked, until the engine says it is paused.
+        if not await db(self._move)(session, SessionState.FREEZING, frozen_at=timezone.now()):
             return
         if not await asyncio.to_thread(backend.pause_sandbox, session.run.sandbox.name, True):
             await db(self._move)(session, SessionState.READY)

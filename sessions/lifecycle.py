@@ -1,7 +1,6 @@
 """A session's moves that follow from its run and its clocks: its start's run ending,
 its volume going. Called from the run's end (any process) and the runner agent."""
 
-import contextlib
 import logging
 
 import docker.errors
@@ -73,7 +72,8 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
         "run_message": run.message,
     }
     if session.stop_reason == "deleted":
-        remove_volume(session)
+        # Its volume goes once the row says deleted (below): its container is removed
+        # only after this end, so the agent's sweep takes the volume if it is still held.
         to, reason = SessionState.DELETED, "deleted"
     elif session.stop_reason:
         to, reason = SessionState.STOPPED, session.stop_reason
@@ -102,6 +102,8 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
             reason=reason,
         )
         changed(session)
+        if to == SessionState.DELETED:
+            remove_volume(session)
 
 
 def ask_stop(session: Session, reason: str, who: str) -> bool:
@@ -131,16 +133,22 @@ def ask_stop(session: Session, reason: str, who: str) -> bool:
 
 
 def remove_volume(session: Session) -> None:
-    """Its /workspace volume, with every uncommitted file in it (gone already is fine)."""
-    with contextlib.suppress(docker.errors.NotFound):
+    """Its /workspace volume, with every uncommitted file in it (gone already is fine).
+    One its last container still holds (removed just after its run's end) is left to
+    the runner agent's sweep of deleted sessions' volumes (sessions.keeper)."""
+    try:
         engine().api.remove_volume(session.volume, force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:
+        log.info("session %s: its volume goes with the next sweep (%s)", session.public_id, e)
 
 
 def expire(session: Session) -> bool:
     """A stopped session past its retention: its files go."""
     if session.state not in RESTARTABLE_STATES:
         return False
-    remove_volume(session)
+    # The row first: a start asked meanwhile wins, and its volume is never removed.
     done = session.move(
         SessionState.DELETED,
         RESTARTABLE_STATES,
@@ -149,5 +157,6 @@ def expire(session: Session) -> bool:
         deleted_at=timezone.now(),
     )
     if done:
+        remove_volume(session)
         changed(session)
     return done

@@ -173,9 +173,13 @@ class Session(Timers):
         Session.objects.filter(pk=self.pk).update(resume_requested_at=timezone.now())
 
     def grant(self, names: list[str]) -> None:
-        """Secrets one of its execs got: the session's outputs follow them from now on."""
-        if set(names) - set(self.secret_names):
-            self.secret_names = sorted(set(self.secret_names) | set(names))
+        """Secrets one of its execs got: the session's outputs follow them from now on.
+        Read under a row lock (in the caller's transaction): two first grants at once
+        both land, never one over the other."""
+        held = Session.objects.select_for_update().values_list("secret_names", flat=True)
+        current = set(held.get(pk=self.pk) or [])
+        if set(names) - current:
+            self.secret_names = sorted(current | set(names))
             Session.objects.filter(pk=self.pk).update(secret_names=self.secret_names)
 
     def record_base(self, commit: str) -> None:
@@ -267,6 +271,20 @@ class Exec(models.Model):
     def record_pid(self, pid: int) -> None:
         Exec.objects.filter(pk=self.pk).update(pid=pid)
         self.pid = pid
+
+    def end_unstarted(self, reason: str, message: str) -> bool:
+        """Its end while it is still queued only: never once the agent has started it."""
+        done = Exec.objects.filter(pk=self.pk, state=ExecState.QUEUED).update(
+            state=ExecState.ENDED,
+            reason=reason,
+            message=message,
+            ended_at=timezone.now(),
+            env_sealed="",
+            secrets_sealed="",
+        )
+        if done:
+            self.refresh_from_db()
+        return bool(done)
 
     def finish(self, reason: str, message: str, **fields: Any) -> bool:
         """Its one end (no-op if it has one); its sealed values go with it."""

@@ -22,8 +22,9 @@ the host never checks out or reads a session's tree through the volume's host pa
 
 A line is framed whole, or in pieces of at most CHUNK bytes; a partial line (a prompt)
 is framed after PARTIAL_S without more. Nothing else writes to this stdout: an exec's
-output goes through pipes, and this process is not dumpable, so an exec cannot open its
-/proc/<pid>/fd/1 either. It runs on Debian's Python 3.11 with the standard library only.
+output goes through pipes, this process is not dumpable, so an exec cannot open its
+/proc/<pid>/fd/1, and it is the container's init itself (no dumpable docker-init holds
+the same output). It runs on Debian's Python 3.11 with the standard library only.
 """
 
 import asyncio
@@ -47,6 +48,7 @@ PARTIAL_S = 0.05
 MAX_REQUEST = 16 << 20
 KILL_GRACE_S = 5.0
 PIPE_GRACE_S = 1.0
+REAP_EVERY_S = 1.0
 KEEP_ENDED = 1000  # ends remembered for `status`, after their frame was written
 OUT = sys.stdout.buffer
 PR_SET_DUMPABLE = 4
@@ -217,7 +219,8 @@ async def answer(request: dict[str, Any]) -> dict[str, Any]:
             "ended": {i: ENDED[i] for i in ids if i in ENDED},
         }
     if op == "ping":
-        return {"ok": True, "running": sorted(EXECS)}
+        # How many, never which: an exec id is the agent's to hand out.
+        return {"ok": True, "running": len(EXECS)}
     if op in FILE_OPS:
         # On a thread: hashing and writing files must not hold up the execs' output.
         return await asyncio.to_thread(FILE_OPS[op], request)
@@ -239,9 +242,27 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.close()
 
 
+async def reap_orphans() -> None:
+    """As the container's init (pid 1), orphans become this process's children: their
+    zombies are reaped here, never an exec's own (asyncio's watcher waits for those)."""
+    while True:
+        await asyncio.sleep(REAP_EVERY_S)
+        own = {run.proc.pid for run in EXECS.values()}
+        while True:
+            try:
+                found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                break
+            if found is None or found.si_pid in own:
+                break
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(found.si_pid, os.WNOHANG)
+
+
 async def main() -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    reaper = asyncio.ensure_future(reap_orphans())
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -258,6 +279,7 @@ async def main() -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.gather(*(r.proc.wait() for r in running)), KILL_GRACE_S + 1)
     await asyncio.sleep(PARTIAL_S * 2)  # their last frames written
+    reaper.cancel()
 
 
 if __name__ == "__main__":

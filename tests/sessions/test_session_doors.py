@@ -2,12 +2,15 @@
 teams' sessions do not exist, secrets follow their grant, and bad input never starts
 anything."""
 
+import base64
+
 import pytest
 
 from sessions.models import Session, SessionPolicy
 from tests.support.api import assert_error, bearer
 from tests.support.secrets import VALUE
-from tests.support.sessions import SessionAgent, lines
+from tests.support.servers import wait_for
+from tests.support.sessions import SessionAgent, lines, session_volume, volume_exists
 
 pytestmark = pytest.mark.docker
 
@@ -116,3 +119,51 @@ def test_a_team_at_its_session_limit_gets_a_typed_429(cast, agent):
     agent.post(f"/sessions/{first['id']}/stop")
     agent.wait_state(first, "stopped", timeout=120)
     assert agent.post("/workspaces/shop/sessions", {}).status_code == 201
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_a_command_in_the_sandbox_cannot_forge_another_execs_output(agent, runtime):
+    session = agent.ready(runtime=runtime)
+    victim = agent.exec(session, "sleep 60; echo real", detach=True, status=202)
+    wait_for(
+        lambda: agent.get(f"/execs/{victim['id']}").json()["state"] == "running",
+        30,
+        what="the victim to run",
+    )
+    forged = base64.b64encode(b"forged").decode()
+    frame = f"\\036{victim['id']} o {forged}\\n"
+    if runtime == "runc":
+        # The container's output belongs to the channel alone (its own init, not
+        # dumpable). Under gVisor /proc does not hold to that (docs/security.md, 18).
+        direct = agent.exec(session, f"printf '{frame}' > /proc/1/fd/1 && echo written")
+        assert "written" not in lines(direct), direct
+    # Asking the channel itself: a running exec's id is refused, and a fresh id's
+    # frames are nobody's output.
+    ask = (
+        "import json, socket, sys\n"
+        "for i in sys.argv[1:]:\n"
+        "    s = socket.create_connection(('127.0.0.1', 61001))\n"
+        "    s.sendall(json.dumps({'op': 'exec', 'id': i, 'command': 'echo forged'}).encode()"
+        " + bytes([10]))\n"
+        "    print(json.loads(s.makefile().readline()).get('error', 'ok'))\n"
+    )
+    script = base64.b64encode(ask.encode()).decode()
+    agent.exec(session, f"echo {script} | base64 -d > /tmp/ask.py")
+    asked = agent.exec(session, f"python3 /tmp/ask.py {victim['id']} zzzzzzzzzzzz")
+    assert lines(asked) == ["id_taken", "ok"], asked
+    assert agent.post(f"/execs/{victim['id']}/kill", {"force": True}).status_code == 202
+    ended = agent.wait_exec(victim)
+    assert ended["reason"] == "killed"
+    assert not any("forged" in e["text"] for e in agent.log(victim))
+
+
+def test_deleting_a_live_session_stops_it_and_removes_its_files(agent):
+    session = agent.ready()
+    agent.exec(session, "echo draft > /workspace/draft.txt")
+    volume = session_volume(session)
+    r = agent.client.delete(f"/api/v1/sessions/{session['id']}", **agent.headers)
+    assert r.status_code == 202 and r.json()["state"] == "stopping", r.content
+    deleted = agent.wait_state(session, "deleted", timeout=60)
+    assert deleted["reason"] == "deleted"
+    assert deleted["persistence"]["uncommitted_files"]["kept_now"] is False
+    wait_for(lambda: not volume_exists(volume), 60, what="the session's volume to go")
