@@ -64,6 +64,13 @@ class _Reading:
         self.store, self.masker = store, masker
         self.old = flatten(store, store.commit(base_commit).tree)
         self.ignore = ignore_filter(store, self.old)
+        # Folders that hold a tracked file: always entered, ignored or not (git's rule
+        # for tracked files), or their files would read as deleted.
+        self.tracked_dirs = {
+            "/".join(parts[:i])
+            for parts in (p.split("/") for p in self.old)
+            for i in range(1, len(parts))
+        }
         self.root = Node(dirty=True)
         self.entries = self.bytes = 0
         self.out = Tree(None)
@@ -123,6 +130,8 @@ class _Reading:
             return None
         kind = raw.get("type")
         if kind == "dir":  # listed next by its own name
+            if path in self.tracked_dirs:
+                return name
             return None if is_ignored(self.ignore, self.old, path + "/") else name
         if is_ignored(self.ignore, self.old, path):
             return None

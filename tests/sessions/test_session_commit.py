@@ -142,3 +142,16 @@ def test_an_agent_on_mcp_writes_sees_and_commits_with_a_secret_withheld(
         await agent("close_session", session=sid, delete=True)
 
     connect(berth_server, secret, body)
+
+
+def test_a_tracked_file_in_an_ignored_folder_is_neither_listed_deleted_nor_lost(agent):
+    agent.write(".gitignore", "build/\n")
+    agent.write("build/keep.txt", "tracked on purpose\n")
+    session = agent.ready()
+    agent.exec(session, "echo new > new.txt && mkdir -p build && echo junk > build/junk.o")
+    listed = agent.get(f"/sessions/{session['id']}/changes").json()["changes"]
+    assert (listed["added"], listed["deleted"]) == (["new.txt"], [])
+    done = agent.post(f"/sessions/{session['id']}/commit", {"message": "new"})
+    assert done.status_code == 201, done.content
+    assert done.json()["files"] == ["new.txt"]
+    assert agent.branch_file("build/keep.txt") == "tracked on purpose\n"
