@@ -264,7 +264,10 @@ class Keeper:
             ns = await on_thread(namespace_of)(session.run.sandbox)
             await ask(ns, {"op": "kill", "id": row.public_id, "force": row.kill_force})
         except ChannelError as e:
-            log.info("exec %s: kill not delivered (%s)", row.public_id, e)
+            # Asked again next tick (while it runs): a kill the API accepted is never
+            # dropped because the channel did not answer once.
+            log.info("exec %s: kill not delivered yet (%s)", row.public_id, e)
+            return
         await db(lambda: Exec.objects.filter(pk=row.pk).update(kill_requested_at=None))()
 
     async def reconcile_execs(self) -> None:

@@ -6,6 +6,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from accounts.auth import actor_of
+from core.errors import Invalid
 from core.mcp import Ctx, tool
 from logs import logstore
 from runs.logs_api import MAX_LIMIT
@@ -30,6 +31,9 @@ def _exec(public_id: str) -> ExecOut:
     return ExecOut.of(
         Exec.objects.select_related("session", "requested_by", "token").get(public_id=public_id)
     )
+
+
+MAX_PATHS = 1000
 
 
 def _clamp(seconds: int) -> int:
@@ -167,6 +171,13 @@ async def commit_session_changes(
     def ask() -> int:
         found = access_session(actor, session)
         actor.require_scope("workspace:write")
+        if paths is not None and len(paths) > MAX_PATHS:
+            # The API's body holds at most as many (SessionCommitIn): the same bound here.
+            raise Invalid(
+                f"Give at most {MAX_PATHS} paths (folders count as one); leave paths out "
+                "to commit every change.",
+                {"field": "paths", "maximum": MAX_PATHS},
+            )
         return changes.ask_read(found).pk
 
     pk = await database_sync_to_async(ask)()
