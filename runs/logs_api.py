@@ -32,12 +32,17 @@ def run_logs(request: HttpRequest, run_id: str, after: Cursor = 0, limit: int = 
 def log_page(run: Run, after: int, limit: int) -> LogPage:
     # The state before the entries: the agent writes every entry before the run's end,
     # so a run seen terminal here has nothing after what the read below sees.
-    ended = not run.is_active
+    return page_of(run.public_id, not run.is_active, after, limit)
+
+
+def page_of(public_id: str, ended: bool, after: int, limit: int) -> LogPage:
+    """A page of any log in the store (a run's, an exec's); `ended` read before it."""
+    after = max(0, after)
     entries = [
         LogEntry.model_validate(e)
-        for e in logstore.read(run.public_id, after, max(1, min(limit, MAX_LIMIT)))
+        for e in logstore.read(public_id, after, max(1, min(limit, MAX_LIMIT)))
     ]
     cursor = entries[-1].seq if entries else after
     return LogPage(
-        entries=entries, next=cursor, complete=ended and cursor >= logstore.count(run.public_id)
+        entries=entries, next=cursor, complete=ended and cursor >= logstore.count(public_id)
     )

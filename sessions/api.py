@@ -8,9 +8,8 @@ from ninja import Query, Router, Status
 from accounts.access import Actor
 from accounts.models import Team
 from core.schemas import answers
-from logs import logstore
-from runs.logs_api import MAX_LIMIT, Cursor
-from runs.schemas import LogEntry, LogPage
+from runs.logs_api import Cursor, page_of
+from runs.schemas import LogPage
 from sessions import actions, changes, policy
 from sessions.access import access_exec, access_session
 from sessions.models import Exec, Session, SessionPolicy, Snapshot
@@ -146,15 +145,8 @@ async def get_exec(
 )
 def exec_logs(request: HttpRequest, exec_id: str, after: Cursor = 0, limit: int = 1000) -> LogPage:
     row = access_exec(actor_of(request), exec_id)
-    ended = not row.is_active  # read before the entries: all are written before its end
-    entries = [
-        LogEntry.model_validate(e)
-        for e in logstore.read(row.public_id, after, max(1, min(limit, MAX_LIMIT)))
-    ]
-    cursor = entries[-1].seq if entries else after
-    return LogPage(
-        entries=entries, next=cursor, complete=ended and cursor >= logstore.count(row.public_id)
-    )
+    # Its state before the entries: all are written before its end.
+    return page_of(row.public_id, not row.is_active, after, limit)
 
 
 @router.post(

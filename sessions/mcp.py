@@ -8,9 +8,8 @@ from django.conf import settings
 from accounts.auth import actor_of
 from core.errors import Invalid
 from core.mcp import Ctx, tool
-from logs import logstore
-from runs.logs_api import MAX_LIMIT
-from runs.schemas import LogEntry, LogPage
+from runs.logs_api import page_of
+from runs.schemas import LogPage
 from sessions import actions, changes
 from sessions.access import access_exec, access_session
 from sessions.models import Exec, Session, SessionState
@@ -121,17 +120,7 @@ async def read_output(
 
     def page() -> LogPage:
         fresh = access_exec(actor, exec_id)
-        ended = not fresh.is_active
-        entries = [
-            LogEntry.model_validate(e)
-            for e in logstore.read(fresh.public_id, max(0, after), max(1, min(limit, MAX_LIMIT)))
-        ]
-        cursor = entries[-1].seq if entries else max(0, after)
-        return LogPage(
-            entries=entries,
-            next=cursor,
-            complete=ended and cursor >= logstore.count(fresh.public_id),
-        )
+        return page_of(fresh.public_id, not fresh.is_active, after, limit)
 
     return await database_sync_to_async(page)()
 
