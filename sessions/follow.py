@@ -8,8 +8,10 @@ ends the exec. Lines that are no frame (the channel's own, a [setup] step's) go 
 log of the session's run.
 
 After an agent restart it resumes from the last timestamp it handled (a cursor file
-beside the run's log), and each exec's log skips what it already holds: nothing twice,
-nothing missed, and an exec that ended meanwhile gets its end from its frame.
+beside the run's log, with the last frame number of each exec), and each exec's log
+skips what it already holds: nothing twice, nothing missed, and an exec that ended
+meanwhile gets its end from its frame. A frame counts only when signed with its exec's
+key and numbered past the last one taken (sessions/frames.py).
 """
 
 import asyncio
@@ -27,13 +29,13 @@ from logs import logstore
 from logs.follow import SIGNAL_EVERY_S, Follower, ts_ns
 from runs import secrets
 from sandbox.models import Sandbox
+from sessions.frames import MARK, Frame, frame_key, parse
 from sessions.lifecycle import signal_ended
 from sessions.models import Exec, ExecState
 from sessions.outcomes import describe_end
 
 log = logging.getLogger("berth.runner_agent")
 
-MARK = b"\x1e"
 REFRESH_S = 0.2  # unknown exec ids look the session's running execs up at most this often
 
 
@@ -68,9 +70,31 @@ def cursor_path(run_id: str) -> Path:
     return logstore.paths(run_id)[0].with_suffix(".cursor")
 
 
+def read_cursor(path: Path) -> tuple[str, dict[str, int]]:
+    """The last timestamp handled and each running exec's last frame number."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return "", {}
+    try:
+        saved = json.loads(text)
+    except ValueError:
+        return text, {}  # a bare timestamp, as written before frames were numbered
+    if not isinstance(saved, dict):
+        return "", {}
+    seqs = saved.get("seqs")
+    if not isinstance(seqs, dict):
+        seqs = {}
+    return str(saved.get("ts") or ""), {
+        str(k): v for k, v in seqs.items() if isinstance(v, int) and not isinstance(v, bool)
+    }
+
+
 class _ExecLog:
-    def __init__(self, row: Exec) -> None:
+    def __init__(self, row: Exec, seq: int | None) -> None:
         self.row = row
+        self.key = frame_key(row.public_id)
+        self.seq = seq  # the last frame number taken; None: not known (a first sight)
         self.writer = logstore.LogWriter(row.public_id)
         self.writer.batching = True
         self.masker = secrets.Masker(secrets.unseal(row.secrets_sealed or "").values())
@@ -85,6 +109,7 @@ class SessionFollower(Follower):
         self.execs: dict[str, _ExecLog] = {}  # running execs handed to its channel
         self.refreshed_at = 0.0
         self.cursor = cursor_path(run_id)
+        self.resumed_seqs: dict[str, int] = {}  # from the cursor, for execs not seen yet
 
     def run(self) -> None:
         try:
@@ -95,10 +120,7 @@ class SessionFollower(Follower):
             connection.close()
 
     def _follow(self, writer: logstore.LogWriter) -> None:
-        try:
-            resumed = self.cursor.read_text().strip()
-        except FileNotFoundError:
-            resumed = ""
+        resumed, self.resumed_seqs = read_cursor(self.cursor)
         if resumed and (not writer.last_ts or ts_ns(resumed) > ts_ns(writer.last_ts)):
             writer.last_ts = resumed
         super()._follow(writer)
@@ -129,8 +151,9 @@ class SessionFollower(Follower):
             self._save_cursor(writer.last_ts)
 
     def _save_cursor(self, ts: str) -> None:
+        seqs = {i: e.seq for i, e in self.execs.items() if e.seq is not None}
         tmp = self.cursor.with_suffix(".cursor.tmp")
-        tmp.write_text(ts)
+        tmp.write_text(json.dumps({"ts": ts, "seqs": seqs}))
         os.replace(tmp, self.cursor)
 
     def _entry(self, exec_id: str) -> _ExecLog | None:
@@ -152,30 +175,50 @@ class SessionFollower(Follower):
                 session__run__public_id=self.run_id, state=ExecState.RUNNING
             ):
                 if row.public_id not in self.execs:
-                    self.execs[row.public_id] = _ExecLog(row)
+                    # Handed by this process: its frames are numbered from 1.
+                    fresh = 0 if row.public_id in HANDED.get(self.run_id, ()) else None
+                    seq = self.resumed_seqs.pop(row.public_id, fresh)
+                    self.execs[row.public_id] = _ExecLog(row, seq)
             close_old_connections()
         return self.execs.get(exec_id)
 
     def _exec_frame(self, data: bytes, ts: str, at: int) -> None:
-        head, _, body = data.rstrip(b"\n").partition(b" ")
-        kind, _, body = body.partition(b" ")
-        exec_id = head.decode("ascii", "replace")
-        if not exec_id.isalnum():
+        found = parse(data)
+        if found is None:
             return
-        entry = self._entry(exec_id)
-        if entry is None or (entry.last is not None and at <= entry.last):
+        entry = self._entry(found.exec_id)
+        if entry is None or not self._next(entry, found, ts):
             return
-        if kind in (b"o", b"e"):
+        if entry.last is not None and at <= entry.last:
+            return  # already in its log (stored past the cursor before a restart)
+        if found.kind in (b"o", b"e"):
             try:
-                text = base64.b64decode(body, validate=True)
+                text = base64.b64decode(found.data, validate=True)
             except ValueError:
                 return
             if entry.masker:
                 text = entry.masker.bytes(text)
-            entry.writer.append("stdout" if kind == b"o" else "stderr", text, ts)
+            entry.writer.append("stdout" if found.kind == b"o" else "stderr", text, ts)
             entry.dirty = True
-        elif kind == b"x":
-            self._end(exec_id, entry, body)
+        else:
+            self._end(found.exec_id, entry, found.data)
+
+    @staticmethod
+    def _next(entry: _ExecLog, found: Frame, ts: str) -> bool:
+        """Whether it is the exec's next frame: signed with its key, numbered past the
+        last taken. A gap in the numbers (frames that never reached the engine's log)
+        is said in the exec's log, counted, rather than passed over in silence."""
+        if entry.seq is not None and found.seq <= entry.seq:
+            return False  # a repeat
+        if not found.signed_by(entry.key):
+            return False
+        missing = found.seq - entry.seq - 1 if entry.seq is not None else 0
+        entry.seq = found.seq
+        if missing:
+            note = f"[berth] {missing} frame(s) of this exec's output never arrived\n"
+            entry.writer.append("stderr", note.encode(), ts)
+            entry.dirty = True
+        return True
 
     def _end(self, exec_id: str, entry: _ExecLog, body: bytes) -> None:
         end = valid_end(body)

@@ -39,6 +39,7 @@ from sessions import applier, snapshot
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
 from sessions.follow import handed
+from sessions.frames import frame_key
 from sessions.lifecycle import ask_stop, changed, expire, signal_ended
 from sessions.models import (
     LIVE_STATES,
@@ -235,6 +236,7 @@ class Keeper:
                 "cwd": row.cwd,
                 "timeout_s": row.timeout_s,
                 "env": env,
+                "key": frame_key(row.public_id).hex(),
             }
             handed(session.run.public_id, row.public_id)
             try:

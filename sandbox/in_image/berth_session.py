@@ -11,9 +11,17 @@ Docker's: their output and their end go to this process's stdout as frames, one 
 line, which the engine keeps as the container's log and the agent follows (and resumes
 after a restart, from its last timestamp) like a run's:
 
-    \\x1e<exec id> o <base64 of a stdout line>
-    \\x1e<exec id> e <base64 of a stderr line>
-    \\x1e<exec id> x <JSON of its end: exit_code, signal, reason, oom>
+    \\x1e<exec id> o <seq> <mac> <base64 of a stdout line>
+    \\x1e<exec id> e <seq> <mac> <base64 of a stderr line>
+    \\x1e<exec id> x <seq> <mac> <JSON of its end: exit_code, signal, reason, oom>
+
+`seq` counts an exec's frames from 1 and `mac` is an HMAC-SHA256 (first 16 bytes, in
+base64) of "<exec id> <kind> <seq> " and the data, under a key the agent hands over
+with the exec and this process keeps in memory only. Under gVisor a process of the
+sandbox user can write to this process's stdout through /proc/1/fd/1, but can read
+neither that stdout nor this process's memory: a line it writes is no exec's frame
+(docs/security.md, 18). An exec asked for without a key (an older agent)
+is framed without seq and mac.
 
 Files (berth_files.py beside it): `apply` brings files to the branch's version only
 where they still hold the version the host thinks is there (a compare-and-swap on
@@ -21,16 +29,17 @@ their Git blob ids), and `manifest` and `read` show the host what /workspace hol
 the host never checks out or reads a session's tree through the volume's host path.
 
 A line is framed whole, or in pieces of at most CHUNK bytes; a partial line (a prompt)
-is framed after PARTIAL_S without more. Nothing else writes to this stdout: an exec's
-output goes through pipes, this process is not dumpable, so an exec cannot open its
-/proc/<pid>/fd/1, and it is the container's init itself (no dumpable docker-init holds
-the same output). It runs on Debian's Python 3.11 with the standard library only.
+is framed after PARTIAL_S without more. An exec's output goes through pipes; this
+process is not dumpable, so under runc an exec cannot open its /proc/<pid>/fd/1, and
+it is the container's init itself (no dumpable docker-init holds the same output). It runs on Debian's Python 3.11 with the standard library only.
 """
 
 import asyncio
 import base64
 import contextlib
 import ctypes
+import hashlib
+import hmac
 import json
 import os
 import signal
@@ -55,8 +64,9 @@ PR_SET_DUMPABLE = 4
 
 
 class Exec:
-    def __init__(self, exec_id: str, proc: asyncio.subprocess.Process) -> None:
-        self.id, self.proc = exec_id, proc
+    def __init__(self, exec_id: str, proc: asyncio.subprocess.Process, key: bytes) -> None:
+        self.id, self.proc, self.key = exec_id, proc, key
+        self.seq = 0  # frames written so far
         self.reason = ""  # set when this process ends it: timeout, killed, session_stopped
         self.end: dict[str, Any] | None = None
         self.carrier: asyncio.Future[None] | None = None
@@ -67,8 +77,14 @@ EXECS: dict[str, Exec] = {}
 ENDED: dict[str, dict[str, Any]] = {}
 
 
-def frame(exec_id: str, kind: bytes, data: bytes) -> None:
-    OUT.write(b"\x1e" + exec_id.encode() + b" " + kind + b" " + data + b"\n")
+def frame(run: Exec, kind: bytes, data: bytes) -> None:
+    head = run.id.encode() + b" " + kind + b" "
+    if run.key:
+        run.seq += 1
+        head += str(run.seq).encode() + b" "
+        mac = hmac.new(run.key, head + data, hashlib.sha256).digest()[:16]
+        head += base64.b64encode(mac) + b" "
+    OUT.write(b"\x1e" + head + data + b"\n")
     OUT.flush()
 
 
@@ -101,7 +117,7 @@ async def pump(run: Exec, reader: asyncio.StreamReader, kind: bytes) -> None:
             else:
                 chunk = await reader.read(CHUNK)
         except TimeoutError:
-            frame(run.id, kind, base64.b64encode(buf))
+            frame(run, kind, base64.b64encode(buf))
             buf = b""
             continue
         if not chunk:
@@ -111,15 +127,15 @@ async def pump(run: Exec, reader: asyncio.StreamReader, kind: bytes) -> None:
             line, found, rest = buf.partition(b"\n")
             if found:
                 for at in range(0, max(len(line), 1), CHUNK):
-                    frame(run.id, kind, base64.b64encode(line[at : at + CHUNK]))
+                    frame(run, kind, base64.b64encode(line[at : at + CHUNK]))
                 buf = rest
             elif len(buf) >= CHUNK:
-                frame(run.id, kind, base64.b64encode(buf[:CHUNK]))
+                frame(run, kind, base64.b64encode(buf[:CHUNK]))
                 buf = buf[CHUNK:]
             else:
                 break
     if buf:
-        frame(run.id, kind, base64.b64encode(buf))
+        frame(run, kind, base64.b64encode(buf))
 
 
 async def carry(run: Exec, timeout_s: float, oom_before: int | None) -> None:
@@ -146,7 +162,7 @@ async def carry(run: Exec, timeout_s: float, oom_before: int | None) -> None:
     killed = sig == signal.SIGKILL or code == 128 + signal.SIGKILL
     reason = run.reason or ("oom_killed" if oom and killed else "")
     end = {"exit_code": code if code >= 0 else None, "signal": sig, "reason": reason, "oom": oom}
-    frame(run.id, b"x", json.dumps(end).encode())
+    frame(run, b"x", json.dumps(end).encode())
     run.end = end
     EXECS.pop(run.id, None)
     ENDED[run.id] = end
@@ -178,6 +194,7 @@ async def start(request: dict[str, Any]) -> dict[str, Any]:
     if not exec_id.isalnum() or exec_id in EXECS or exec_id in ENDED:
         return {"ok": False, "error": "id_taken"}
     env = {**os.environ, **{str(k): str(v) for k, v in (request.get("env") or {}).items()}}
+    key = bytes.fromhex(str(request.get("key") or ""))
     oom_before = oom_kills()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -194,7 +211,7 @@ async def start(request: dict[str, Any]) -> dict[str, Any]:
         )
     except OSError as e:
         return {"ok": False, "error": "start_failed", "detail": str(e)}
-    run = EXECS[exec_id] = Exec(exec_id, proc)
+    run = EXECS[exec_id] = Exec(exec_id, proc, key)
     run.carrier = asyncio.ensure_future(
         carry(run, float(request.get("timeout_s") or 0), oom_before)
     )

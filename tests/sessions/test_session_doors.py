@@ -10,7 +10,13 @@ from sessions.models import Session, SessionPolicy
 from tests.support.api import assert_error, bearer
 from tests.support.secrets import VALUE
 from tests.support.servers import wait_for
-from tests.support.sessions import SessionAgent, lines, session_volume, volume_exists
+from tests.support.sessions import (
+    SessionAgent,
+    container_of,
+    lines,
+    session_volume,
+    volume_exists,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -131,12 +137,23 @@ def test_a_command_in_the_sandbox_cannot_forge_another_execs_output(agent, runti
         what="the victim to run",
     )
     forged = base64.b64encode(b"forged").decode()
-    frame = f"\\036{victim['id']} o {forged}\\n"
+    # Unsigned (as frames were once), numbered with a made-up mac, and numbered far
+    # ahead: none is the victim's.
+    frames = "".join(
+        f"\\036{victim['id']} o {rest}\\n"
+        for rest in (forged, f"1 {'A' * 22}== {forged}", f"99 {'B' * 22}== {forged}")
+    )
+    direct = agent.exec(session, f"printf '{frames}' > /proc/1/fd/1 && echo written")
     if runtime == "runc":
         # The container's output belongs to the channel alone (its own init, not
-        # dumpable). Under gVisor /proc does not hold to that (docs/security.md, 18).
-        direct = agent.exec(session, f"printf '{frame}' > /proc/1/fd/1 && echo written")
+        # dumpable): the write is refused outright.
         assert "written" not in lines(direct), direct
+    else:
+        # gVisor lets the sandbox user write there (docs/security.md, 18): the lines
+        # reach the engine's log, and the frames' keys are what keeps them out.
+        assert "written" in lines(direct), direct
+        held = container_of(session["run"]).logs(stdout=True, stderr=False)
+        assert held.count(forged.encode()) == 3, held[-500:]
     # Asking the channel itself: a running exec's id is refused, and a fresh id's
     # frames are nobody's output.
     ask = (

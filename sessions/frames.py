@@ -1,0 +1,57 @@
+"""An exec's frames as the exec channel writes them (sandbox/in_image/berth_session.py).
+
+    \\x1e<exec id> <kind> <seq> <mac> <data>
+
+Each exec gets a key of its own, derived here from the server's secret and the exec's
+id, handed to the channel with the exec and never stored. The channel numbers the
+exec's frames from 1 and signs each. A line a process in the sandbox writes to the
+channel's stdout itself (gVisor lets the sandbox user open /proc/1/fd/1 for writing,
+though not for reading, nor the channel's memory) carries no valid mac, and a signed
+frame written again repeats a number already taken: neither is anybody's output
+(docs/security.md, 18).
+"""
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from django.utils.crypto import salted_hmac
+
+MARK = b"\x1e"
+KINDS = (b"o", b"e", b"x")
+MAC_BYTES = 16
+
+
+def frame_key(exec_id: str) -> bytes:
+    """The exec's key: only the host can make it (it needs SECRET_KEY)."""
+    return salted_hmac("berth.sessions.frames", exec_id, algorithm="sha256").digest()
+
+
+def mac_of(key: bytes, head: bytes, data: bytes) -> bytes:
+    """As the channel signs: `head` is b"<exec id> <kind> <seq> "."""
+    return base64.b64encode(hmac.new(key, head + data, hashlib.sha256).digest()[:MAC_BYTES])
+
+
+@dataclass(frozen=True)
+class Frame:
+    exec_id: str
+    kind: bytes
+    seq: int
+    mac: bytes
+    data: bytes
+
+    def signed_by(self, key: bytes) -> bool:
+        head = b"%s %s %d " % (self.exec_id.encode(), self.kind, self.seq)
+        return hmac.compare_digest(mac_of(key, head, self.data), self.mac)
+
+
+def parse(line: bytes) -> Frame | None:
+    """A frame's parts (after its MARK), or None for a line that is no signed frame."""
+    parts = line.rstrip(b"\n").split(b" ", 4)
+    if len(parts) != 5:
+        return None
+    exec_id, kind, seq, mac, data = parts
+    if not exec_id.isalnum() or kind not in KINDS or not seq.isdigit() or len(seq) > 18:
+        return None
+    return Frame(exec_id.decode("ascii"), kind, int(seq), mac, data)
