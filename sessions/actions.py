@@ -288,6 +288,9 @@ def exec_in(
         token=actor.token,
     )
     with transaction.atomic():
+        # Checked again under the row's lock: a stop that landed since the check above
+        # waits for this exec's row, and so ends it (lifecycle.end_execs).
+        require_usable(Session.objects.select_for_update().get(pk=session.pk))
         if names:
             session.grant(names)
         row.save()

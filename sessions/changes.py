@@ -73,10 +73,11 @@ def ask_read(session: Session) -> Snapshot:
 def read_result(pk: int) -> Snapshot:
     """The read once made; typed when it was not (503) or could not be (409)."""
     row = Snapshot.objects.select_related("session__workspace").get(pk=pk)
-    if row.state == SnapshotState.PENDING:
+    if row.state == SnapshotState.PENDING or row.unanswered:
         require_usable(row.session)  # it stopped meanwhile: typed, with what to call
         raise BerthError(
-            f"The session's files were not read within {settings.SESSION_READ_WAIT_S} s "
+            row.error
+            or f"The session's files were not read within {settings.SESSION_READ_WAIT_S} s "
             "(its runner agent is busy or down); try again.",
             code="session_not_read",
             status=503,

@@ -148,6 +148,7 @@ class Keeper:
         self.in_flight: set[int] = set()  # exec pks being handed to a channel
         self.file_work: set[int] = set()  # session pks whose files are being synced or read
         self.reconciled = False
+        self.began = timezone.now()  # execs marked running before it are checked once
         self.stepping: set[int] = set()  # sessions whose step runs now
 
     def jobs(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
@@ -223,6 +224,14 @@ class Keeper:
                     await self._thaw(session)
                 if session.state != SessionState.READY:
                     return  # starting: handed once ready; stopping: its end ends it
+                if session.started_at and row.created_at < session.started_at:
+                    # Asked of an earlier start that stopped before it ran: never run
+                    # by a later one, whose files and processes the asker never saw.
+                    detail = "the session stopped before it ran"
+                    await db(self._end)(
+                        row, "not_started", describe_exec("not_started", detail=detail)
+                    )
+                    return
                 await applier.apply_pending(session)
             assert session.run is not None and session.run.sandbox is not None
             ns = await on_thread(namespace_of)(session.run.sandbox)
@@ -272,31 +281,44 @@ class Keeper:
             return
         await db(lambda: Exec.objects.filter(pk=row.pk).update(kill_requested_at=None))()
 
-    async def reconcile_execs(self) -> None:
+    async def reconcile_execs(self) -> bool:
         """After a restart: an exec marked running that the channel never heard of
-        (the agent died between the two) never ran, and ends `lost`."""
-        for session in await db(_sessions)((SessionState.READY,)):
+        (the agent died between the two) never ran, and ends `lost`. Only execs marked
+        running before this agent began: one this agent hands out meanwhile is its
+        own. True once each was checked; a session frozen, or whose channel did not
+        answer, is asked again at a later step."""
+        checked = True
+        for session in await db(_sessions)(LIVE_STATES):
             running = await db(
-                lambda s=session: list(Exec.objects.filter(session=s, state=ExecState.RUNNING))
+                lambda s=session: list(
+                    Exec.objects.filter(
+                        session=s, state=ExecState.RUNNING, started_at__lt=self.began
+                    )
+                )
             )()
-            if not running or session.run is None or session.run.sandbox is None:
+            if not running:
+                continue
+            sandbox = session.run.sandbox if session.run else None
+            if session.state != SessionState.READY or sandbox is None:
+                checked = False  # frozen, or stopping (whose end ends them)
                 continue
             try:
-                ns = await on_thread(namespace_of)(session.run.sandbox)
+                ns = await on_thread(namespace_of)(sandbox)
                 answer = await ask(ns, {"op": "status", "ids": [r.public_id for r in running]})
             except ChannelError:
+                checked = False
                 continue
             known = set(answer.get("running") or []) | set(answer.get("ended") or {})
             for row in running:
                 if row.public_id not in known:
                     await db(self._end)(row, "lost", describe_exec("lost"))
+        return checked
 
     # -- lifecycle -----------------------------------------------------------------
 
     async def step_all(self) -> None:
         if not self.reconciled:
-            self.reconciled = True
-            await self.reconcile_execs()
+            self.reconciled = await self.reconcile_execs()
         # Each session's step is a task of its own: one whose channel stalls (a stopped
         # process, a slow apply) holds up no other session's clocks.
         for session in await db(_sessions)((*LIVE_STATES, *RESTARTABLE_STATES)):

@@ -362,6 +362,9 @@ class Snapshot(models.Model):
     skipped_count = models.PositiveIntegerField(default=0)
     withheld = models.JSONField(default=list, blank=True)  # [{path, secrets}]
     error = models.TextField(blank=True)
+    # Failed because the channel did not answer (busy, or the sandbox going): a door
+    # says 503, try again, rather than 409 for a tree that cannot be read.
+    unanswered = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     done_at = models.DateTimeField(null=True, blank=True)
 

@@ -54,6 +54,7 @@ class Tree:
     skipped_count: int = 0
     withheld: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    unanswered: bool = False  # the channel did not answer: worth asking again (503)
 
 
 class _Reading:
@@ -303,7 +304,11 @@ async def take(session: Session) -> None:
         ns = await on_thread(namespace_of)(session.run.sandbox)
         out = await read_tree(ns, session, base)
     except ChannelError as e:
-        out = Tree(None, error=f"The session's exec channel did not answer ({e}); try again.")
+        out = Tree(
+            None,
+            error=f"The session's exec channel did not answer ({e}); try again.",
+            unanswered=True,
+        )
     await db(_record)(session, [r.pk for r in rows], base, out)
 
 
@@ -316,6 +321,7 @@ def _record(session: Session, pks: list[int], base: str, out: Tree) -> None:
         skipped_count=out.skipped_count,
         withheld=out.withheld,
         error=out.error,
+        unanswered=out.unanswered,
         done_at=timezone.now(),
     )
     fanout.group_send(group_name(session.public_id), {"type": "session.snapshot"})

@@ -5,7 +5,7 @@ import base64
 
 import pytest
 
-from sessions.models import Session
+from sessions.models import Exec, Session
 from tests.support.egress import policy
 from tests.support.servers import wait_for
 from tests.support.sessions import container_of, lines
@@ -88,3 +88,27 @@ def test_an_engine_restart_under_a_session_ends_it_lost_and_a_start_keeps_its_fi
     again = agent.wait_state(session, "ready", "failed", "lost", timeout=120)
     assert again["state"] == "ready", again
     assert lines(agent.exec(session, "cat /workspace/draft.txt")) == ["draft"]
+
+
+def test_after_an_agent_restart_an_exec_the_channel_never_heard_of_ends_lost(agent, run_stack):
+    session = agent.ready()
+    sleeper = agent.exec(session, "sleep 300", detach=True, status=202)
+    wait_for(
+        lambda: agent.get(f"/execs/{sleeper['id']}").json()["state"] == "running",
+        30,
+        what="the sleeper to run",
+    )
+    # As the agent leaves it when it dies between marking an exec running and asking
+    # the channel: running, and unknown to the channel.
+    ghost = Exec.objects.create(
+        session=Session.objects.get(public_id=session["id"]), command="echo ghost", timeout_s=60
+    )
+    assert ghost.mark_running(1)
+    run_stack.agent.kill()
+    run_stack.agent.start()
+    ended = agent.wait_exec({"id": ghost.public_id}, timeout=60)
+    assert ended["reason"] == "lost", ended
+    # The channel knows the sleeper: it runs on, and an exec the new agent hands out
+    # meanwhile is its own, never taken for lost.
+    assert lines(agent.exec(session, "echo awake")) == ["awake"]
+    assert agent.get(f"/execs/{sleeper['id']}").json()["state"] == "running"

@@ -4,6 +4,7 @@ step (what it says survives does; what it says is lost is gone)."""
 
 import pytest
 
+from sessions.models import Exec, Session
 from tests.support.servers import wait_for
 from tests.support.sessions import container_of, lines, session_volume, volume_exists
 
@@ -99,3 +100,20 @@ def test_a_stopped_session_past_its_retention_is_deleted_with_its_files(agent):
     refused = agent.exec(session, "true", status=409)
     assert refused["error"]["code"] == "session_deleted"
     assert "open a new one" in refused["error"]["message"]
+
+
+def test_an_exec_asked_of_a_start_that_stopped_never_runs_at_a_later_one(agent):
+    session = agent.ready()
+    row = Session.objects.get(public_id=session["id"])
+    # As an exec racing a stop leaves it: made while the session was ready, its row
+    # saved once the stop had ended the session's execs.
+    late = Exec(session=row, command="touch /workspace/ran", timeout_s=60)
+    assert agent.post(f"/sessions/{session['id']}/stop").status_code == 202
+    agent.wait_state(session, "stopped", timeout=60)
+    late.save()
+    assert agent.post(f"/sessions/{session['id']}/start").status_code == 202
+    agent.wait_state(session, "ready", timeout=120)
+    ended = agent.wait_exec({"id": late.public_id}, timeout=60)
+    assert ended["reason"] == "not_started", ended
+    assert "stopped before it ran" in ended["message"]
+    assert lines(agent.exec(session, "test -e /workspace/ran || echo absent")) == ["absent"]
