@@ -291,8 +291,8 @@ def exec_in(
         # Checked again under the row's lock: a stop that landed since the check above
         # waits for this exec's row, and so ends it (lifecycle.end_execs).
         require_usable(Session.objects.select_for_update().get(pk=session.pk))
-        if names:
-            session.grant(names)
+        if names and session.grant(names):
+            changed(session)  # open log sockets check their access again
         row.save()
         session.touch()
         nudge(host_of(session))

@@ -4,7 +4,7 @@
 the exec's log: the same messages, then `{"type": "end", "state": "ended", reason,
 exit_code}`. Its access is the exec's (sessions.access.access_exec): another team's
 closes 4404, and a session whose execs were granted secrets needs an actor whose
-grants cover them (4403).
+grants cover them (4403), checked again when a later exec grants the session another.
 
 `/ws/sessions/<id>` sends `{"type": "state", state, reason}` at once and again at each
 change of the session's state, for its page to refresh itself; at `deleted` (its last)
@@ -28,11 +28,31 @@ log = logging.getLogger(__name__)
 
 
 class ExecLogConsumer(LogConsumer):
+    session_group = ""
+
     def authorise(self) -> Exec:
         actor = self.scope_actor()
         row = access_exec(actor, self.scope["url_route"]["kwargs"]["exec_id"])
         self.access_of = (row.session.workspace.team_id, actor)
+        self.session_id = row.session.public_id
         return row
+
+    async def connect(self) -> None:
+        await super().connect()
+        if self.group:  # accepted: it also hears its session's changes
+            self.session_group = group_name(self.session_id)
+            await self.channel_layer.group_add(self.session_group, self.channel_name)
+
+    async def session_changed(self, message: dict[str, Any]) -> None:
+        # A later exec granted the session a secret (sessions.actions.exec_in): its
+        # outputs now need grants covering it, this one's included, so access is
+        # checked again at once rather than at the next periodic check.
+        self.access_event.set()
+
+    async def disconnect(self, code: int) -> None:
+        if self.session_group:
+            await self.channel_layer.group_discard(self.session_group, self.channel_name)
+        await super().disconnect(code)
 
     def reload(self) -> Exec | None:
         fields = ("public_id", "state", "reason", "exit_code")

@@ -90,14 +90,21 @@ def read_cursor(path: Path) -> tuple[str, dict[str, int]]:
     }
 
 
+def masker_for(row: Exec, session_values: dict[str, str]) -> secrets.Masker:
+    """Its own secrets and every one granted to its session so far: a later exec's
+    secret can reach this one's output through the files and processes they share."""
+    own = secrets.unseal(row.secrets_sealed or "")
+    return secrets.Masker([*own.values(), *session_values.values()])
+
+
 class _ExecLog:
-    def __init__(self, row: Exec, seq: int | None) -> None:
+    def __init__(self, row: Exec, seq: int | None, session_values: dict[str, str]) -> None:
         self.row = row
         self.key = frame_key(row.public_id)
         self.seq = seq  # the last frame number taken; None: not known (a first sight)
         self.writer = logstore.LogWriter(row.public_id)
         self.writer.batching = True
-        self.masker = secrets.Masker(secrets.unseal(row.secrets_sealed or "").values())
+        self.masker = masker_for(row, session_values)
         self.last = ts_ns(self.writer.last_ts) if self.writer.last_ts else None
         self.dirty = False
         self.signalled_at = 0.0
@@ -110,6 +117,8 @@ class SessionFollower(Follower):
         self.refreshed_at = 0.0
         self.cursor = cursor_path(run_id)
         self.resumed_seqs: dict[str, int] = {}  # from the cursor, for execs not seen yet
+        self.granted: list[str] = []  # the session's granted secret names, as last read
+        self.granted_values: dict[str, str] = {}
 
     def run(self) -> None:
         try:
@@ -163,24 +172,43 @@ class SessionFollower(Follower):
         Berth never handed out: their frames are nobody's output, and they must cost
         neither memory nor a query each. So unknown ids are looked up together, at most
         every REFRESH_S (the session's running execs), and never remembered."""
+        handed_here = HANDED.get(self.run_id, set())
+        # An exec this process's keeper handed out is looked up at once, even before
+        # its own first frame: it may have been granted a secret that the others'
+        # output must mask from now on. Otherwise (after an agent restart), unknown
+        # ids are looked up at most every REFRESH_S.
+        pending = not handed_here <= self.execs.keys()
         entry = self.execs.get(exec_id)
-        if entry is not None:
+        if entry is not None and not pending:
             return entry
         now = time.monotonic()
-        # Handed by this process's keeper just now: looked up at once. Otherwise (after
-        # a restart of the agent) the session's running execs, at most every REFRESH_S.
-        if exec_id in HANDED.get(self.run_id, ()) or now - self.refreshed_at >= REFRESH_S:
+        if pending or now - self.refreshed_at >= REFRESH_S:
             self.refreshed_at = now
-            for row in Exec.objects.select_related("session__run").filter(
-                session__run__public_id=self.run_id, state=ExecState.RUNNING
-            ):
-                if row.public_id not in self.execs:
-                    # Handed by this process: its frames are numbered from 1.
-                    fresh = 0 if row.public_id in HANDED.get(self.run_id, ()) else None
-                    seq = self.resumed_seqs.pop(row.public_id, fresh)
-                    self.execs[row.public_id] = _ExecLog(row, seq)
-            close_old_connections()
+            self._refresh(handed_here)
         return self.execs.get(exec_id)
+
+    def _refresh(self, handed_here: set[str]) -> None:
+        rows = list(
+            Exec.objects.select_related("session").filter(
+                session__run__public_id=self.run_id, state=ExecState.RUNNING
+            )
+        )
+        if rows and rows[0].session.secret_names != self.granted:
+            session = rows[0].session
+            self.granted = list(session.secret_names)
+            self.granted_values = secrets.values_for(session.workspace_id, self.granted)
+            for entry in self.execs.values():
+                entry.masker = masker_for(entry.row, self.granted_values)
+        for row in rows:
+            if row.public_id not in self.execs:
+                # Handed by this process: its frames are numbered from 1.
+                fresh = 0 if row.public_id in handed_here else None
+                seq = self.resumed_seqs.pop(row.public_id, fresh)
+                self.execs[row.public_id] = _ExecLog(row, seq, self.granted_values)
+        # Handed, but no longer running (it ended before its first frame was read):
+        # nothing of it is waited for.
+        handed_here.difference_update(handed_here - self.execs.keys())
+        close_old_connections()
 
     def _exec_frame(self, data: bytes, ts: str, at: int) -> None:
         found = parse(data)

@@ -172,16 +172,19 @@ class Session(Timers):
     def ask_resume(self) -> None:
         Session.objects.filter(pk=self.pk).update(resume_requested_at=timezone.now())
 
-    def grant(self, names: list[str]) -> None:
+    def grant(self, names: list[str]) -> bool:
         """Secrets one of its execs got: the session's outputs follow them from now on.
+        True when one is new to it.
         Read under a row lock: two first grants at once both land, never one over
         the other. Its own atomic block, as the lock needs one whoever calls."""
         with transaction.atomic():
             held = Session.objects.select_for_update().values_list("secret_names", flat=True)
             current = set(held.get(pk=self.pk) or [])
-            if set(names) - current:
-                self.secret_names = sorted(current | set(names))
-                Session.objects.filter(pk=self.pk).update(secret_names=self.secret_names)
+            if not set(names) - current:
+                return False
+            self.secret_names = sorted(current | set(names))
+            Session.objects.filter(pk=self.pk).update(secret_names=self.secret_names)
+            return True
 
     def record_base(self, commit: str) -> None:
         Session.objects.filter(pk=self.pk).update(base_commit=commit)

@@ -75,6 +75,32 @@ def test_a_secret_is_in_its_exec_alone_and_the_session_follows_its_grant(
     )
 
 
+def test_a_later_execs_secret_is_masked_in_an_earlier_execs_output(
+    client, cast, api_key, run_stack
+):
+    _, granter = cast.token(
+        cast.carol, ["workspace:read", "workspace:write", "run"], secret_names=["API_KEY"]
+    )
+    agent = SessionAgent(client, granter)
+    session = agent.ready()
+    # Running before any grant, with no secret of its own: it prints what a later exec
+    # leaves in a file they share.
+    reader = agent.exec(
+        session,
+        'while [ ! -s /tmp/shared ]; do sleep 0.05; done; echo "read: $(cat /tmp/shared)"',
+        detach=True,
+        status=202,
+    )
+    wait_for(
+        lambda: agent.get(f"/execs/{reader['id']}").json()["state"] == "running",
+        30,
+        what="the reader to run",
+    )
+    agent.exec(session, 'printf %s "$API_KEY" > /tmp/shared', secrets=["API_KEY"])
+    assert agent.wait_exec(reader)["reason"] == "exit_zero"
+    assert [e["text"] for e in agent.log(reader)] == ["read: ***"]
+
+
 def test_another_teams_session_and_exec_are_not_found(client, cast, agent):
     session = agent.ready()
     row = agent.exec(session, "echo mine")

@@ -16,6 +16,8 @@ from accounts.access import Actor
 from config.asgi import application
 from logs import logstore
 from logs.logstore import LogWriter
+from runs.secret_actions import set_secret
+from sessions.actions import exec_in
 from sessions.lifecycle import changed
 from sessions.models import Exec, Session, SessionState
 from tests.support.logs import closed_with, session_cookie
@@ -183,6 +185,27 @@ def test_the_state_door_says_each_state_then_closes_at_deleted(cast, session):
         await database_sync_to_async(move)(session, SessionState.DELETED, "deleted")
         assert (await ws.receive_json_from(timeout=5))["state"] == "deleted"
         assert await closed_with(ws) in (None, 1000)
+        await ws.disconnect()
+
+    async_to_sync(watch)()
+
+
+def test_an_open_log_socket_is_closed_when_a_later_exec_grants_the_session_a_secret(
+    cast, row, session
+):
+    set_secret(session.workspace, Actor(cast.alice), "API_KEY", "sekret-value-1")
+    _, plain = cast.token(cast.carol, ["run"])
+    granted = Actor(cast.carol)  # a member signed in may grant the workspace's secrets
+    write(row, ["before"])
+
+    async def watch() -> None:
+        ws = await connect(f"/ws/execs/{row.public_id}/logs", secret=plain)
+        assert await texts_until(ws, 1) == ["before"]
+        # Another exec is granted a secret: this one's output is the session's too, and
+        # may carry it (through a file they share). The socket is asked again at once,
+        # well before the periodic check (WEBSOCKET_ACCESS_RECHECK_S).
+        await database_sync_to_async(exec_in)(session, granted, "true", secret_names=["API_KEY"])
+        assert await closed_with(ws) == 4403
         await ws.disconnect()
 
     async_to_sync(watch)()
