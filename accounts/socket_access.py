@@ -24,7 +24,10 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
+from accounts.access import Actor
+from accounts.auth import authenticate_bearer
 from core import fanout
+from core.errors import NotFound
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,17 @@ class AccessCheckedConsumer(AsyncJsonWebsocketConsumer):
 
     async def close_code_now(self) -> int | None:
         raise NotImplementedError
+
+    def scope_actor(self) -> Actor:
+        """Who the socket acts for: its bearer token, else the signed-in person (404
+        for nobody: nothing here says what exists)."""
+        header = dict(self.scope["headers"]).get(b"authorization")
+        if header is not None:
+            return authenticate_bearer(header.decode("latin-1"))
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            raise NotFound("Nothing here for you; sign in or send a token.")
+        return Actor(user)
 
     async def access_changed(self, message: dict[str, Any]) -> None:
         self.access_event.set()  # only a wake-up: the access is read from the database

@@ -9,7 +9,8 @@ with it, and adds the periodic work of the apps above the sandbox layer:
   container starts;
 - deploys (deploys.releasing.restore_all): bring live releases back after a restart;
 - sessions (sessions.keeper): hand execs to each session's exec channel, freeze,
-  thaw, stop and delete sessions by their clocks.
+  thaw, stop and delete sessions by their clocks; and (sessions.terminal_relay) carry
+  terminals' bytes between daphne and the shells in the sandboxes, and record them.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ from runs.models import OWNER
 from sandbox.loop import EngineLoop, db
 from sandbox.owners import register
 from sessions.keeper import Keeper
+from sessions.terminal_relay import TerminalRelay
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -51,12 +53,16 @@ class Agent(EngineLoop):
         log.info("runner agent started (instance %s)", settings.BERTH_INSTANCE)
         await self.safely(self.reconcile)
         watcher = Watcher()
+        keeper = Keeper(self)
+        relay = TerminalRelay(self, keeper.resume)
+        keeper.on_grant = relay.mask_grants
         jobs = [
             consume,
             *self.jobs(stop),
             asyncio.create_task(self.every(watcher.TICK_S, watcher.tick, stop, self.started_event)),
             asyncio.create_task(self.every(UNDELIVERED_EVERY_S, runs.send_undelivered, stop)),
-            *Keeper(self).jobs(stop),
+            *keeper.jobs(stop),
+            *relay.jobs(stop),
         ]
         await stop.wait()
         for job in jobs:

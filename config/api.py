@@ -22,6 +22,7 @@ from runs.caches_api import router as caches_router
 from runs.logs_api import router as logs_router
 from runs.secrets_api import router as secrets_router
 from sessions.api import router as sessions_router
+from sessions.terminal_api import router as terminals_router
 from workspaces.api import router as workspaces_router
 from workspaces.review_api import router as reviews_router
 
@@ -115,5 +116,6 @@ api.add_router("/", runs_router)
 api.add_router("/", secrets_router)
 api.add_router("/", caches_router)
 api.add_router("/", sessions_router)
+api.add_router("/", terminals_router)
 api.add_router("/", previews_router)
 api.add_router("/", deploys_router)

@@ -69,6 +69,22 @@ def group_send(group: str, message: dict[str, Any]) -> None:
     future.add_done_callback(_sent)
 
 
+def channel_send(channel: str, message: dict[str, Any]) -> None:
+    """Send `message` to one channel soon (a process's own, such as a runner agent's),
+    as `group_send` does; never raises (a failure, a full channel included, is logged:
+    a caller that must know awaits the layer's `send` itself)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    loop = _sender_loop()
+    with _lock:
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(layer.send(channel, message), SEND_TIMEOUT_S), loop
+        )
+        _pending.add(future)
+    future.add_done_callback(_sent)
+
+
 def _after_fork_in_child() -> None:
     """A child inherits the variables, never the sending thread (nor a lock another
     thread held): it starts afresh on first use."""

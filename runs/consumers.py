@@ -19,9 +19,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 
 from accounts.access import Actor
-from accounts.auth import authenticate_bearer
 from accounts.socket_access import AccessCheckedConsumer
-from core.errors import BerthError, Invalid, NotFound
+from core.errors import BerthError, Invalid
 from logs import logstore
 from runs.access import access_run
 from runs.models import Run
@@ -101,15 +100,6 @@ class LogConsumer(AccessCheckedConsumer):
     def check_access(self) -> None:
         """Asked again while the socket is open (BerthError when access is gone)."""
         self.authorise()
-
-    def scope_actor(self) -> Actor:
-        header = dict(self.scope["headers"]).get(b"authorization")
-        if header is not None:
-            return authenticate_bearer(header.decode("latin-1"))
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            raise NotFound("Nothing here for you; sign in or send a token.")
-        return Actor(user)
 
     async def close_code_now(self) -> int | None:
         if b"authorization" not in dict(self.scope["headers"]):

@@ -89,6 +89,48 @@ class Masker:
     def scanner(self) -> "SecretScanner":
         return SecretScanner(self.named)
 
+    def stream(self) -> "StreamMasker":
+        return StreamMasker(self.raw)
+
+
+class StreamMasker:
+    """Masks a stream fed chunk by chunk (a terminal's output) without waiting for
+    lines: a chunk's end that could be the start of a value is held back until the next
+    chunk says whether it is one, and nothing else is ever held. `held` is how many
+    bytes of what was fed are not yet given out."""
+
+    def __init__(self, raw: list[bytes]) -> None:
+        self.raw = raw
+        self.pending = b""
+
+    @property
+    def held(self) -> int:
+        return len(self.pending)
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self.raw:
+            return chunk
+        data = self.pending + chunk
+        for value in self.raw:
+            data = data.replace(value, MASK.encode())
+        keep = self._prefix_at_end(data)
+        self.pending = data[len(data) - keep :] if keep else b""
+        return data[: len(data) - keep]
+
+    def flush(self) -> bytes:
+        out, self.pending = self.pending, b""
+        return out
+
+    def _prefix_at_end(self, data: bytes) -> int:
+        """The length of the longest end of `data` that begins some value."""
+        longest = 0
+        for value in self.raw:
+            for n in range(min(len(value) - 1, len(data)), longest, -1):
+                if data.endswith(value[:n]):
+                    longest = n
+                    break
+        return longest
+
 
 class SecretScanner:
     """Finds granted values in a stream fed chunk by chunk: the last bytes of each chunk

@@ -62,6 +62,8 @@ SESSION_INIT_SCRIPT = (Path(__file__).parent / "in_image" / "berth_session.py").
 # Its file operations (sandbox/in_image/berth_files.py), a module it imports from here.
 SESSION_LIB = "/usr/local/lib/berth"
 SESSION_FILES_SCRIPT = (Path(__file__).parent / "in_image" / "berth_files.py").read_text()
+# Its terminals (sandbox/in_image/berth_pty.py), likewise.
+SESSION_PTY_SCRIPT = (Path(__file__).parent / "in_image" / "berth_pty.py").read_text()
 
 # Runs in the chroot as root. Mount points are owned by the sandbox uid because a new
 # named volume takes its owner from the image's mount point (docs/architecture.md, "Engine facts").
@@ -84,6 +86,9 @@ mkdir -p {SESSION_LIB}
 cat > {SESSION_LIB}/berth_files.py <<'SESSION_FILES'
 {SESSION_FILES_SCRIPT}SESSION_FILES
 chmod 0644 {SESSION_LIB}/berth_files.py
+cat > {SESSION_LIB}/berth_pty.py <<'SESSION_PTY'
+{SESSION_PTY_SCRIPT}SESSION_PTY
+chmod 0644 {SESSION_LIB}/berth_pty.py
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/*
 # The host's name and resolver must not leak into the image; Docker provides both.

@@ -2,7 +2,7 @@
 
 from accounts.access import Actor, sees_workspace
 from core.errors import Forbidden, NotFound
-from sessions.models import Exec, Session
+from sessions.models import Exec, Session, Terminal
 
 
 def covers(actor: Actor, session: Session) -> bool:
@@ -53,3 +53,17 @@ def access_exec(actor: Actor, public_id: str) -> Exec:
         raise NotFound("No such exec.")
     access_session(actor, row.session.public_id)
     return row
+
+
+def access_terminal(actor: Actor, public_id: str, use: bool = True) -> Terminal:
+    """A terminal of a session the actor may use (its output is the session's output):
+    404 for anything else, 403 `secret_grant_required` as for the session."""
+    term = (
+        Terminal.objects.select_related("session__workspace__team", "session__run__sandbox")
+        .filter(public_id=public_id)
+        .first()
+    )
+    if term is None:
+        raise NotFound("No such terminal.")
+    access_session(actor, term.session.public_id, use=use)
+    return term

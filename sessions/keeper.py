@@ -21,6 +21,7 @@ a session's state is not: a watcher must not keep it from freezing.
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -149,6 +150,8 @@ class Keeper:
         self.file_work: set[int] = set()  # session pks whose files are being synced or read
         self.reconciled = False
         self.began = timezone.now()  # execs marked running before it are checked once
+        # Told before an exec with secrets runs (sessions.terminal_relay.mask_grants).
+        self.on_grant: Callable[[Session], Awaitable[None]] | None = None
         self.stepping: set[int] = set()  # sessions whose step runs now
 
     def jobs(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
@@ -248,6 +251,8 @@ class Keeper:
                 "key": frame_key(row.public_id).hex(),
             }
             handed(session.run.public_id, row.public_id)
+            if row.secret_names and self.on_grant is not None:
+                await self.on_grant(session)  # its terminals mask them before it runs
             try:
                 answer = await ask(ns, request)
             except ChannelError as e:
@@ -433,6 +438,14 @@ class Keeper:
             return
         if not await asyncio.to_thread(backend.pause_sandbox, session.run.sandbox.name, True):
             await db(self._move)(session, SessionState.READY)
+
+    async def resume(self, session: Session) -> None:
+        """A frozen session thawed for a door that needs it running now (a terminal),
+        under its lock as the exec hand-off does."""
+        async with self.locks[session.pk]:
+            session = await db(_reload)(session.pk)
+            if session.state in (SessionState.FREEZING, SessionState.FROZEN):
+                await self._thaw(session)
 
     async def _thaw(self, session: Session) -> None:
         """Unpaused in the engine (its answer says it runs again), the writes made on

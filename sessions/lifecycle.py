@@ -13,8 +13,18 @@ from logs import logstore
 from runs.models import Purpose, Run, RunState
 from runs.services import stop_service
 from sandbox.engine import engine
-from sessions.models import LIVE_STATES, RESTARTABLE_STATES, Exec, ExecState, Session, SessionState
+from sessions.models import (
+    LIVE_STATES,
+    RESTARTABLE_STATES,
+    Exec,
+    ExecState,
+    Session,
+    SessionState,
+    Terminal,
+    TerminalState,
+)
 from sessions.outcomes import describe_exec, describe_session
+from sessions.transcripts import remove_transcripts
 
 log = logging.getLogger("berth.sessions")
 
@@ -62,6 +72,9 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
     if session is None or session.state not in LIVE_STATES:
         return
     end_execs(session, session.stop_reason or run.reason, oom=run.reason == "oom")
+    # Their shells were processes of that container: gone with it.
+    for term in Terminal.objects.filter(session=session, run=run, state=TerminalState.OPEN):
+        term.end(TerminalState.CLOSED, "session_stopped")
     now = timezone.now()
     facts = {
         "who": session.stop_requested_by or "a user",
@@ -133,9 +146,11 @@ def ask_stop(session: Session, reason: str, who: str) -> bool:
 
 
 def remove_volume(session: Session) -> None:
-    """Its /workspace volume, with every uncommitted file in it (gone already is fine).
-    One its last container still holds (removed just after its run's end) is left to
-    the runner agent's sweep of deleted sessions' volumes (sessions.keeper)."""
+    """Its /workspace volume, with every uncommitted file in it (gone already is fine),
+    and its terminals' transcripts. A volume its last container still holds (removed
+    just after its run's end) is left to the runner agent's sweep of deleted sessions'
+    volumes (sessions.keeper)."""
+    remove_transcripts(session)
     try:
         engine().api.remove_volume(session.volume, force=True)
     except docker.errors.NotFound:

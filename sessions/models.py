@@ -376,3 +376,52 @@ class Snapshot(models.Model):
 
     def __str__(self) -> str:
         return f"snapshot of session {self.session_id} ({self.state})"
+
+
+class TerminalState(models.TextChoices):
+    OPEN = "open"
+    EXITED = "exited"  # its shell ended (exit, or hung up): its transcript stays
+    CLOSED = "closed"  # closed by someone, or its session's container stopped
+
+
+class Terminal(models.Model):
+    """A shell on a pseudo-terminal in a session's container, held by the exec channel
+    inside it (sandbox/in_image/berth_pty.py), for as long as that start's container
+    lives. Its output is kept as a masked transcript under the data dir, with the
+    session's retention (sessions/terminals.py)."""
+
+    public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
+    session = models.ForeignKey(Session, models.CASCADE, related_name="terminals")
+    # The start it lives in: a later start of the session has none of its processes.
+    run = models.ForeignKey(Run, models.SET_NULL, null=True, related_name="+")
+    name = models.CharField(max_length=60)
+    state = models.CharField(
+        max_length=8, choices=TerminalState.choices, default=TerminalState.OPEN, db_index=True
+    )
+    reason = models.CharField(max_length=40, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    opened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, related_name="+"
+    )
+    token = models.ForeignKey(ApiToken, models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"terminal {self.public_id} in session {self.session_id} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == TerminalState.OPEN
+
+    def end(self, to: str, reason: str, exit_code: int | None = None) -> bool:
+        """Open → exited or closed, once."""
+        done = Terminal.objects.filter(pk=self.pk, state=TerminalState.OPEN).update(
+            state=to, reason=reason, exit_code=exit_code, ended_at=timezone.now()
+        )
+        if done:
+            self.state, self.reason, self.exit_code = to, reason, exit_code
+        return bool(done)

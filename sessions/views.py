@@ -34,6 +34,8 @@ from sessions.models import (
     Session,
     SessionPolicy,
     SessionState,
+    Terminal,
+    TerminalState,
 )
 from sessions.schemas import ExecOut, SessionOut
 from workspaces.models import Workspace
@@ -222,11 +224,24 @@ def session_page(
     execs = Exec.objects.filter(session=session).select_related("session", "requested_by", "token")[
         :RECENT_EXECS
     ]
+    open_terminals = list(
+        Terminal.objects.filter(session=session, run=session.run, state=TerminalState.OPEN)
+    )
+    chosen = request.GET.get("terminal")
     ctx = {
         **page_context(request, membership, workspace),
         **session_context(session),
         "execs": [exec_context(row, session) for row in execs],
         "state_ws": f"/ws/sessions/{session.public_id}",
+        "terminals": open_terminals,
+        "can_terminal": session.is_live and session.state != SessionState.STOPPING,
+        "terminal_chosen": chosen
+        if any(t.public_id == chosen for t in open_terminals)
+        else (open_terminals[-1].public_id if open_terminals else ""),
+        "terminal_url": reverse(
+            "workspace-session-terminal",
+            args=[workspace.team.slug, workspace.slug, session.public_id],
+        ),
     }
     return _vary(render(request, "sessions/session.html", ctx))
 

@@ -23,6 +23,10 @@ neither that stdout nor this process's memory: a line it writes is no exec's fra
 (docs/security.md, 18). An exec asked for without a key (an older agent)
 is framed without seq and mac.
 
+Terminals (berth_pty.py beside it) are shells on pseudo-terminals held here, so a
+viewer that goes away loses nothing: `pty_attach` turns a connection into a terminal's
+stream, replaying what the viewer missed.
+
 Files (berth_files.py beside it): `apply` brings files to the branch's version only
 where they still hold the version the host thinks is there (a compare-and-swap on
 their Git blob ids), and `manifest` and `read` show the host what /workspace holds, so
@@ -31,7 +35,8 @@ the host never checks out or reads a session's tree through the volume's host pa
 A line is framed whole, or in pieces of at most CHUNK bytes; a partial line (a prompt)
 is framed after PARTIAL_S without more. An exec's output goes through pipes; this
 process is not dumpable, so under runc an exec cannot open its /proc/<pid>/fd/1, and
-it is the container's init itself (no dumpable docker-init holds the same output). It runs on Debian's Python 3.11 with the standard library only.
+it is the container's init itself (no dumpable docker-init holds the same output).
+It runs on Debian's Python 3.11 with the standard library only.
 """
 
 import asyncio
@@ -48,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, "/usr/local/lib/berth")  # berth_files.py, baked beside this (-I leaves it out)
 import berth_files  # type: ignore[import-not-found]
+import berth_pty  # type: ignore[import-not-found]
 
 PORT = 61001
 CHUNK = 8192  # base64 of it stays under Docker's 16 KB log message
@@ -238,6 +244,11 @@ async def answer(request: dict[str, Any]) -> dict[str, Any]:
     if op == "ping":
         # How many, never which: an exec id is the agent's to hand out.
         return {"ok": True, "running": len(EXECS)}
+    if op in ("pty_close", "pty_list"):
+        closed: dict[str, Any] = (
+            await berth_pty.close(request) if op == "pty_close" else berth_pty.listing()
+        )
+        return closed
     if op in FILE_OPS:
         # On a thread: hashing and writing files must not hold up the execs' output.
         return await asyncio.to_thread(FILE_OPS[op], request)
@@ -248,7 +259,12 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     try:
         while line := await reader.readline():
             try:
-                reply = await answer(json.loads(line))
+                request = json.loads(line)
+                if isinstance(request, dict) and request.get("op") == "pty_attach":
+                    # The connection becomes the terminal's stream (berth_pty.py).
+                    await berth_pty.attach(request, reader, writer)
+                    return
+                reply = await answer(request)
             except (ValueError, KeyError, TypeError, OSError) as e:
                 reply = {"ok": False, "error": "bad_request", "detail": str(e)}
             writer.write(json.dumps(reply).encode() + b"\n")
@@ -264,7 +280,7 @@ async def reap_orphans() -> None:
     zombies are reaped here, never an exec's own (asyncio's watcher waits for those)."""
     while True:
         await asyncio.sleep(REAP_EVERY_S)
-        own = {run.proc.pid for run in EXECS.values()}
+        own = {run.proc.pid for run in EXECS.values()} | berth_pty.pids()
         while True:
             try:
                 found = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -293,8 +309,11 @@ async def main() -> None:
     running = list(EXECS.values())
     for run in running:
         stop(run, "session_stopped")
+    terminals = asyncio.ensure_future(berth_pty.close_all())
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.gather(*(r.proc.wait() for r in running)), KILL_GRACE_S + 1)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(terminals, KILL_GRACE_S)
     await asyncio.sleep(PARTIAL_S * 2)  # their last frames written
     reaper.cancel()
 
