@@ -113,6 +113,9 @@
     const tabs = [...section.querySelectorAll("[data-terminal]")];
     for (const tab of tabs) tab.addEventListener("click", () => show(section, tab));
     const chosen = tabs.find((t) => t.getAttribute("aria-selected") === "true") || tabs[tabs.length - 1];
-    if (chosen) show(section, chosen);
+    if (!chosen) return;
+    show(section, chosen);
+    // Asked for by name (a new terminal, a reload of one): it is what the page is for.
+    if (new URL(location.href).searchParams.has("terminal")) section.scrollIntoView({ block: "start" });
   });
 })();

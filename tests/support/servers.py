@@ -167,11 +167,12 @@ def running(
 
 @contextmanager
 def daphne(
-    env: dict[str, str] | None = None, gateway_port: int = 0, name: str = "daphne"
+    env: dict[str, str] | None = None, gateway_port: int = 0, name: str = "daphne", port: int = 0
 ) -> Iterator[Server]:
     """Daphne and a preview gateway in front of it (on PREVIEW_PORT, or `gateway_port`
-    for a second pair started with settings of its own, `env`)."""
-    port = free_port()
+    for a second pair started with settings of its own, `env`); on `port`, given one (a
+    daphne started again where a page will reconnect)."""
+    port = port or free_port()
     server = Server(f"http://localhost:{port}", port, settings.DATA_DIR / f"{name}.log")
 
     def ready() -> bool:
