@@ -346,6 +346,14 @@ SESSION_START_DEADLINE_S = envint("SESSION_START_DEADLINE_S", 300)
 SESSION_SYNC_WAIT_S = envint("SESSION_SYNC_WAIT_S", 10)
 # A read of a session's files (its changes, a commit of them) waits this long for its agent.
 SESSION_READ_WAIT_S = envint("SESSION_READ_WAIT_S", 60)
+# A read's objects live in a scratch store of its own, never the workspace's
+# (sessions.snapstore): removed once a newer read of the session is done, or this long
+# after it was done (a door that still wants it asks for a new read) ...
+SESSION_READ_KEEP_S = envint("SESSION_READ_KEEP_S", 5 * 60)
+# ... and all of a host's together hold at most this much: a read past it fails, typed
+# (503 session_not_read), until older ones are gone. Above the tree cap, so one
+# session's largest read fits.
+SESSION_READS_MAX_BYTES = envint("SESSION_READS_MAX_MB", 4096) * 1024 * 1024
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
 # After a deploy switches the release host to a new release, the previous release's
 # process keeps running this long, so requests already on their way to it finish.

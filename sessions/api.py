@@ -12,7 +12,7 @@ from runs.logs_api import Cursor, page_of
 from runs.schemas import LogPage
 from sessions import actions, changes, policy
 from sessions.access import access_exec, access_session
-from sessions.models import Exec, Session, SessionPolicy, Snapshot
+from sessions.models import Exec, Session, SessionPolicy
 from sessions.schemas import (
     ExecIn,
     ExecOut,
@@ -26,7 +26,7 @@ from sessions.schemas import (
     SessionPolicyIn,
     SessionPolicyOut,
 )
-from sessions.waiting import MAX_WAIT_S, wait_for_exec, wait_for_read
+from sessions.waiting import MAX_WAIT_S, wait_for_exec, with_read
 from workspaces.api import actor_of, workspace_for
 
 router = Router(tags=["sessions"])
@@ -235,11 +235,11 @@ def put_session_policy(request: HttpRequest, body: SessionPolicyIn) -> SessionPo
     return _policy_out(actor.token.team)
 
 
-def _read(actor: Actor, session_id: str, *scopes: str) -> Snapshot:
+def _read(actor: Actor, session_id: str, *scopes: str) -> int:
     session = access_session(actor, session_id)
     for scope in scopes:
         actor.require_scope(scope)
-    return changes.ask_read(session)
+    return changes.ask_read(session).pk
 
 
 @router.get(
@@ -251,14 +251,14 @@ def _read(actor: Actor, session_id: str, *scopes: str) -> Snapshot:
 async def session_changes(request: HttpRequest, session_id: str) -> SessionChangesOut:
     # Async: the wait for its agent's read holds no thread of Django's.
     actor = actor_of(request)
-    row = await sync_to_async(_read)(actor, session_id)
-    await wait_for_read(session_id, row.pk, settings.SESSION_READ_WAIT_S)
 
-    def answer() -> SessionChangesOut:
-        done = changes.read_result(row.pk)
+    def answer(pk: int) -> SessionChangesOut:
+        done = changes.read_result(pk)
         return SessionChangesOut.of(done.session, done.base_commit, changes.describe(done))
 
-    return await sync_to_async(answer)()
+    return await with_read(
+        session_id, lambda: _read(actor, session_id), answer, settings.SESSION_READ_WAIT_S
+    )
 
 
 @router.post(
@@ -269,12 +269,16 @@ async def session_changes(request: HttpRequest, session_id: str) -> SessionChang
 )
 async def commit_session(request: HttpRequest, session_id: str, body: SessionCommitIn) -> Status:
     actor = actor_of(request)
-    row = await sync_to_async(_read)(actor, session_id, "workspace:write")
-    await wait_for_read(session_id, row.pk, settings.SESSION_READ_WAIT_S)
 
-    def commit() -> SessionCommitOut:
-        done = changes.read_result(row.pk)
+    def commit(pk: int) -> SessionCommitOut:
+        done = changes.read_result(pk)
         result = changes.commit(done, actor, body.message, body.paths)
         return SessionCommitOut.of(result, done.session)
 
-    return Status(201, await sync_to_async(commit)())
+    done = await with_read(
+        session_id,
+        lambda: _read(actor, session_id, "workspace:write"),
+        commit,
+        settings.SESSION_READ_WAIT_S,
+    )
+    return Status(201, done)

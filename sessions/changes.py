@@ -3,7 +3,8 @@ last brought to (its base), listed with a diff as a run's changes are (runs.outp
 and committed on its branch by a three-way merge against the branch's head.
 
 The files are read by the session's runner agent (sessions.snapshot: only the agent
-enters a sandbox) into a tree in the workspace's store; the doors ask for that read and
+enters a sandbox) into a tree in a scratch store of the read's own (sessions.snapstore,
+which every reader of a read's tree opens it through); the doors ask for that read and
 wait for it (sessions.waiting), then diff and merge trees here, as objects only.
 
 The merge, per path the session changed (ours ≠ base):
@@ -13,9 +14,12 @@ The merge, per path the session changed (ours ≠ base):
 2. Head still at the base: the session's version is taken. Head already equal to the
    session's: nothing to do. Otherwise both changed it: the commit is refused (409
    `merge_conflict`, naming the paths); nothing is written.
-3. The commit is made with every commit's caps and path rules (GitStore.make_commit),
-   under the repository's write lock, and announced like any write (the sessions
-   following the branch, this one included, get it before the answer).
+3. The merged tree is written into the read's scratch store and measured against every
+   commit's caps and path rules there; only then do the objects the new commit needs
+   and the workspace's store lacks (the session's new files, the folders above them)
+   enter it, and the commit is made (GitStore.make_commit), all under the repository's
+   write lock, and announced like any write (the sessions following the branch, this
+   one included, get it before the answer). A refused commit adds nothing to the store.
 A file holding the value of a secret the session's execs were granted is withheld: the
 read keeps its base version, so it is never stored, diffed or committed.
 """
@@ -25,21 +29,24 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from dulwich.objects import ObjectID, ShaFile, Tree
 
 from accounts.access import Actor
 from accounts.actions import record
 from core.errors import BerthError, Conflict, Invalid, MissingScope, NotFound
 from runs import secrets
 from runs.outputs import describe_changes, flatten
+from sessions import snapstore
 from sessions.actions import host_of, nudge, require_usable
 from sessions.models import Session, SessionState, Snapshot, SnapshotState
 from workspaces import config as workspace_config
 from workspaces import reviews
 from workspaces.changes import TreeEditor
-from workspaces.gitstore import GitStore
+from workspaces.gitstore import MODE_SUBMODULE, MODE_TREE, GitStore
 from workspaces.paths import clean_path
 from workspaces.signals import Follower, announce_branch_moved
 from workspaces.store import author_of, open_store
+from workspaces.treesize import check_tree
 
 
 @dataclass
@@ -92,7 +99,7 @@ def describe(row: Snapshot) -> dict[str, Any]:
     files a sync left in conflict."""
     session = row.session
     masker = secrets.Masker(secrets.values_for(session.workspace_id, session.secret_names))
-    with open_store(session.workspace) as store:
+    with snapstore.opened(row.scratch) as store:
         changes = describe_changes(
             store, store.commit(row.base_commit).tree, row.tree.encode(), masker
         )
@@ -116,11 +123,16 @@ def commit(
     wanted = [clean_path(p.rstrip("/")) for p in paths] if paths is not None else None
     message = (message or "").strip() or f"Changes from session {session.public_id}"
     workspace, branch = session.workspace, session.ref
-    with open_store(workspace) as store, store.write_lock():
+    with (
+        open_store(workspace) as store,
+        snapstore.opened(row.scratch) as scratch,
+        store.write_lock(),
+    ):
         head = store.branch_head(branch)
         if head is None:
             raise NotFound(f"No branch {branch!r}.", {"branch": branch}, code="branch_not_found")
-        tree, files = _merge(store, session, row, head, wanted)
+        tree, files = _merge(store, scratch, session, row, head, wanted)
+        _bring(scratch, store, tree)
         sha = store.make_commit(tree, [head], author_of(actor), message)
         store.advance(branch, head, sha)
     result = SessionCommit(sha, branch, head, files, row.withheld, row.skipped)
@@ -146,15 +158,21 @@ def commit(
 
 
 def _merge(
-    store: GitStore, session: Session, row: Snapshot, head: str, wanted: list[str] | None
+    store: GitStore,
+    scratch: GitStore,
+    session: Session,
+    row: Snapshot,
+    head: str,
+    wanted: list[str] | None,
 ) -> tuple[bytes, list[str]]:
+    """The merged tree, written into the read's scratch store and checked there."""
     base = flatten(store, store.commit(row.base_commit).tree)
     for path, was in (session.sync_conflicts or {}).items():
         if was is None:
             base.pop(path, None)
         else:
             base[path] = (int(was["mode"]), str(was["sha"]).encode())
-    ours = flatten(store, row.tree.encode())
+    ours = flatten(scratch, row.tree.encode())
     theirs = flatten(store, store.commit(head).tree)
     changed = sorted(
         p for p in set(ours) | set(base) if ours.get(p) != base.get(p) and _in(p, wanted)
@@ -165,7 +183,7 @@ def _merge(
             code="no_changes",
         )
     overlaps = [p for p in changed if theirs.get(p) not in (base.get(p), ours.get(p))]
-    editor = TreeEditor(store, store.commit(head).tree)
+    editor = TreeEditor(scratch, store.commit(head).tree)
     for path in changed:
         if path in overlaps or theirs.get(path) == ours.get(path):
             continue
@@ -188,7 +206,28 @@ def _merge(
             "The branch already holds the session's changes; nothing to commit.",
             code="no_changes",
         )
+    check_tree(scratch.repo.object_store, tree)  # as make_commit will: nothing moved yet
     return tree, [p for p in changed if theirs.get(p) != ours.get(p)]
+
+
+def _bring(scratch: GitStore, store: GitStore, tree: bytes) -> None:
+    """Into the workspace's store, the objects of `tree` it lacks: a tree it holds
+    holds everything below it, so only the new folders and files are walked. Written
+    children first, so that stays true even when this is cut short."""
+    order: list[ObjectID] = []
+    todo = [(MODE_TREE, ObjectID(tree))]
+    while todo:
+        mode, sha = todo.pop()
+        if mode == MODE_SUBMODULE or sha in store.repo.object_store:
+            continue
+        order.append(sha)
+        if mode == MODE_TREE:
+            node = scratch.repo[sha]
+            assert isinstance(node, Tree)
+            todo.extend((e.mode, e.sha) for e in node.iteritems())
+    for sha in reversed(order):
+        kind, raw = scratch.repo.object_store.get_raw(sha)
+        store.repo.object_store.add_object(ShaFile.from_raw_string(kind, raw))
 
 
 def _in(path: str, wanted: list[str] | None) -> bool:

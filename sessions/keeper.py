@@ -12,6 +12,8 @@
    without activity (frozen only once the engine says it is paused, and ready again
    whenever the engine says it is not); stopped after `idle_stop_s` without activity
    or at its maximum lifetime; a stopped session's files deleted after its retention.
+3. Sweeps, every SWEEP_EVERY_S: deleted sessions' volumes a container still held, and
+   reads' scratch stores no door needs any more (sessions.snapstore).
 
 Activity is an exec, a keep-alive, or a call that changes the session (the doors touch
 it); an exec that is still running counts as activity for as long as it runs. Reading
@@ -36,7 +38,7 @@ from sandbox import backend
 from sandbox.engine import engine
 from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
-from sessions import applier, snapshot
+from sessions import applier, snapshot, snapstore
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
 from sessions.follow import handed
@@ -49,6 +51,7 @@ from sessions.models import (
     ExecState,
     Session,
     SessionState,
+    Snapshot,
     SnapshotState,
     SyncState,
 )
@@ -135,6 +138,23 @@ def _to_read() -> list[Session]:
     )
 
 
+def _reads_kept() -> set[str]:
+    """The scratch stores a door may still open: each session's newest done read, for
+    SESSION_READ_KEEP_S after it was done (older reads of it were replaced)."""
+    since = timezone.now() - timedelta(seconds=settings.SESSION_READ_KEEP_S)
+    newest: dict[int, tuple[int, str]] = {}
+    done = (
+        Snapshot.objects.filter(state=SnapshotState.DONE, done_at__gte=since)
+        .exclude(scratch="")
+        .exclude(session__state=SessionState.DELETED)
+        .values_list("session_id", "pk", "scratch")
+    )
+    for session_id, pk, name in done:
+        if session_id not in newest or pk > newest[session_id][0]:
+            newest[session_id] = (pk, name)
+    return {name for _, name in newest.values()}
+
+
 def _busy(session: Session) -> bool:
     return Exec.objects.filter(
         session=session, state__in=(ExecState.QUEUED, ExecState.RUNNING)
@@ -161,6 +181,7 @@ class Keeper:
             asyncio.create_task(every(TICK_S, self.dispatch, stop, self.woken)),
             asyncio.create_task(every(TICK_S, self.step_all, stop, self.engine.paused_event)),
             asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_volumes, stop)),
+            asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_reads, stop)),
         ]
 
     async def listen(self, stop: asyncio.Event) -> None:
@@ -361,6 +382,16 @@ class Keeper:
         )()
         for name in names - kept:
             await asyncio.to_thread(_remove_volume, name)
+
+    async def sweep_reads(self) -> None:
+        """This host's reads' scratch stores but the ones a door may still open: those a
+        newer read replaced while a door held them, those past SESSION_READ_KEEP_S,
+        deleted sessions' and a read's a crash cut short (a store being written, or
+        read by a door, is held, and left to a later sweep)."""
+        keep = await db(_reads_kept)()
+        removed = await asyncio.to_thread(snapstore.sweep, keep)
+        if removed:
+            log.info("sessions: %d read stores no door needs removed", removed)
 
     async def _step(self, session: Session) -> None:
         now = timezone.now()

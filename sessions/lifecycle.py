@@ -1,5 +1,6 @@
 """A session's moves that follow from its run and its clocks: its start's run ending,
-its volume going. Called from the run's end (any process) and the runner agent."""
+its files going (its volume, its reads' stores). Called from the run's end (any
+process) and the runner agent."""
 
 import logging
 
@@ -13,6 +14,7 @@ from logs import logstore
 from runs.models import Purpose, Run, RunState
 from runs.services import stop_service
 from sandbox.engine import engine
+from sessions import snapstore
 from sessions.models import (
     LIVE_STATES,
     RESTARTABLE_STATES,
@@ -147,10 +149,11 @@ def ask_stop(session: Session, reason: str, who: str) -> bool:
 
 def remove_volume(session: Session) -> None:
     """Its /workspace volume, with every uncommitted file in it (gone already is fine),
-    and its terminals' transcripts. A volume its last container still holds (removed
-    just after its run's end) is left to the runner agent's sweep of deleted sessions'
-    volumes (sessions.keeper)."""
+    its terminals' transcripts and its reads' scratch stores. A volume its last
+    container still holds (removed just after its run's end), or a store a door is
+    reading, is left to the runner agent's sweeps (sessions.keeper)."""
     remove_transcripts(session)
+    snapstore.remove_session(session.public_id)
     try:
         engine().api.remove_volume(session.volume, force=True)
     except docker.errors.NotFound:

@@ -14,7 +14,7 @@ from sessions import actions, changes
 from sessions.access import access_exec, access_session
 from sessions.models import Exec, Session, SessionState
 from sessions.schemas import ExecOut, SessionCommitOut, SessionOut
-from sessions.waiting import MAX_WAIT_S, wait_for_exec, wait_for_read, wait_for_session
+from sessions.waiting import MAX_WAIT_S, wait_for_exec, wait_for_session, with_read
 from workspaces.mcp import workspace_for
 
 
@@ -169,15 +169,12 @@ async def commit_session_changes(
             )
         return changes.ask_read(found).pk
 
-    pk = await database_sync_to_async(ask)()
-    await wait_for_read(session, pk, settings.SESSION_READ_WAIT_S)
-
-    def commit() -> SessionCommitOut:
+    def commit(pk: int) -> SessionCommitOut:
         done = changes.read_result(pk)
         result = changes.commit(done, actor, message, paths)
         return SessionCommitOut.of(result, done.session)
 
-    return await database_sync_to_async(commit)()
+    return await with_read(session, ask, commit, settings.SESSION_READ_WAIT_S)
 
 
 @tool()

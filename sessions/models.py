@@ -351,9 +351,10 @@ class SnapshotState(models.TextChoices):
 
 
 class Snapshot(models.Model):
-    """What a session's /workspace holds, as a Git tree the runner agent wrote into the
-    workspace's store (objects only, no ref): what its changes and its commit are read
-    from. Asked for by a door, made by the agent (the one process that enters)."""
+    """What a session's /workspace holds, as a Git tree the runner agent wrote into a
+    scratch store of the read's own (sessions.snapstore; it sees the workspace's objects,
+    and never adds to them): what its changes and its commit are read from. Asked for by
+    a door, made by the agent (the one process that enters)."""
 
     session = models.ForeignKey(Session, models.CASCADE, related_name="snapshots")
     state = models.CharField(
@@ -361,6 +362,9 @@ class Snapshot(models.Model):
     )
     base_commit = models.CharField(max_length=40, blank=True)  # the session's, when read
     tree = models.CharField(max_length=40, blank=True)
+    # The scratch store holding the tree (sessions.snapstore names it); several rows
+    # answered by one read share it.
+    scratch = models.CharField(max_length=200, blank=True)
     skipped = models.JSONField(default=list, blank=True)  # [{path, why}]
     skipped_count = models.PositiveIntegerField(default=0)
     withheld = models.JSONField(default=list, blank=True)  # [{path, secrets}]

@@ -1,7 +1,8 @@
 """What a session's /workspace holds, read by the runner agent through the exec channel
-(`manifest`, `read`: sandbox/in_image/berth_files.py) into a Git tree in the
-workspace's store: the host never checks out a session's tree, never reads its volume's
-host path, and never follows a link in it (links are data, as Git stores them).
+(`manifest`, `read`: sandbox/in_image/berth_files.py) into a Git tree in a scratch
+store of the read's own (sessions.snapstore), which sees the workspace's objects and
+never adds to them: the host never checks out a session's tree, never reads its
+volume's host path, and never follows a link in it (links are data, as Git stores them).
 
 1. Folders are listed level by level from /workspace; a folder new to the base commit
    that its .gitignore ignores is not entered (a virtualenv, node_modules), nor a
@@ -11,7 +12,9 @@ host path, and never follows a link in it (links are data, as Git stores them).
    read, in answers of at most READ_BYTES, and scanned for the values of the secrets
    its execs were granted: a file holding one keeps its base version (or stays out),
    withheld, as a run's outputs do (runs.outputs).
-3. The tree is written and checked with workspaces.treesize like any commit's.
+3. The tree is written and checked with workspaces.treesize like any commit's. Every
+   object is charged against the host's bound on scratch stores before it is written.
+4. Once recorded, the session's older reads' stores go (sessions.snapstore).
 """
 
 import base64
@@ -29,10 +32,11 @@ from runs import secrets
 from runs.outputs import MAX_SKIPPED_LISTED, flatten, ignore_filter, is_ignored
 from sandbox.loop import db, on_thread
 from sandbox.netns import Namespace
+from sessions import snapstore
 from sessions.channel import ChannelError, ask, namespace_of
 from sessions.lifecycle import group_name
 from sessions.models import Session, Snapshot, SnapshotState
-from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_SUBMODULE, GitStore, Node
+from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_SUBMODULE, Node
 from workspaces.paths import clean_path
 from workspaces.treesize import check_tree
 
@@ -50,6 +54,7 @@ class OverCaps(Exception):
 @dataclass
 class Tree:
     tree: str | None  # None past the caps (error says why)
+    scratch: str = ""  # the store holding it (snapstore.Scratch.name)
     skipped: list[dict[str, str]] = field(default_factory=list)
     skipped_count: int = 0
     withheld: list[dict[str, Any]] = field(default_factory=list)
@@ -61,10 +66,12 @@ class _Reading:
     """One read of a session's /workspace against its base commit (sync parts, run on
     a thread; the channel's answers are fed in by `read_tree`)."""
 
-    def __init__(self, store: GitStore, base_commit: str, masker: secrets.Masker) -> None:
-        self.store, self.masker = store, masker
-        self.old = flatten(store, store.commit(base_commit).tree)
-        self.ignore = ignore_filter(store, self.old)
+    def __init__(
+        self, scratch: snapstore.Scratch, base_commit: str, masker: secrets.Masker
+    ) -> None:
+        self.scratch, self.store, self.masker = scratch, scratch.store, masker
+        self.old = flatten(self.store, self.store.commit(base_commit).tree)
+        self.ignore = ignore_filter(self.store, self.old)
         # Folders that hold a tracked file: always entered, ignored or not (git's rule
         # for tracked files), or their files would read as deleted.
         self.tracked_dirs = {
@@ -193,46 +200,63 @@ class _Reading:
 
     def _blob(self, data: bytes) -> bytes:
         blob = Blob.from_string(data)
-        if blob.id not in self.store.repo.object_store:
-            self.store.repo.object_store.add_object(blob)
+        if blob.id not in self.store.repo.object_store:  # the workspace's objects too
+            self.scratch.add(blob)
         return blob.id
 
     def finish(self) -> Tree:
         for path, entry in self.old.items():
             if entry[0] == MODE_SUBMODULE:
                 self.put(path, entry)  # never placed in /workspace, so not deleted
+        self.scratch.charge(_tree_bytes(self.root))
         tree = self.store.write_node(self.root)
         try:
             check_tree(self.store.repo.object_store, tree)
         except BerthError as e:
             raise OverCaps(e.message) from None
-        self.out.tree = tree.decode()
+        self.out.tree, self.out.scratch = tree.decode(), self.scratch.name
         return self.out
 
 
-async def read_tree(ns: Namespace, session: Session, base_commit: str) -> Tree:
-    """The session's /workspace as a tree against `base_commit` (ChannelError when the
-    channel does not answer). Store and database work goes to threads, one at a time."""
+def _tree_bytes(node: Node) -> int:
+    """What writing a node's trees adds: every folder below is written (each entry: its
+    mode in octal, a space, its name, a NUL and a 20-byte id)."""
+    size = 0
+    for name, value in node.entries.items():
+        mode = 0o40000 if isinstance(value, Node) else value[0]
+        size += len(f"{mode:o}") + len(name) + 22
+        if isinstance(value, Node):
+            size += _tree_bytes(value)
+    return size
+
+
+async def read_tree(
+    ns: Namespace, session: Session, base_commit: str, scratch: snapstore.Scratch
+) -> Tree:
+    """The session's /workspace as a tree against `base_commit`, written into `scratch`
+    (ChannelError when the channel does not answer). Store and database work goes to
+    threads, one at a time."""
     values = await db(secrets.values_for)(session.workspace_id, session.secret_names)
-    store = GitStore(session.workspace.repo_path)
+    reading = await on_thread(_Reading)(scratch, base_commit, secrets.Masker(values))
     try:
-        reading = await on_thread(_Reading)(store, base_commit, secrets.Masker(values))
-        try:
-            await _list(ns, reading)
-            await _read(ns, reading)
-            out: Tree = await on_thread(reading.finish)()
-            return out
-        except OverCaps as e:
-            out = reading.out
-            out.tree = None
-            out.error = (
-                f"The session's /workspace is past what a workspace may hold ({e}); its "
-                "changes cannot be read or committed. Remove what it should not keep (or "
-                "list it in .gitignore)."
-            )
-            return out
-    finally:
-        store.close()
+        await _list(ns, reading)
+        await _read(ns, reading)
+        out: Tree = await on_thread(reading.finish)()
+        return out
+    except OverCaps as e:
+        out = reading.out
+        out.tree = None
+        out.error = (
+            f"The session's /workspace is past what a workspace may hold ({e}); its "
+            "changes cannot be read or committed. Remove what it should not keep (or "
+            "list it in .gitignore)."
+        )
+        return out
+    except snapstore.Full as e:
+        out = reading.out
+        out.tree, out.unanswered = None, True
+        out.error = f"The session's files were not read: {e}. Try again in a few minutes."
+        return out
 
 
 async def _list(ns: Namespace, reading: _Reading) -> None:
@@ -291,8 +315,9 @@ def pending(session: Session) -> list[Snapshot]:
 
 
 async def take(session: Session) -> None:
-    """Every snapshot asked of the session, answered by one read (the caller holds the
-    session's lock, and it is ready with its syncs applied)."""
+    """Every snapshot asked of the session, answered by one read into a scratch store of
+    its own (the caller holds the session's lock, and it is ready with its syncs
+    applied); the session's older reads' stores go once it is recorded."""
     rows = await db(pending)(session)
     if not rows:
         return
@@ -300,23 +325,40 @@ async def take(session: Session) -> None:
     base = await db(
         lambda: Session.objects.values_list("base_commit", flat=True).get(pk=session.pk)
     )()
+    recorded, scratch = False, None
     try:
-        ns = await on_thread(namespace_of)(session.run.sandbox)
-        out = await read_tree(ns, session, base)
-    except ChannelError as e:
-        out = Tree(
-            None,
-            error=f"The session's exec channel did not answer ({e}); try again.",
-            unanswered=True,
-        )
-    await db(_record)(session, [r.pk for r in rows], base, out)
+        try:
+            scratch = await on_thread(snapstore.begin)(
+                session.public_id, session.workspace.repo_path
+            )
+            ns = await on_thread(namespace_of)(session.run.sandbox)
+            out = await read_tree(ns, session, base, scratch)
+        except ChannelError as e:
+            out = Tree(
+                None,
+                error=f"The session's exec channel did not answer ({e}); try again.",
+                unanswered=True,
+            )
+        except OSError as e:  # the host's disk (full, or the store removed under it)
+            out = Tree(
+                None,
+                error=f"The session's files could not be stored on its host ({e}); try again.",
+                unanswered=True,
+            )
+        recorded = await db(_record)(session, [r.pk for r in rows], base, out)
+    finally:
+        if scratch is not None:
+            await on_thread(scratch.end)(recorded and out.tree is not None)
+    if recorded and out.tree:
+        await on_thread(snapstore.remove_older)(out.scratch)
 
 
-def _record(session: Session, pks: list[int], base: str, out: Tree) -> None:
-    Snapshot.objects.filter(pk__in=pks, state=SnapshotState.PENDING).update(
+def _record(session: Session, pks: list[int], base: str, out: Tree) -> bool:
+    done = Snapshot.objects.filter(pk__in=pks, state=SnapshotState.PENDING).update(
         state=SnapshotState.DONE if out.tree else SnapshotState.FAILED,
         base_commit=base,
         tree=out.tree or "",
+        scratch=out.scratch if out.tree else "",
         skipped=out.skipped,
         skipped_count=out.skipped_count,
         withheld=out.withheld,
@@ -325,3 +367,4 @@ def _record(session: Session, pks: list[int], base: str, out: Tree) -> None:
         done_at=timezone.now(),
     )
     fanout.group_send(group_name(session.public_id), {"type": "session.snapshot"})
+    return bool(done)

@@ -12,6 +12,7 @@ from core import fanout
 from logs import logstore
 from sessions.lifecycle import group_name
 from sessions.models import LIVE_STATES, Exec, ExecState, Session, Snapshot, SnapshotState
+from sessions.snapstore import ReadGone
 
 MAX_WAIT_S = 120
 RECHECK_S = 2.0
@@ -68,3 +69,22 @@ async def wait_for_read(public_id: str, pk: int, seconds: float) -> None:
         seconds,
         on_end_signal=False,
     )
+
+
+async def with_read[T](
+    public_id: str, ask: Callable[[], int], use: Callable[[int], T], seconds: float
+) -> T:
+    """A read of the session's files asked for (`ask` makes its row), waited for, then
+    used (`use`, given the row's pk). A newer read done in between may have taken its
+    store (sessions.snapstore): asked once more then, so a door racing another door
+    still answers."""
+
+    async def once() -> T:
+        pk = await database_sync_to_async(ask)()
+        await wait_for_read(public_id, pk, seconds)
+        return await database_sync_to_async(use)(pk)
+
+    try:
+        return await once()
+    except ReadGone:
+        return await once()

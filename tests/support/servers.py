@@ -118,6 +118,9 @@ def subprocess_env() -> dict[str, str]:
         "EGRESS_MAX_CONNECTIONS": "6",
         "EGRESS_MAX_CONNECTIONS_PER_SANDBOX": "24",  # a flood test reaches both caps
         "EGRESS_MAX_CONNECTIONS_PER_TEAM": "40",
+        # Reads' scratch stores on the host: above two reads of a 4 MB file, below
+        # three files of 9 MB (tests/sessions/test_session_reads.py).
+        "SESSION_READS_MAX_MB": "24",
     }
 
 
