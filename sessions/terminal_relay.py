@@ -301,9 +301,8 @@ class TerminalRelay:
                 ):
                     return  # too far behind: it attaches again, from `end`
             elif "x" in message:
-                code = message["x"]
-                await db(term.end)(TerminalState.EXITED, "exited", code)
-                await self.send(viewer.reply, {**_ended(term), "exit_code": code})
+                await _exited(term, message)
+                await self.send(viewer.reply, {**_ended(term), "exit_code": message["x"]})
                 return
         # The connection ended without an exit: the container stopping, or the channel
         # cutting off a viewer that fell behind. It attaches again (or learns the end).
@@ -343,7 +342,7 @@ class TerminalRelay:
                         raw_at = int(message["at"]) + len(raw) - recorder.masker.held
                         size = await on_thread(_append)(out, path, shown, raw_at, size)
                     elif "x" in message:
-                        await db(term.end)(TerminalState.EXITED, "exited", message["x"])
+                        await _exited(term, message)
                         return
         except (ChannelError, OSError, ValueError) as e:
             log.info("terminal %s: recording stopped (%s); again at the next tick", term, e)
@@ -351,6 +350,16 @@ class TerminalRelay:
             if recorder.writer is not None:
                 recorder.writer.close()
             self.recorders.pop(term.public_id, None)
+
+
+async def _exited(term: Terminal, message: dict[str, Any]) -> None:
+    """Its shell ended: by itself (exited), or hung up by a close or its session's stop."""
+    why = str(message.get("why") or "")
+    if why in ("closed", "session_stopped"):
+        await db(term.end)(TerminalState.CLOSED, why, message.get("x"))
+    else:
+        await db(term.end)(TerminalState.EXITED, "exited", message.get("x"))
+    await db(term.refresh_from_db)()
 
 
 def _facts(first: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ attach replays what it missed from the output kept here and carries on (dtach's 
   this connection becomes the terminal's stream. The first answer line is
   {"ok", "start", "end", "exit"}; then lines {"o": <base64>, "at": <offset>} with its
   output from `after` on (what is still kept: at most KEEP bytes back), and
-  {"x": <exit code>} when its shell ended. The other way, lines {"i": <base64 input>}
-  and {"r": [cols, rows]}.
+  {"x": <exit code>, "why": <"", closed or session_stopped>} when its shell ended.
+  The other way, lines {"i": <base64 input>} and {"r": [cols, rows]}.
 - `pty_close` {id}: its shell's process group is hung up, then killed.
 - `pty_list`: the terminals, each with its end offset and exit code.
 
@@ -46,6 +46,7 @@ class Terminal:
         self.base = 0  # the offset of kept[0] in the terminal's whole output
         self.watchers: set[Watcher] = set()
         self.exit: int | None = None
+        self.why = ""  # who ended it, when not its shell: closed, session_stopped
         self.ended = asyncio.Event()
         self.waiter: asyncio.Future[None] | None = None  # its end, awaited
 
@@ -168,7 +169,7 @@ async def _wait(term: Terminal) -> None:
             term.output(data)
     term.ended.set()
     for watcher in list(term.watchers):
-        watcher.put({"x": term.exit})
+        watcher.put({"x": term.exit, "why": term.why})
 
 
 def _write(fd: int, data: bytes) -> None:
@@ -205,7 +206,7 @@ async def attach(
     if missed:
         watcher.put({"o": base64.b64encode(missed).decode(), "at": at}, len(missed))
     if term.exit is not None:
-        watcher.put({"x": term.exit})
+        watcher.put({"x": term.exit, "why": term.why})
     term.watchers.add(watcher)
     sending = asyncio.ensure_future(_send(watcher, writer))
     try:
@@ -262,12 +263,13 @@ async def close(request: dict[str, Any]) -> dict[str, Any]:
     term = TERMINALS.get(str(request.get("id") or ""))
     if term is None:
         return {"ok": False, "error": "no_terminal"}
-    await _hang_up(term)
+    await _hang_up(term, "closed")
     return {"ok": True, "exit": term.exit}
 
 
-async def _hang_up(term: Terminal) -> None:
+async def _hang_up(term: Terminal, why: str) -> None:
     if term.exit is None:
+        term.why = why
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(term.proc.pid, signal.SIGHUP)
         try:
@@ -286,4 +288,4 @@ def listing() -> dict[str, Any]:
 
 
 async def close_all() -> None:
-    await asyncio.gather(*(_hang_up(t) for t in list(TERMINALS.values())))
+    await asyncio.gather(*(_hang_up(t, "session_stopped") for t in list(TERMINALS.values())))

@@ -7,6 +7,8 @@ from accounts.access import Actor
 from sandbox import backend
 from sandbox.models import Sandbox, SandboxKind
 from sessions.models import Session
+from tests.support.api import bearer
+from tests.support.secrets import VALUE
 from tests.support.sessions import SessionAgent
 from workspaces import actions as workspace_actions
 
@@ -16,6 +18,19 @@ def shop(cast):
     return workspace_actions.create_workspace(
         cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
     )
+
+
+@pytest.fixture
+def api_key(client, cast, shop):
+    """The workspace's secret API_KEY (tests.support.secrets.VALUE), set by alice."""
+    _, alice = cast.token(cast.alice, ["workspace:read", "workspace:write", "run"])
+    r = client.put(
+        "/api/v1/workspaces/shop/secrets/API_KEY",
+        {"value": VALUE},
+        content_type="application/json",
+        **bearer(alice),
+    )
+    assert r.status_code in (200, 201), r.content
 
 
 @pytest.fixture

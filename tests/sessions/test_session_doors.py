@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from sessions.models import Session, SessionPolicy
-from tests.support.api import assert_error, bearer
+from tests.support.api import assert_error
 from tests.support.secrets import VALUE
 from tests.support.servers import wait_for
 from tests.support.sessions import (
@@ -19,18 +19,6 @@ from tests.support.sessions import (
 )
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture
-def api_key(client, cast, shop):
-    _, alice = cast.token(cast.alice, ["workspace:read", "workspace:write", "run"])
-    r = client.put(
-        "/api/v1/workspaces/shop/secrets/API_KEY",
-        {"value": VALUE},
-        content_type="application/json",
-        **bearer(alice),
-    )
-    assert r.status_code in (200, 201), r.content
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
