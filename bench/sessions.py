@@ -8,17 +8,23 @@ Per runtime (runc, gVisor), side by side in one run:
 - a write (`PUT …/files/…`, which answers once every ready session of the branch has
   applied it) until the write is visible in the session;
 - an agent's edit→test turn: write a test file, then exec a small unittest, minus the
-  test's own time (the same command timed inside the sandbox, so no exec overhead).
+  test's own time (the same command timed inside the sandbox, so no exec overhead);
+- a terminal's keystroke → its echo on the browser's socket, through daphne, the runner
+  agent and the channel, interleaved with the same keystroke written straight onto the
+  channel's own socket inside the sandbox (the floor: no daphne, Redis or agent).
 
 Uses its own DATA_DIR (var/bench-sessions), Redis db 6, and its own daphne, Celery worker
 and runner agent. Goals: echo ≤ 100 ms p50 and ≤ 1.3x exec_run (aim ≤ 25 ms); resume ≤
-150 ms; write → visible ≤ 200 ms p50; an edit→test turn ≤ 150 ms of platform time.
+150 ms; write → visible ≤ 200 ms p50; an edit→test turn ≤ 150 ms of platform time;
+keystroke → echo ≤ 30 ms p50 through daphne.
 """
 
 import argparse
+import base64
 import http.client
 import json
 import os
+import socket
 import statistics
 import sys
 import time
@@ -125,11 +131,84 @@ def timed_ms(fn: Any) -> tuple[float, Any]:
     return (time.perf_counter() - start) * 1000, result
 
 
+def direct_socket(session: dict, terminal: str) -> socket.socket:
+    """The terminal's stream straight from the channel, as the runner agent opens it."""
+    from sandbox.netns import socket_in
+    from sessions.channel import CHANNEL_PORT, namespace_of
+    from sessions.models import Session
+
+    row = Session.objects.select_related("run__sandbox").get(public_id=session["id"])
+    assert row.run is not None and row.run.sandbox is not None
+    sock = socket_in(namespace_of(row.run.sandbox))
+    sock.setblocking(True)
+    sock.connect(("127.0.0.1", CHANNEL_PORT))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    request = {"op": "pty_attach", "id": terminal, "after": 1 << 40}
+    sock.sendall(json.dumps(request).encode() + b"\n")
+    return sock
+
+
+def bench_terminal(client: Client, token: str, session: dict, runs: int) -> tuple[list, list]:
+    from websockets.sync.client import connect
+
+    term = client.call("POST", f"/sessions/{session['id']}/terminals")
+    ws = connect(
+        f"ws://127.0.0.1:{PORT}/ws/terminals/{term['id']}",
+        additional_headers={
+            "Authorization": f"Bearer {token}",
+            "Origin": f"http://localhost:{PORT}",
+        },
+    )
+
+    def until_echo(char: str) -> None:
+        seen = ""
+        while char not in seen:
+            message = json.loads(ws.recv(timeout=30))
+            if message["type"] == "output":
+                seen += base64.b64decode(message["data"]).decode(errors="replace")
+
+    until_echo("$")  # the prompt: the shell is up
+    direct = direct_socket(session, term["id"])
+    reader = direct.makefile("rb")
+    reader.readline()  # its first answer
+
+    def direct_echo(char: str) -> None:
+        direct.sendall(json.dumps({"i": base64.b64encode(char.encode()).decode()}).encode() + b"\n")
+        seen = b""
+        while char.encode() not in seen:
+            line = json.loads(reader.readline())
+            seen += base64.b64decode(line.get("o") or "")
+
+    through, floor = [], []
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for i in range(runs + 3):
+        char = letters[i % len(letters)]
+        start = time.perf_counter()
+        ws.send(json.dumps({"type": "input", "data": char}))
+        until_echo(char)
+        took = (time.perf_counter() - start) * 1000
+        other = letters[(i + 13) % len(letters)]
+        took_direct, _ = timed_ms(lambda c=other: direct_echo(c))
+        # Both views see both echoes: each drains the other's before the next round.
+        until_echo(other)
+        if i >= 3:  # warm-up rounds dropped
+            through.append(took)
+            floor.append(took_direct)
+        if i % 20 == 19:
+            ws.send(json.dumps({"type": "input", "data": "\x15"}))  # ^U: a fresh line
+            until_echo("$")
+    ws.close()
+    direct.close()
+    return through, floor
+
+
 def bench_runtime(
-    client: Client, runtime: str, runs: int, resumes: int, parts: set[str]
+    client: Client, token: str, runtime: str, runs: int, resumes: int, parts: set[str]
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     session = client.session(runtime=runtime)
+    if "terminal" in parts:
+        figures["keys"] = bench_terminal(client, token, session, runs)
     container = container_of(session)
     for _ in range(3):  # warm: connections, the channel, the page cache
         client.exec(session, "echo hi")
@@ -196,6 +275,13 @@ def report(runtime: str, f: dict[str, Any]) -> None:
         ("  the test's own time (inside the sandbox)", own, ""),
         ("  platform time of the turn", platform, ""),
     ]
+    if f.get("keys"):
+        keys, floor = f["keys"]
+        keys_ratio = statistics.median(keys) / statistics.median(floor)
+        rows += [
+            ("keystroke -> echo through daphne and the agent", keys, f"{keys_ratio:6.2f}x"),
+            ("keystroke -> echo on the channel's own socket", floor, ""),
+        ]
     for label, values, extra in rows:
         if not values:
             continue
@@ -207,7 +293,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--resumes", type=int, default=8)
     parser.add_argument("--runtimes", default="runc,gvisor")
-    parser.add_argument("--parts", default="writes,resume", help="besides echo")
+    parser.add_argument("--parts", default="writes,resume,terminal", help="besides echo")
     args = parser.parse_args()
     token = setup_instance()
     procs = start_stack(PORT, DATA_DIR)
@@ -216,7 +302,7 @@ def main() -> None:
         client = Client(token)
         for runtime in args.runtimes.split(","):
             results[runtime] = bench_runtime(
-                client, runtime, args.runs, args.resumes, set(args.parts.split(","))
+                client, token, runtime, args.runs, args.resumes, set(args.parts.split(","))
             )
     finally:
         stop_all(procs)
@@ -224,7 +310,8 @@ def main() -> None:
         report(runtime, figures)
     print(
         "\ngoals: echo <= 100 ms p50 and <= 1.3x exec_run (aim <= 25 ms); resume <= 150 ms;"
-        " write -> visible <= 200 ms p50; edit->test turn <= 150 ms of platform time"
+        " write -> visible <= 200 ms p50; edit->test turn <= 150 ms of platform time;"
+        " keystroke -> echo <= 30 ms p50"
     )
 
 
