@@ -194,9 +194,6 @@ def bench_terminal(client: Client, token: str, session: dict, runs: int) -> tupl
         if i >= 3:  # warm-up rounds dropped
             through.append(took)
             floor.append(took_direct)
-        if i % 20 == 19:
-            ws.send(json.dumps({"type": "input", "data": "\x15"}))  # ^U: a fresh line
-            until_echo("$")
     ws.close()
     direct.close()
     return through, floor
