@@ -155,6 +155,8 @@ class TerminalConsumer(AccessCheckedConsumer):
         await self._attach()
 
     async def terminal_error(self, message: dict[str, Any]) -> None:
+        if message.get("code") == "busy":  # the agent let this viewer go: back on
+            await self.terminal_detached(message)
         await self.send_json(
             {"type": "error", "code": message.get("code"), "message": _said(message)}
         )
@@ -198,4 +200,6 @@ def _said(message: dict[str, Any]) -> str:
     return {
         "too_many_terminals": "The session has as many terminals as it may hold; close one.",
         "start_failed": "The shell could not start in the session's sandbox.",
+        "busy": "The session is not reading keystrokes (frozen or busy) and too many are "
+        "waiting: what you typed last was not sent. Wait a moment, then type again.",
     }.get(str(code), f"The terminal could not attach ({code}); it tries again.")

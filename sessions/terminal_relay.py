@@ -44,6 +44,7 @@ SEND_PATIENCE_S = 2.0
 READY_WAIT_S = 120.0  # a terminal opened on a starting session waits this long for it
 TOUCH_EVERY_S = 1.0
 MAX_LINE = 1 << 20
+MAX_QUEUED = 1 << 20  # keystrokes waiting for the sandbox, per viewer
 
 
 @dataclass
@@ -54,16 +55,23 @@ class Attachment:
     reply: str = ""  # the viewer's channel; "" for the recorder
     writer: asyncio.StreamWriter | None = None
     early: list[dict[str, Any]] = field(default_factory=list)  # input before it was up
+    early_bytes: int = 0
     masker: secrets.StreamMasker = field(default_factory=lambda: secrets.Masker([]).stream())
     names: list[str] = field(default_factory=list)  # the session's secrets it masks
     session_pk: int = 0
     task: "asyncio.Task[None] | None" = None
 
-    def write(self, line: dict[str, Any]) -> None:
+    def write(self, line: dict[str, Any]) -> bool:
+        """Queued for the sandbox; False when that would pass MAX_QUEUED (the session
+        not reading: attaching, or paused): the viewer is then dropped, never the host's
+        memory."""
+        data = json.dumps(line).encode() + b"\n"
         if self.writer is None:
             self.early.append(line)
-        else:
-            self.writer.write(json.dumps(line).encode() + b"\n")
+            self.early_bytes += len(data)
+            return self.early_bytes <= MAX_QUEUED
+        self.writer.write(data)
+        return self.writer.transport.get_write_buffer_size() <= MAX_QUEUED
 
 
 def _load(public_id: str) -> Terminal | None:
@@ -128,7 +136,10 @@ class TerminalRelay:
         kind, reply = message.get("type"), str(message.get("reply") or "")
         viewer = self.viewers.get(reply)
         if kind == "terminal.input" and viewer is not None:
-            viewer.write({"i": base64.b64encode(bytes(message.get("data") or b"")).decode()})
+            data = base64.b64encode(bytes(message.get("data") or b"")).decode()
+            if not viewer.write({"i": data}):
+                self._drop(reply)
+                self.engine.spawn(self.send(reply, {"type": "terminal.error", "code": "busy"}))
             self._activity(viewer)
         elif kind == "terminal.resize" and viewer is not None:
             viewer.write({"r": [int(message.get("cols") or 80), int(message.get("rows") or 24)]})
@@ -285,6 +296,7 @@ class TerminalRelay:
         for line in into.early:
             into.write(line)
         into.early.clear()
+        into.early_bytes = 0
         if into.reply:
             await self.send(into.reply, {"type": "terminal.attached", **_facts(first)})
         return reader
