@@ -2,6 +2,7 @@
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from shutil import which
 
 from playwright.sync_api import Page, sync_playwright
@@ -67,8 +68,29 @@ RUN_TIMEOUT_MS = 120_000
 
 
 def sign_in_as_carol(page, server, next_path: str) -> None:
+    sign_in_as(page, server, "carol", next_path)
+
+
+AXE = Path(__file__).parent / "vendor" / "axe.min.js"  # axe-core 4.14.1, from npm (MPL-2.0)
+
+
+def serious_violations(page: Page) -> list[dict]:
+    """What axe-core finds on the page as it stands, serious or critical only, each with
+    the first few elements it names."""
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate(
+        """async () => (await axe.run(document)).violations.map(v => ({
+            id: v.id, impact: v.impact, help: v.help,
+            nodes: v.nodes.slice(0, 5).map(n => n.target.join(" ")),
+        }))"""
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]
+
+
+def sign_in_as(page, server, username: str, next_path: str) -> None:
+    """A member of the test cast (tests.support.fixtures), signed in on the page."""
     page.goto(f"{server.url}/signin/?next={next_path}")
-    page.fill("input[name=username]", "carol")
-    page.fill("input[name=password]", "carol-password-1")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", f"{username}-password-1")
     page.click("button[type=submit]")
     page.wait_for_url(f"**{next_path}")
