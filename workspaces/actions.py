@@ -18,7 +18,7 @@ from accounts.models import Team
 from accounts.slugs import validate_slug
 from core.errors import Conflict, Invalid, NotFound
 from workspaces import config as workspace_config
-from workspaces import reviews, starters
+from workspaces import merge, reviews, starters
 from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import GitStore, check_branch_name
 from workspaces.models import Workspace
@@ -38,6 +38,9 @@ class CommitResult:
     # What follows the branch (sessions) and whether each has this commit, as the
     # branch_moved receivers reported it once the commit was made.
     followers: list[Follower] = field(default_factory=list)
+    # Paths written from an older base whose content was merged with the branch's
+    # changes since (workspaces.merge): what was committed is not what was sent.
+    merged: list[str] = field(default_factory=list)
 
 
 def create_workspace(
@@ -130,12 +133,16 @@ def commit_changes(
     message: str,
     branch: str | None = None,
     base_commit: str | None = None,
+    overwrite: str | None = None,
 ) -> CommitResult:
     """Apply every change as one commit on `branch`, or change nothing.
 
     1. Paths are validated; contents were decoded and size-checked by the caller.
-    2. Under the repository's write lock, the branch head is compared with
-       `base_commit` (409 `conflict` with the current head when it moved).
+    2. Under the repository's write lock, when the branch head has moved past
+       `base_commit`, the changes are carried onto it (workspaces.merge): what the
+       branch changed meanwhile is kept, text changes in separate places are merged,
+       and an overlap is 409 `conflict` with what the write would undo of it
+       (`overwrite`: the head whose overlaps the writer saw, and overwrites).
     3. The changes are applied to the head's tree in memory; only then are objects
        written and the branch advanced with a compare-and-swap.
     """
@@ -150,12 +157,9 @@ def commit_changes(
         head = store.branch_head(branch)
         if head is None:
             raise NotFound(f"No branch {branch!r}.", {"branch": branch}, code="branch_not_found")
+        merged = []
         if base_commit and base_commit != head:
-            raise Conflict(
-                f"The branch {branch!r} has moved since {base_commit[:12]}; reload "
-                "and apply your change to the new head.",
-                {"head": head, "base_commit": base_commit},
-            )
+            merged = merge.onto_head(store, changes, branch, base_commit, head, overwrite)
         editor = TreeEditor(store, store.commit(head).tree)
         for change in changes:
             editor.apply(change)
@@ -167,7 +171,7 @@ def commit_changes(
         sha = store.make_commit(tree, [head], author_of(actor), message)
         store.advance(branch, head, sha)
     files = sorted({c.path for c in changes} | {c.to for c in changes if c.to})
-    result = CommitResult(sha, branch, head, files)
+    result = CommitResult(sha, branch, head, files, merged=merged)
     # A broken workspace.toml is committed (the source is the user's), but said at once.
     for change in changes:
         if change.op == "write" and change.path == workspace_config.FILENAME:

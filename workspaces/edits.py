@@ -1,9 +1,10 @@
 """The page doors that change files: save, new, rename, delete, new branch.
 
-Each is one commit through `workspaces.actions`, made only while the branch is still at
-the commit the page showed (`base_commit`), so nobody's work is overwritten unseen.
-Save speaks JSON (the editor's fetch); the others are htmx forms that also work as plain
-form posts.
+Each is one commit through `workspaces.actions` from the commit the page showed
+(`base_commit`): what the branch got since is kept, a save's text is merged with it
+when they changed separate places, and an overlap is refused with what would be lost
+(workspaces.merge), so nobody's work is overwritten unseen. Save speaks JSON (the
+editor's fetch); the others are htmx forms that also work as plain form posts.
 """
 
 import json
@@ -36,7 +37,11 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 @require_POST
 @workspace_page
 def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
-    """Write the editor's text as one commit (JSON in and out, for the page's fetch)."""
+    """Write the editor's text as one commit (JSON in and out, for the page's fetch).
+
+    `base_commit` is the commit the text was opened at (a draft kept in the browser
+    keeps its own); `overwrite`, when given, is the head whose overlapping lines the
+    person saw in the refusal and chose to overwrite ("Overwrite their change")."""
     try:
         try:
             body = json.loads(request.body)
@@ -50,29 +55,43 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
                 "base_commit must be the 40-character SHA the page was loaded at.",
                 {"field": "base_commit"},
             )
+        overwrite = body.get("overwrite")
+        if overwrite is not None and not (isinstance(overwrite, str) and SHA.match(overwrite)):
+            raise Invalid(
+                "overwrite must be the 40-character SHA of the head whose changes you saw.",
+                {"field": "overwrite"},
+            )
         path = clean_path(body["path"])
         message = str(body.get("message") or "").strip() or f"Update {path}"
-        content = actions.decode_content(body["content"], "utf-8", path)
+        change = Change("write", path, actions.decode_content(body["content"], "utf-8", path))
         result = actions.commit_changes(
             workspace,
             Actor(membership.user),
-            [Change("write", path, content)],
+            [change],
             message,
             body["branch"],
             body["base_commit"],
+            overwrite,
         )
+        with open_store(workspace) as store:
+            _, blob = store.lookup(result.sha, path)
     except BerthError as e:
         return JsonResponse(e.as_dict(), status=e.status)
-    return JsonResponse(
-        {
-            "commit": result.sha,
-            "branch": result.branch,
-            "parent": result.parent,
-            "warnings": result.warnings,
-            "followers": [asdict(f) for f in result.followers],
-            "commit_url": f"{urls_of(workspace)['commits']}{result.sha}/",
-        }
-    )
+    answer = {
+        "commit": result.sha,
+        "branch": result.branch,
+        "parent": result.parent,
+        "warnings": result.warnings,
+        "followers": [asdict(f) for f in result.followers],
+        "commit_url": f"{urls_of(workspace)['commits']}{result.sha}/",
+        "merged": bool(result.merged),
+        # The saved file's blob: the base a draft typed after this save keeps.
+        "blob": blob.decode(),
+    }
+    if result.merged:
+        # What was committed: the editor shows it, their lines with the person's.
+        answer["content"] = (change.content or b"").decode("utf-8", "replace")
+    return JsonResponse(answer)
 
 
 def done(request: HttpRequest, url: str) -> HttpResponse:
@@ -141,14 +160,16 @@ def change_one_file(
 def new_file(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
         path = clean_path(data["path"])
-        # A write would silently replace an existing file. Checking at base_commit is
-        # enough: the commit is only made while the branch is still there.
+        # A write would silently replace an existing file: looked for at the branch's
+        # head, which becomes the base, so a file made after this look is an overlap
+        # (added on both) rather than emptied.
         with open_store(workspace) as store:
-            if store.branch_head(data["branch"]) == data["base_commit"]:
+            head = store.branch_head(data["branch"])
+            if head is not None:
                 try:
-                    store.lookup(data["base_commit"], path)
+                    store.lookup(head, path)
                 except NotFound:
-                    pass
+                    data["base_commit"] = head
                 else:
                     raise Conflict(
                         f"{path!r} already exists; open it from the tree.", {"path": path}

@@ -198,6 +198,14 @@ class GitStore:
         reach.complete = True
         return False
 
+    def is_base(self, sha: str) -> bool:
+        """Whether a write may start from this commit (workspaces.merge): one a branch
+        or a tag reaches, or Berth pinned; never the objects of a refused push."""
+        raw = sha.encode()
+        if raw not in self.repo.object_store or self.repo[raw].type_name != b"commit":
+            return False
+        return self.usable(sha)
+
     def _tips(self) -> frozenset[str]:
         tips = set()
         for name, value in self.repo.refs.as_dict().items():

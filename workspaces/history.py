@@ -225,3 +225,30 @@ def require_commit(store: GitStore, sha: str) -> str:
         return store.resolve(sha)
     except NotFound:
         raise NotFound(f"No commit {sha!r}.", {"sha": sha}, code="ref_not_found") from None
+
+
+def last_change(store: GitStore, base: str, head: str, path: str) -> dict[str, Any] | None:
+    """The newest commit after `base` up to `head` that touched `path`."""
+    walker = store.repo.get_walker(
+        include=[head.encode()], exclude=[base.encode()], paths=[path.encode()], max_entries=1
+    )
+    for entry in walker:
+        return commit_summary(store, entry.commit.id.decode())
+    return None
+
+
+def renames(store: GitStore, base: str, head: str, paths: list[str]) -> dict[str, str]:
+    """Where each of `paths` went between two commits, when a rename says so."""
+    wanted = {p.encode() for p in paths}
+    out: dict[str, str] = {}
+    changes = tree_changes(
+        store.repo.object_store,
+        store.commit(base).tree,
+        store.commit(head).tree,
+        rename_detector=RenameDetector(store.repo.object_store),
+    )
+    for change in changes:
+        old, new = change.old, change.new
+        if change.type == "rename" and old and new and old.path in wanted:
+            out[old.path.decode()] = new.path.decode("utf-8", "replace")
+    return out

@@ -125,8 +125,10 @@ async def write_files(
 ) -> CommitOut:
     """Write, delete and rename files as ONE commit on a branch (default: the default
     branch). Give base_commit (from read_file or a previous write) so a change made
-    meanwhile by someone else is a `conflict` instead of being overwritten. Under a
-    second. Next: run_command to test the new commit."""
+    meanwhile by someone else is never overwritten: it is kept, a file both changed in
+    separate places is merged (listed in `merged`: read it back), and a place both
+    changed is a `conflict` whose details show their lines. Under a second. Next:
+    run_command to test the new commit."""
     actor = await actor_of(ctx)
 
     def commit() -> CommitOut:

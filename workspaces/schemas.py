@@ -55,7 +55,14 @@ class CommitIn(In):
 
     branch: str | None = None
     message: str = Field(max_length=10_000)
-    base_commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    base_commit: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{40}$",
+        description="the commit the change was made from (read_file's `commit`): what "
+        "the branch got since is kept, text changed in separate places is merged, and "
+        "an overlap is 409 `conflict` with what this write would undo; without it the "
+        "write applies to the head as it is",
+    )
     changes: list[ChangeIn] = Field(max_length=1000)
 
 
@@ -68,7 +75,14 @@ class FileIn(In):
     encoding: Literal["utf-8", "base64"] = "utf-8"
     message: str | None = Field(None, max_length=10_000)
     branch: str | None = None
-    base_commit: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    base_commit: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{40}$",
+        description="the commit the change was made from (read_file's `commit`): what "
+        "the branch got since is kept, text changed in separate places is merged, and "
+        "an overlap is 409 `conflict` with what this write would undo; without it the "
+        "write applies to the head as it is",
+    )
 
 
 class BranchIn(In):
@@ -199,6 +213,11 @@ class CommitOut(Out):
         description="the live sessions following the branch, each with the write or "
         "saying when it will have it"
     )
+    merged: list[str] = Field(
+        description="files written from a base_commit the branch had moved past, whose "
+        "content was merged with the branch's changes since (read them back: what was "
+        "committed is not what was sent)",
+    )
 
     @classmethod
     def of(cls, result: CommitResult) -> "CommitOut":
@@ -209,6 +228,7 @@ class CommitOut(Out):
             files=list(result.files),
             warnings=[ErrorObject.model_validate(w) for w in result.warnings],
             followers=[FollowerOut.of(f) for f in result.followers],
+            merged=list(result.merged),
         )
 
 

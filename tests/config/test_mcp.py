@@ -16,6 +16,7 @@ from runs.models import Run
 from tests.support.mcp import Agent, connect, session
 from tests.support.servers import wait_for_async
 from workspaces import actions as workspace_actions
+from workspaces import history
 from workspaces.store import open_store
 
 pytestmark = pytest.mark.docker
@@ -231,14 +232,26 @@ def test_bad_input_and_abuse_get_clear_errors_and_change_nothing(berth_server, c
             changes=[{"op": "write", "path": "a.txt", "content": "a"}],
             base_commit=head,
         )
+        # From the same stale base: another file is carried onto the new head (a.txt
+        # stays), the same file with other content is a conflict showing theirs.
+        merged = await agent(
+            "write_files",
+            workspace="shop",
+            message="stale, elsewhere",
+            changes=[{"op": "write", "path": "b.txt", "content": "b"}],
+            base_commit=head,
+        )
+        assert merged["parent"] == ok["commit"] and merged["merged"] == []
         error = await agent.error(
             "write_files",
             workspace="shop",
             message="stale",
-            changes=[{"op": "write", "path": "b.txt", "content": "b"}],
+            changes=[{"op": "write", "path": "a.txt", "content": "not a"}],
             base_commit=head,
         )
-        assert error["code"] == "conflict" and error["details"]["head"] == ok["commit"]
+        assert error["code"] == "conflict" and error["details"]["head"] == merged["commit"]
+        assert error["details"]["files"][0]["why"] == "added"
+        assert "-a" in error["details"]["files"][0]["diff"]
         big = base64.b64encode(b"x" * (11 * 1024 * 1024)).decode()
         error = await agent.error(
             "write_files",
@@ -257,7 +270,9 @@ def test_bad_input_and_abuse_get_clear_errors_and_change_nothing(berth_server, c
     connect(berth_server, writer, bad_writes)
     with open_store(shop) as store:
         files = {e["path"] for e in store.list_dir(store.branch_head("main"), "")}
-    assert "b.txt" not in files and "big.bin" not in files and "a.txt" in files
+    assert "b.txt" in files and "big.bin" not in files and "a.txt" in files
+    with open_store(shop) as store:
+        assert history.read_file(store, store.branch_head("main"), "a.txt")["content"] == "a"
     assert not DeployRequest.objects.exists()
 
 

@@ -4,7 +4,7 @@ import base64
 
 import pytest
 
-from tests.support.api import assert_error, bearer
+from tests.support.api import Api, assert_error
 
 
 @pytest.fixture
@@ -12,27 +12,6 @@ def agent(client, cast):
     """An API client acting with carol's all-scopes token."""
     _, secret = cast.token(cast.carol)
     return Api(client, secret)
-
-
-class Api:
-    def __init__(self, client, secret: str) -> None:
-        self.client, self.headers = client, bearer(secret)
-
-    def get(self, path: str, **kw):
-        return self.client.get(f"/api/v1{path}", **self.headers, **kw)
-
-    def post(self, path: str, body):
-        return self.client.post(
-            f"/api/v1{path}", body, content_type="application/json", **self.headers
-        )
-
-    def put(self, path: str, body):
-        return self.client.put(
-            f"/api/v1{path}", body, content_type="application/json", **self.headers
-        )
-
-    def delete(self, path: str):
-        return self.client.delete(f"/api/v1{path}", **self.headers)
 
 
 @pytest.fixture
