@@ -93,9 +93,19 @@ def merge_lines(base: list[bytes], ours: list[bytes], theirs: list[bytes]) -> Me
         elif yours == was:
             lines.extend(mine)
         else:
+            # Lines both added alike at its edges are no overlap (git's zealous merge).
+            head = 0
+            while head < min(len(mine), len(yours)) and mine[head] == yours[head]:
+                head += 1
+            tail = 0
+            while tail < min(len(mine), len(yours)) - head and mine[-1 - tail] == yours[-1 - tail]:
+                tail += 1
+            lines.extend(mine[:head])
             before = lines[-CONTEXT:]
-            lines.extend(mine)
-            places.append(Place(was, mine, yours, t, len(lines), before))
+            mine_at, yours_at = mine[head : len(mine) - tail], yours[head : len(yours) - tail]
+            lines.extend(mine_at)
+            places.append(Place(was, mine_at, yours_at, t + head, len(lines), before))
+            lines.extend(mine[len(mine) - tail :])
         lines.extend(base[z_start:z_end])
         z, o, t = z_end, o_end, t_end
     for place in places:
