@@ -116,7 +116,10 @@ function create(parent, options) {
         EditorState.readOnly.of(!!opts.readOnly),
         EditorView.editable.of(!opts.readOnly),
         EditorView.updateListener.of((update) => {
-          if (update.docChanged) refreshDirty(update.state.doc);
+          if (!update.docChanged) return;
+          refreshDirty(update.state.doc);
+          // Every change (typed, pasted, undone, set): the page keeps unsaved text.
+          if (typeof opts.onDocChange === "function") opts.onDocChange();
         }),
       ],
     }),

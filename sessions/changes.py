@@ -60,8 +60,10 @@ class SessionCommit:
     followers: list[Follower] = field(default_factory=list)
 
 
-def ask_read(session: Session) -> Snapshot:
-    """A read of the session's files, for its agent to make (a frozen one resumes)."""
+def ask_read(session: Session, activity: bool = True) -> Snapshot:
+    """A read of the session's files, for its agent to make (a frozen one resumes).
+    `activity`: whether it restarts the idle clocks (a page that only looks does not:
+    it must not keep a session from freezing)."""
     require_usable(session)
     if session.state == SessionState.STARTING:
         # Its files are there once it is ready (a start may wait on admission a while).
@@ -72,7 +74,8 @@ def ask_read(session: Session) -> Snapshot:
             code="session_starting",
         )
     row = Snapshot.objects.create(session=session)
-    session.touch()
+    if activity:
+        session.touch()
     nudge(host_of(session))
     return row
 

@@ -63,6 +63,7 @@ def urls_of(workspace: Workspace) -> dict[str, str]:
         "new-file",
         "rename-file",
         "delete-file",
+        "branch-state",
         "new-branch",
         "history",
         "settings",

@@ -1,6 +1,8 @@
 // The workspace page's live activity feed: rows arrive over the team's activity
 // WebSocket (after the last one the page was rendered with) and go on top, newest
 // first, keeping the list short. Text only: nothing from the server becomes markup.
+// Each row is also told to the page as a `berth:activity` event: the editor asks then
+// what a commit did to its open files (watch.js).
 (() => {
   const section = document.querySelector("[data-activity-ws]");
   if (!section || !("WebSocket" in window)) return;
@@ -41,6 +43,7 @@
       for (const entry of message.entries) {
         list.prepend(row(entry));
         url = url.replace(/after=\d+/, `after=${entry.id}`);  // a reconnect resumes here
+        document.dispatchEvent(new CustomEvent("berth:activity", { detail: entry }));
       }
       while (list.children.length > KEEP) list.lastElementChild.remove();
       delay = 500;

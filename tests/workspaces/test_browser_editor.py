@@ -100,6 +100,8 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
         assert "moved" in page.inner_text("#save-status")
         assert "carol's line" in page.inner_text(".cm-content")
         assert page.is_visible("#dirty")
+        # Her line touches his (the line above it): an overlap, shown, not merged.
+        assert "-export const x = 2;" in page.inner_text("#overlap .diff").replace("\n", "")
 
     with open_store(workspace) as store:
         head = store.branch_head("main")
