@@ -35,6 +35,9 @@ from workspaces.store import open_store
 from workspaces.views import page_url, workspace_page
 
 RECHECK_S = 1.0  # a lost signal costs at most this
+# A page's look waits less than the API's read (SESSION_READ_WAIT_S): it holds a request
+# thread, and an agent that is busy or down is said (503) rather than waited out.
+LOOK_WAIT_S = 15
 MAX_LISTED = 500  # changed paths a page is told of
 
 
@@ -48,14 +51,24 @@ def _read_now(session: Session) -> Snapshot:
             code="session_not_ready",
         )
     row = changes.ask_read(session, activity=False)
+    seconds = min(LOOK_WAIT_S, settings.SESSION_READ_WAIT_S)
     fanout.wait(
         [group_name(session.public_id)],
         Snapshot.objects.filter(
             Q(pk=row.pk) & (~Q(state=SnapshotState.PENDING) | ~Q(session__state__in=LIVE_STATES))
         ).exists,
-        settings.SESSION_READ_WAIT_S,
+        seconds,
         RECHECK_S,
     )
+    if Snapshot.objects.filter(
+        pk=row.pk, state=SnapshotState.PENDING, session__state=SessionState.READY
+    ).exists():
+        raise BerthError(
+            f"The session's files were not read within {seconds} s (its runner agent is "
+            "busy or down); reload to try again.",
+            code="session_not_read",
+            status=503,
+        )
     return changes.read_result(row.pk)
 
 

@@ -4,6 +4,7 @@ land with a compare-and-swap on the branch, so a concurrent writer is never lost
 
 import base64
 import binascii
+import re
 import shutil
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,12 @@ def commit_changes(
     branch = branch or workspace.default_branch
     if not changes:
         raise Invalid("Give at least one change.", {"field": "changes"})
+    if base_commit and not re.fullmatch(r"[0-9a-f]{40}", base_commit):
+        raise Invalid(
+            "base_commit must be the 40-character SHA of the commit the change was made "
+            "from (read_file's `commit`).",
+            {"field": "base_commit"},
+        )
     for change in changes:
         change.path = clean_path(change.path)
         if change.op == "rename":

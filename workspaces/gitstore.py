@@ -202,7 +202,9 @@ class GitStore:
         """Whether a write may start from this commit (workspaces.merge): one a branch
         or a tag reaches, or Berth pinned; never the objects of a refused push."""
         raw = sha.encode()
-        if raw not in self.repo.object_store or self.repo[raw].type_name != b"commit":
+        if not re.fullmatch(r"[0-9a-f]{40}", sha) or raw not in self.repo.object_store:
+            return False
+        if self.repo[raw].type_name != b"commit":
             return False
         return self.usable(sha)
 

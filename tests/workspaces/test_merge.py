@@ -275,3 +275,9 @@ def test_the_branch_state_says_what_became_of_open_files(agent, carol, shop):
     assert state["open"]["content"] == edit(TEXT, l1="changed\n")
     r = carol.get(f"{PAGE}files/state/?ref=main&base=nope")
     assert r.status_code == 422 and r.json()["error"]["message"]
+
+
+def test_a_base_commit_that_is_no_sha_is_refused_on_every_write_door(agent, shop):
+    r = agent.delete("/workspaces/shop/files/notes.txt?base_commit=null")
+    error = assert_error(r, 422, "invalid")
+    assert error["details"] == {"field": "base_commit"} and file_at(head()) == TEXT
