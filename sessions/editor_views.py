@@ -9,6 +9,7 @@ not thawed for a look: its page says so).
 """
 
 import difflib
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -22,7 +23,7 @@ from accounts.models import Membership
 from core import fanout
 from core.errors import BerthError, Conflict
 from runs.outputs import flatten
-from sessions import changes
+from sessions import changes, snapstore
 from sessions.lifecycle import group_name
 from sessions.models import LIVE_STATES, Session, SessionState, Snapshot, SnapshotState
 from sessions.views import page_context, session_of, session_urls
@@ -31,7 +32,6 @@ from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_TREE, GitStore
 from workspaces.history_views import diff_lines
 from workspaces.models import Workspace
 from workspaces.paths import clean_path
-from workspaces.store import open_store
 from workspaces.views import page_url, workspace_page
 
 RECHECK_S = 1.0  # a lost signal costs at most this
@@ -72,6 +72,20 @@ def _read_now(session: Session) -> Snapshot:
     return changes.read_result(row.pk)
 
 
+def _with_read[T](session: Session, use: Callable[[Snapshot, GitStore], T]) -> T:
+    """`use` on a read made now, in its scratch store (sessions.snapstore: it sees the
+    workspace's objects too). A newer read done in between may have taken that store:
+    asked once more then, as the API's doors do (sessions.waiting.with_read)."""
+    try:
+        row = _read_now(session)
+        with snapstore.opened(row.scratch) as store:
+            return use(row, store)
+    except snapstore.ReadGone:
+        row = _read_now(session)
+        with snapstore.opened(row.scratch) as store:
+            return use(row, store)
+
+
 @require_GET
 @workspace_page
 def session_marks(
@@ -85,13 +99,18 @@ def session_marks(
         "state": session.state,
         "conflicts": sorted(session.sync_conflicts or {}),
     }
+
+    def trees(row: Snapshot, store: GitStore) -> tuple[Snapshot, dict, dict]:
+        return (
+            row,
+            flatten(store, store.commit(row.base_commit).tree),
+            flatten(store, row.tree.encode()),
+        )
+
     try:
-        row = _read_now(session)
+        row, base, ours = _with_read(session, trees)
     except BerthError as e:
         return JsonResponse({**answer, **e.as_dict()}, status=e.status)
-    with open_store(workspace) as store:
-        base = flatten(store, store.commit(row.base_commit).tree)
-        ours = flatten(store, row.tree.encode())
     # Paths only, unmasked: a signed-in member may grant any of the workspace's secrets
     # (sessions.access.covers), and a file holding one was read as its base version.
     differ = sorted(p for p in set(base) | set(ours) if base.get(p) != ours.get(p))
@@ -124,10 +143,12 @@ def session_copy(
     try:
         path = clean_path(request.GET.get("path", ""))
         ctx["path"] = path
-        row = _read_now(session)
-        with open_store(workspace) as store:
+
+        def texts(row: Snapshot, store: GitStore) -> tuple[Snapshot, str | None, str | None]:
             ours = _text_at(store, row.tree.encode(), path)
-            theirs = _text_at(store, store.commit(row.base_commit).tree, path)
+            return row, ours, _text_at(store, store.commit(row.base_commit).tree, path)
+
+        row, ours, theirs = _with_read(session, texts)
     except BerthError as e:
         ctx["error"] = e.message
         return render(request, "sessions/session_copy.html", ctx, status=e.status)

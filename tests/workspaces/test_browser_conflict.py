@@ -54,7 +54,7 @@ def test_the_second_save_sees_what_landed_and_can_save_on_top(berth_server, cast
         status = bob.inner_text("#save-status")
         assert "Not saved: main moved" in status and "Your text is still in the editor" in status
         assert "bob was here" in bob.inner_text(".cm-content") and bob.is_visible("#dirty")
-        # What overwriting would lose: carol's line (−), in place of which his goes (+).
+        # What overwriting would lose: carol's line (-), in place of which his goes (+).
         overlap = bob.locator("#overlap")
         assert overlap.is_visible()
         assert "changed the same lines of app.py" in overlap.inner_text()

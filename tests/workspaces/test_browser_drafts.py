@@ -6,6 +6,7 @@ with a word why, or kept and marked while they hold unsaved text."""
 
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from workspaces.store import open_store
 
 pytestmark = pytest.mark.browser
 
+OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
 DRAFTS = "Object.keys(localStorage).filter((k) => k.startsWith('berth.draft:'))"
 
 
@@ -121,6 +123,8 @@ def test_a_change_made_elsewhere_while_editing_is_said_and_merged_on_save(
         news.locator("text=changed on main").wait_for()
         assert "bob" in news.inner_text() and "saving merges" in news.inner_text()
         assert "(bob)" not in page.inner_text(".cm-content")
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(OUTPUT / "editor-branch-moved.png"))
 
         page.keyboard.press("Control+s")
         page.wait_for_selector("#save-status.ok")
