@@ -1,0 +1,53 @@
+"""An automated accessibility check (axe-core, in Chromium) on the pages a person works
+in all day: the workspace with a file open, a run, and a deploy's review. No serious or
+critical violation may be found on any of them."""
+
+import pytest
+
+from accounts.access import Actor
+from deploys import actions as deploys
+from logs.logstore import LogWriter
+from runs.models import Run
+from tests.support.browser import chromium_page, serious_violations, sign_in_as
+from tests.support.runs import make_run
+from workspaces import actions as workspaces
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def shop(cast):
+    return workspaces.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
+
+
+@pytest.fixture
+def ended_run(cast, shop) -> Run:
+    """A run as its runner agent leaves it: a log with both streams, and its end."""
+    run = make_run(shop, cast.carol, state="failed", reason="exit_nonzero", exit_code=1)
+    with LogWriter(run.public_id) as log:
+        log.append("stdout", b"test_app ... ok\n", None)
+        log.append("stderr", b'  File "app.py", line 3, in <module>\nNameError: x\n', None)
+    return run
+
+
+def assert_accessible(page, what: str) -> None:
+    found = serious_violations(page)
+    assert not found, f"{what}: {found}"
+
+
+def test_the_workspace_run_and_review_pages_have_no_serious_violations(
+    berth_server, cast, shop, ended_run
+):
+    asked = deploys.request_deploy(shop, Actor(cast.carol), note="ship it")
+    with chromium_page() as page:
+        sign_in_as(page, berth_server, "bob", "/t/team-a/w/shop/?path=app.py")
+        page.wait_for_selector("#editor .cm-content")
+        assert_accessible(page, "the workspace page")
+        page.goto(f"{berth_server.url}/t/team-a/w/shop/runs/{ended_run.public_id}/")
+        page.wait_for_selector(".log-lines .line")
+        assert_accessible(page, "the run page")
+        page.goto(f"{berth_server.url}/t/team-a/w/shop/deploys/{asked.public_id}/")
+        page.wait_for_selector("text=Approve and release")
+        assert_accessible(page, "the deploy review page")
