@@ -43,6 +43,7 @@ from previews.headers import (
     viewer_cookie,
 )
 from previews.lookups import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Lookups
+from previews.nav_signal import navigated
 from sandbox.netns import Namespace, connect
 
 log = logging.getLogger("berth.previews")
@@ -198,7 +199,24 @@ class Gateway:
                 return None
             if not seen[1]:
                 return APP
+            self.frame_navigation(ex, t)
         return self.admit(ex, t)
+
+    def frame_navigation(self, ex: Any, t: gate.Target) -> None:
+        """A navigation of a viewer's frame (Berth's preview pane): told to that viewer's
+        address bars, which cannot read a cross-origin frame's location themselves."""
+        if not ex.fetch_meta or ex.method != b"GET":
+            return
+        dest = mode = None
+        for key, value in ex.headers:
+            if key == b"sec-fetch-dest":
+                dest = value
+            elif key == b"sec-fetch-mode":
+                mode = value
+        if dest == b"iframe" and mode == b"navigate":
+            user = gate.cookie_user(self._viewer_value(ex.cookie))
+            if user is not None:
+                navigated(t.public_id, user, ex.target)
 
     def settled(self, ex: Any, route: Route | None) -> Settled | None:
         """What `route`, decide's for `ex`, rests on, when it leads into a sandbox and
@@ -289,6 +307,7 @@ class Gateway:
         cookie = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
         if cookie and not t.public:
             self.lookups.remember_viewer(t.public_id, cookie, True)
+            self.frame_navigation(ex, t)
         return t
 
     def frames_for(self, route: Route | None) -> bytes | None:

@@ -27,7 +27,19 @@ from sessions.models import Exec, Session, SessionState
 log = logging.getLogger(__name__)
 
 
-class ExecLogConsumer(LogConsumer):
+class HearsSession:
+    """A consumer in a session's group hears every signal sent there (its state moved,
+    a sync applied, a read of its files made): those it has no use for are ignored,
+    where Channels would otherwise end the socket for a type without a handler."""
+
+    async def session_synced(self, message: dict[str, Any]) -> None:
+        pass
+
+    async def session_snapshot(self, message: dict[str, Any]) -> None:
+        pass
+
+
+class ExecLogConsumer(HearsSession, LogConsumer):
     session_group = ""
 
     def authorise(self) -> Exec:
@@ -59,7 +71,7 @@ class ExecLogConsumer(LogConsumer):
         return Exec.objects.only(*fields).filter(public_id=self.followed_id).first()
 
 
-class SessionStateConsumer(LogConsumer):
+class SessionStateConsumer(HearsSession, LogConsumer):
     """The log door's access (who, checked again while open) and wake-ups, on the
     session's state instead of a log."""
 

@@ -29,6 +29,7 @@ from core.errors import BerthError
 from runs.consumers import after_of
 from sessions.access import access_terminal
 from sessions.actions import host_of
+from sessions.consumers import HearsSession
 from sessions.lifecycle import group_name
 from sessions.models import Terminal
 from sessions.transcripts import relay_channel
@@ -43,7 +44,7 @@ BUSY = (
 )
 
 
-class TerminalConsumer(AccessCheckedConsumer):
+class TerminalConsumer(HearsSession, AccessCheckedConsumer):
     term_id = ""
     relay = ""
     session_group = ""

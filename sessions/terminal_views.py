@@ -4,13 +4,13 @@ answer with the session's page, the terminal selected; the bytes go over its
 WebSocket (static/js/terminal.js)."""
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from accounts.access import Actor
 from accounts.models import Membership
-from core.errors import BerthError
+from core.errors import BerthError, error_body
 from sessions import terminals
 from sessions.models import Session, Terminal
 from sessions.views import session_of, session_urls
@@ -45,11 +45,29 @@ def workspace_terminal(
     """A terminal in the branch's session, opened or started again for it when needed."""
     actor = Actor(membership.user)
     ref = request.POST.get("ref") or workspace.default_branch
+    # The page's side pane asks for JSON and draws the terminal itself; without
+    # script the form goes to the session's page, the terminal selected.
+    wants_json = "application/json" in request.headers.get("Accept", "")
     try:
         session = terminals.session_for_terminal(workspace, actor, ref)
         session = session_of(membership, workspace, session.public_id, use=True)
         term = terminals.open_terminal(session, actor)
     except BerthError as e:
+        if wants_json:
+            return JsonResponse(error_body(e.code, e.message, e.details), status=e.status)
         messages.error(request, f"No terminal: {e.message}")
         return redirect(urls_of(workspace)["page"])
+    if wants_json:
+        page = session_urls(session)["page"]
+        return JsonResponse(
+            {
+                "id": term.public_id,
+                "name": term.name,
+                "socket": f"/ws/terminals/{term.public_id}",
+                "session": session.public_id,
+                "session_state": session.state,
+                "page": f"{page}?terminal={term.public_id}#terminals",
+            },
+            status=201,
+        )
     return _to(session, term)

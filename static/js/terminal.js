@@ -1,8 +1,9 @@
-// A session's terminals on its page: xterm.js (static/vendor/terminal.js) over the
-// terminal's WebSocket (sessions/terminal_consumer.py).
+// Terminals: xterm.js (static/vendor/terminal.js) over a terminal's WebSocket
+// (sessions/terminal_consumer.py), on the session page and in the workspace page's
+// side pane (static/js/panes.js), through `window.BerthTerminalView.mount`.
 //
 // The shell lives in the session's sandbox, not here: this page only shows it. At
-// load it attaches from the start of what the sandbox still keeps, so a reload
+// mount it attaches from the start of what the sandbox still keeps, so a reload
 // repaints the screen; if the socket drops (a network blip, daphne restarting) it
 // attaches again from the last `end` it was given, and gets only what it missed.
 (function () {
@@ -20,19 +21,10 @@
     4404: "This terminal is gone.",
   };
 
-  function show(section, tab) {
-    const screen = section.querySelector("[data-terminal-screen]");
-    const status = section.querySelector("[data-terminal-status]");
-    if (!screen || !window.BerthTerminal) return;
-    for (const other of section.querySelectorAll("[data-terminal]")) {
-      other.setAttribute("aria-selected", other === tab ? "true" : "false");
-    }
-    if (section.current) section.current.dispose();
+  // A terminal drawn in `screen`, talking on `socketPath`; what it has to say about
+  // its connection goes to `status`. Returns {dispose()}.
+  function mount(screen, socketPath, status) {
     screen.replaceChildren();
-    const url = new URL(location.href);
-    url.searchParams.set("terminal", tab.dataset.terminal);
-    history.replaceState(history.state, "", url);
-
     const term = new window.BerthTerminal.Terminal({
       cursorBlink: true,
       fontSize: 13,
@@ -47,21 +39,29 @@
     let socket = null;
     let retry = 0;
     let done = false;
+    let disposed = false;
 
     function say(text, error) {
       if (!status) return;
       status.textContent = text || "";
       status.classList.toggle("error", Boolean(error));
     }
+    // Keystrokes typed while the socket (re)connects wait for it, a screenful at most.
+    const waiting = [];
     function send(message) {
-      if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify(message));
+      if (socket && socket.readyState === WebSocket.OPEN) {
+        socket.send(JSON.stringify(message));
+      } else if (message.type === "input" && waiting.length < 4096) {
+        waiting.push(message);
+      }
     }
     function connect() {
       const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-      socket = new WebSocket(`${scheme}//${location.host}${tab.dataset.socket}?after=${end}`);
+      socket = new WebSocket(`${scheme}//${location.host}${socketPath}?after=${end}`);
       socket.addEventListener("open", () => {
         retry = 0;
         send({ type: "resize", cols: term.cols, rows: term.rows });
+        for (const message of waiting.splice(0)) send(message);
       });
       socket.addEventListener("message", (event) => {
         const m = JSON.parse(event.data);
@@ -81,7 +81,7 @@
         }
       });
       socket.addEventListener("close", (event) => {
-        if (done || section.current !== handle) return;
+        if (done || disposed) return;
         if (CLOSED[event.code]) {
           say(CLOSED[event.code], true);
           return;
@@ -95,16 +95,32 @@
     const observer = new ResizeObserver(() => { try { fit.fit(); } catch (e) { /* hidden */ } });
     observer.observe(screen);
     fit.fit();
-    const handle = {
+    connect();
+    term.focus();
+    return {
       dispose() {
+        disposed = true;
         observer.disconnect();
         if (socket) socket.close();
         term.dispose();
       },
     };
-    section.current = handle;
-    connect();
-    term.focus();
+  }
+
+  window.BerthTerminalView = { mount };
+
+  // The session page: its tabs, one terminal shown at a time.
+  function show(section, tab) {
+    const screen = section.querySelector("[data-terminal-screen]");
+    if (!screen || !window.BerthTerminal) return;
+    for (const other of section.querySelectorAll("[data-terminal]")) {
+      other.setAttribute("aria-selected", other === tab ? "true" : "false");
+    }
+    if (section.current) section.current.dispose();
+    const url = new URL(location.href);
+    url.searchParams.set("terminal", tab.dataset.terminal);
+    history.replaceState(history.state, "", url);
+    section.current = mount(screen, tab.dataset.socket, section.querySelector("[data-terminal-status]"));
   }
 
   document.addEventListener("DOMContentLoaded", () => {

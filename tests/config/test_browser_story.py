@@ -67,8 +67,8 @@ def test_carol_edits_saves_runs_and_previews_her_change(berth_server, run_stack,
             page.click("[data-start-preview]")
         page.wait_for_selector("#preview-status[data-state=ready]", timeout=SLOW_MS)
         page.click(".tabs a:text-is('Code')")
-        page.click(".preview-pane summary")
-        page.frame_locator(".preview-pane iframe").locator("h1", has_text="Ahoy, world!").wait_for(
+        page.click("[data-open-side-preview]")
+        page.frame_locator("#side-pane iframe").locator("h1", has_text="Ahoy, world!").wait_for(
             timeout=30_000
         )
         assert "What a stop keeps" in page.inner_text(".persists summary")

@@ -56,14 +56,39 @@ def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(
         assert "sessionid" not in headers.get("cookie", "")
         assert "berth_preview" not in headers.get("cookie", "")
 
-        # The workspace page's pane: the same frame, state and log, opened in place.
+        # The workspace page's side pane: the same frame, state and log, beside the code.
+        page.set_viewport_size({"width": 1400, "height": 900})
         page.goto(f"{berth_server.url}/t/team-a/w/probe/")
-        page.click(".preview-pane summary")
-        page.frame_locator(".preview-pane iframe").locator("h1", has_text="probe app").wait_for(
+        page.click("[data-open-side-preview]")
+        page.frame_locator("#side-pane iframe").locator("h1", has_text="probe app").wait_for(
             timeout=30_000
         )
-        assert page.inner_text(".preview-pane [data-preview-state]") == "ready"
-        page.locator(".preview-pane .log-lines", has_text="probe app listening").wait_for()
+        assert page.inner_text("#side-pane [data-preview-state]") == "ready"
+        page.locator("#side-pane .log-lines", has_text="probe app listening").wait_for()
+        # The code keeps its room: side by side, not squeezed above.
+        editor, side = page.locator(".ide-body > .pane"), page.locator("#side-pane")
+        assert editor.bounding_box()["height"] > 500 and side.bounding_box()["width"] > 280
+        # The address bar says where the app's own link took the frame, as the gateway
+        # saw it (Berth's page cannot read a cross-origin frame's location).
+        app = next(f for f in page.frames if preview.host in f.url)
+        app.evaluate("location.assign('/headers?from=the-app')")
+        page.wait_for_function(
+            "() => document.querySelector('#preview-address').value === '/headers?from=the-app'"
+        )
+        # Reload loads that same address again.
+        page.click("[data-address-reload]")
+        page.wait_for_function(
+            "() => document.querySelector('#side-pane iframe').src.includes('next=%2Fheaders')"
+        )
+        # The split is set with the keyboard and kept, with the preview, across a reload.
+        page.focus(".splitter")
+        before = int(page.get_attribute(".splitter", "aria-valuenow"))
+        page.keyboard.press("ArrowLeft")
+        wider = int(page.get_attribute(".splitter", "aria-valuenow"))
+        assert wider == before + 40
+        page.reload()
+        page.frame_locator("#side-pane iframe").locator("body").wait_for(timeout=30_000)
+        assert int(page.get_attribute(".splitter", "aria-valuenow")) == wider
 
         # Stop from the preview page: the tab now gets the typed page.
         page.goto(f"{berth_server.url}/previews/{preview.public_id}/")

@@ -9,6 +9,7 @@ channel layer.
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
@@ -18,7 +19,7 @@ from logs import logstore
 from logs.logstore import LogWriter
 from runs.secret_actions import set_secret
 from sessions.actions import exec_in
-from sessions.lifecycle import changed
+from sessions.lifecycle import changed, group_name
 from sessions.models import Exec, Session, SessionState
 from tests.support.logs import closed_with, session_cookie
 from workspaces.actions import create_workspace
@@ -176,6 +177,10 @@ def test_the_state_door_says_each_state_then_closes_at_deleted(cast, session):
         }
         await database_sync_to_async(move)(session, SessionState.READY)
         assert (await ws.receive_json_from(timeout=5))["state"] == "ready"
+        # Signals sent to the session's group that this door has no use for (a sync
+        # applied, a read of its files made): ignored, the socket goes on.
+        for kind in ("session.synced", "session.snapshot"):
+            await get_channel_layer().group_send(group_name(session.public_id), {"type": kind})
         await database_sync_to_async(move)(session, SessionState.STOPPED, "closed")
         assert await ws.receive_json_from(timeout=5) == {
             "type": "state",
