@@ -397,6 +397,7 @@ def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
             preview,
             exit_code=run.exit_code,
             run_message=run.message,
+            network_failure=run.network_failure,
             crashed=to == PreviewState.CRASHED,
             last_lines=last_lines(run),
         ),

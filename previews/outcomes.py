@@ -29,9 +29,16 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
     ports = [str(p) for p in f.get("ports") or []]
     lines = f.get("last_lines") or []
     where = " while it was serving" if f.get("crashed") else f" before it answered on port {port}"
+    offline = f.get("network_failure")
     table = {
-        "setup_failed": "The [setup] command failed, so the app never started; the log says "
-        "why. Fix [setup] in workspace.toml, then restart.",
+        "setup_failed": (
+            "The [setup] command failed on the network, so the app never started (the "
+            f"log says “{offline['evidence']}”): the sandbox reaches only what [network] "
+            f"egress lists. {offline['how_to_allow']} Then {again}."
+            if offline
+            else "The [setup] command failed, so the app never started; the log says "
+            "why. Fix [setup] in workspace.toml, then restart."
+        ),
         "process_exited": (
             f"The app exited with code {f.get('exit_code')}{where}"
             + (

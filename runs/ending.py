@@ -16,9 +16,15 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from logs import logstore
-from runs import caches, outputs, secrets
+from runs import caches, network_failure, outputs, secrets
 from runs.models import Purpose, Run
-from runs.outcomes import EXIT_EGRESS_WAIT, EXIT_NOT_FOUND, describe
+from runs.outcomes import (
+    EXIT_EGRESS_WAIT,
+    EXIT_NOT_FOUND,
+    describe,
+    how_to_allow,
+    network_message,
+)
 from runs.prepare import commit_release_image, start_main
 from sandbox import backend, diskwatch
 from sandbox.models import Sandbox
@@ -142,6 +148,14 @@ def end_run(
         **{"inodes": settings.SANDBOX_MAX_INODES, **run.limits},
     )
     fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
+    if reason in ("exit_nonzero", "setup_failed"):
+        # Read once the whole log is stored: "Fix [setup]" is the wrong advice for a
+        # step that only needed a host it was not allowed to reach.
+        offline = network_failure.find(run)
+        if offline is not None:
+            offline["how_to_allow"] = how_to_allow(offline)
+            fields["network_failure"] = offline
+            message = network_message(reason, exit_code, offline)
     if log_bytes is not None:
         fields["log_bytes"] = log_bytes
     if read_outputs and facts is not None and run.purpose == Purpose.RUN:

@@ -131,6 +131,7 @@ class Run(models.Model):
     egress_denied = models.PositiveIntegerField(default=0)
     egress_bytes_up = models.PositiveBigIntegerField(default=0)
     egress_bytes_down = models.PositiveBigIntegerField(default=0)
+    network_failure = models.JSONField(null=True, blank=True)  # runs.network_failure
     # Env values wait here, encrypted like secrets_sealed, from the request until the
     # run ends (cleared then): a run may wait in the queue for admission, long after any
     # task message could have carried them.
@@ -302,9 +303,8 @@ class Run(models.Model):
     def record_cpu(self, phase: str, used: float) -> None:
         """CPU time its `phase` container used so far; cpu_seconds sums the phases."""
         by_phase = {**self.cpu_by_phase, phase: round(used, 3)}
-        Run.objects.filter(pk=self.pk).update(
-            cpu_by_phase=by_phase, cpu_seconds=round(sum(by_phase.values()), 3)
-        )
+        total = round(sum(by_phase.values()), 3)
+        Run.objects.filter(pk=self.pk).update(cpu_by_phase=by_phase, cpu_seconds=total)
         self.cpu_by_phase = by_phase
 
     @staticmethod

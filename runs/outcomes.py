@@ -1,5 +1,7 @@
 """What each end of a run means, and what to do next."""
 
+from typing import Any
+
 from runs.models import RunState
 
 EXIT_NOT_FOUND = 127
@@ -149,3 +151,68 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
         ),
     }
     return table[reason]
+
+
+REFUSED_WORDS = {
+    "not_allowed": "it is not on the run's egress list",
+    "address_not_allowed": "its address is private, loopback or link-local, which only "
+    "the operator can allow (EGRESS_ALLOWED_ADDRESSES)",
+    "resolve_failed": "the name did not resolve from Berth's host",
+    "connect_failed": "it did not answer from Berth's host",
+}
+
+
+def how_to_allow(failure: dict[str, Any]) -> str:
+    """What lets a network failure's destinations through (runs.network_failure.find)."""
+    dests = failure["destinations"]
+    entries = ", ".join(f'"{d["entry"]}"' for d in dests) or '"<the host it needs>"'
+    outside = [d["entry"] for d in dests if not d["in_ceiling"]]
+    if outside:
+        one = len(outside) == 1
+        ceiling = (
+            f" {', '.join(outside)} {'is' if one else 'are'} outside the team's egress "
+            f"ceiling: a team admin must first add {'it' if one else 'them'} there (the "
+            "team's members page)."
+        )
+    else:
+        ceiling = (
+            " The team's egress ceiling, which a team admin sets on the team's members "
+            "page, bounds that list."
+        )
+    return f"To allow it, add {entries} to [network] egress in workspace.toml.{ceiling}"
+
+
+def network_message(reason: str, exit_code: int | None, failure: dict[str, Any]) -> str:
+    """The message of a command or [setup] step that failed on the network: what
+    showed it, and how to allow the destination."""
+    if reason == "setup_failed":
+        head = f"The [setup] command exited with code {exit_code} and the command did not run"
+        tail = " Nothing was cached."
+    else:
+        head, tail = f"The command exited with code {exit_code}", ""
+    if failure["kind"] == "egress_denied":
+        refused = "; ".join(
+            f"{d['host']}{':' + str(d['port']) if d['port'] else ''} "
+            f"({REFUSED_WORDS.get(d['refused'], d['refused'])})"
+            for d in failure["destinations"]
+            if d["refused"]
+        )
+        said = (
+            f": Berth's egress proxy refused {refused}."
+            if refused
+            else f": Berth's egress proxy refused it (the log says “{failure['evidence']}”)."
+        )
+    elif failure["kind"] == "unreachable":
+        said = (
+            f": it could not reach the network (the log says “{failure['evidence']}”). "
+            "This sandbox reaches the hosts listed in [network] egress only through "
+            "Berth's proxy (HTTP_PROXY and HTTPS_PROXY, 127.0.0.1:3128): make the tool "
+            "use it, and list the host."
+        )
+    else:
+        said = (
+            f": it tried to reach the network, and this sandbox had no network (the log "
+            f"says “{failure['evidence']}”). A sandbox reaches only the hosts its "
+            "workspace lists in [network] egress, through Berth's proxy."
+        )
+    return f"{head}{said} {failure['how_to_allow']}{tail}"

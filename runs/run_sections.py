@@ -11,6 +11,7 @@ from runs.compare import compare_runs
 from runs.models import Run
 from workspaces.history_views import diff_lines
 from workspaces.models import Workspace
+from workspaces.views import page_url
 
 HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
@@ -18,7 +19,7 @@ HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 def sections(run: Run, workspace: Workspace) -> dict[str, Any]:
     return {
         "setup": setup_section(run),
-        "network": network_section(run),
+        "network": network_section(run, workspace),
         "changes": changes_section(run),
         "artifacts": artifacts_section(run, workspace),
         "comparison": comparison_section(run, workspace),
@@ -43,7 +44,7 @@ EGRESS_REASONS = {
 EVENTS_SHOWN = 100
 
 
-def network_section(run: Run) -> dict[str, Any]:
+def network_section(run: Run, workspace: Workspace) -> dict[str, Any]:
     """The egress policy that applied and the connections tried, first ones first."""
     shown = (
         list(run.egress_events.all()[:EVENTS_SHOWN]) if run.network.get("mode") == "proxy" else []
@@ -58,6 +59,25 @@ def network_section(run: Run) -> dict[str, Any]:
         "ignored": run.network.get("ignored", []),
         "events": events,
         "more": max(0, run.egress_connections + run.egress_denied - sum(e.count for e in shown)),
+        "failure": failure_box(run, workspace),
+    }
+
+
+def failure_box(run: Run, workspace: Workspace) -> dict[str, Any] | None:
+    """A run that failed on the network: the `[network]` block that would let its
+    destinations through, beside the egress list it already had."""
+    failure = run.network_failure
+    if not failure:
+        return None
+    entries = list(run.network.get("egress", []))
+    entries += [d["entry"] for d in failure["destinations"] if d["entry"] not in entries]
+    listed = ", ".join(f'"{e}"' for e in entries) if entries else '"<the host it needs>"'
+    return {
+        **failure,
+        "toml": f"[network]\negress = [{listed}]",
+        "outside": [d["entry"] for d in failure["destinations"] if not d["in_ceiling"]],
+        "toml_url": page_url(workspace, path="workspace.toml"),
+        "members_url": reverse("members", args=[workspace.team.slug]),
     }
 
 

@@ -12,6 +12,7 @@ from core.schemas import In, Out, Timestamp
 from logs import logstore
 from runs import quotas
 from runs.models import DepCache, EgressEvent, Run, Secret
+from runs.network_failure import NetworkFailure
 from workspaces.models import ContractReview
 from workspaces.schemas import DiffStats
 
@@ -107,9 +108,7 @@ class EgressOut(Out):
     @classmethod
     def of(cls, run: Run) -> "EgressOut | None":
         """None for a run with no egress policy."""
-        if run.network.get("mode") != "proxy":
-            return None
-        return cls(**cls._totals(run))
+        return cls(**cls._totals(run)) if run.network.get("mode") == "proxy" else None
 
     @staticmethod
     def _totals(run: Run) -> dict[str, Any]:
@@ -260,6 +259,7 @@ class RunOut(Out):
     egress: EgressOut | None
     secrets: list[str]
     setup: SetupOut | None
+    network_failure: NetworkFailure | None = Field(description="it failed on the network")
     artifacts: list[ArtifactOut]
     artifacts_refused: list[RefusedOut]
     changes: RunChanges | None
@@ -325,6 +325,7 @@ def _run_fields(run: Run) -> dict[str, Any]:
         "secrets": run.secret_names,
         "contract_review": ContractDecision.of(run.contract_review),
         "setup": SetupOut.of(run),
+        "network_failure": NetworkFailure.of(run),
         "artifacts": [
             {**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}
             for a in run.artifacts
