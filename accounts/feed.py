@@ -25,6 +25,7 @@ def entry(row: Activity) -> dict[str, Any]:
         "who": row.actor_label,
         "kind": "agent" if row.token_id else ("person" if row.user_id else "system"),
         "verb": row.verb,
+        "words": row.words,
         "target": row.target,
         "workspace": row.workspace,
     }

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from accounts import verbs
 from core.ids import new_id
 
 
@@ -250,6 +251,11 @@ class Activity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_label} {self.verb} {self.target}"
+
+    @property
+    def words(self) -> str:
+        """What the verb says, for a person (accounts.verbs)."""
+        return verbs.words(self.verb)
 
     @property
     def actor_label(self) -> str:

@@ -128,6 +128,13 @@ class Release(models.Model):
     def __str__(self) -> str:
         return f"release {self.number} of {self.workspace}"
 
+    def live_before(self) -> "Release | None":
+        """The release the address served when this one switched in (None: nothing)."""
+        if self.live_at is None:
+            return None
+        earlier = Release.objects.filter(workspace_id=self.workspace_id, live_at__lt=self.live_at)
+        return earlier.order_by("-live_at").first()
+
     # Field changes of a release: each in one place, here.
 
     def attach_process(self, process: Preview) -> None:

@@ -89,7 +89,14 @@ def review_page(
 ) -> HttpResponse:
     deploy = _deploy(request, workspace, deploy_id)
     route = Route.objects.select_related("release").filter(workspace=workspace).first()
-    base = route.release.commit if route else None
+    # Once its release went live, the live commit is its own: what it shipped is the
+    # difference from the release live before it.
+    shipped = deploy.releases.filter(rollback_of=None, live_at__isnull=False).first()
+    before = shipped.live_before() if shipped else None
+    if shipped is not None:
+        base = before.commit if before else None
+    else:
+        base = route.release.commit if route else None
     with open_store(workspace) as store:
         new_tree = store.commit(deploy.commit).tree
         diff = history.diff_trees(store, store.commit(base).tree if base else None, new_tree)
@@ -115,9 +122,17 @@ def review_page(
             deploy=deploy,
             diff=diff,
             base=base,
+            shipped=shipped,
+            before=before,
             route=route,
             runs=runs,
-            failed_runs=[r for r in runs if r.state != RunState.SUCCEEDED and not r.is_active],
+            # A cancelled run says nothing about the commit: not among the failures.
+            failed_runs=[
+                r
+                for r in runs
+                if r.state not in (RunState.SUCCEEDED, RunState.CANCELLED) and not r.is_active
+            ],
+            cancelled_runs=[r for r in runs if r.state == RunState.CANCELLED],
             preview=preview,
             c=summary,
             summary=DeployOut.of(deploy),

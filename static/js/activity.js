@@ -24,8 +24,12 @@
       who.append(mark);
     }
     who.append(entry.who);
-    const verb = document.createElement("code");
-    verb.textContent = entry.verb;
+    // In words; the code stays on the row for whoever needs it (title, data-verb).
+    const verb = document.createElement("span");
+    verb.className = "verb";
+    verb.dataset.verb = entry.verb;
+    verb.title = entry.verb;
+    verb.textContent = entry.words || entry.verb;
     const time = document.createElement("time");
     time.dateTime = entry.at;
     time.textContent = entry.at.slice(11, 16);

@@ -161,7 +161,14 @@ def test_the_activity_page_says_who_did_what(signed_in, cast, client):
     alice = signed_in(cast.alice)
     alice.post(f"/t/team-a/tokens/{token.public_id}/revoke/")
     page = alice.get("/t/team-a/activity/").content.decode()
-    assert "token.created" in page and "token.revoked" in page and "member.added" in page
+    # In words, each with its code kept on the cell (data-verb and title).
+    for verb, words in [
+        ("token.created", "created an API token"),
+        ("token.revoked", "revoked an API token"),
+        ("member.added", "added a member"),
+    ]:
+        assert f'data-verb="{verb}" title="{verb}">{words}</td>' in page
+    assert "<code>token.revoked</code>" not in page
     revoked = cast.team_a.activity.get(verb="token.revoked")
     assert revoked.user == cast.alice and revoked.detail["owner"] == "carol"
     assert not cast.team_b.activity.filter(verb__startswith="token").exists()

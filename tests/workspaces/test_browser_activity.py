@@ -26,7 +26,9 @@ def test_an_agents_commit_appears_in_the_feed_while_carol_watches(berth_server, 
         page.fill("input[name=password]", "carol-password-1")
         page.click("button[type=submit]")
         page.wait_for_selector(".activity-feed .feed li.person")
-        assert "workspace.created" in page.inner_text(".activity-feed")
+        # In words; the code stays on the row.
+        assert "created a workspace" in page.inner_text(".activity-feed")
+        assert page.locator(".activity-feed .verb[data-verb='workspace.created']").count() == 1
         assert "Nothing released · Request a deploy" in page.inner_text(".ws-status")
         page.evaluate("window.notReloaded = true")
 
@@ -40,7 +42,7 @@ def test_an_agents_commit_appears_in_the_feed_while_carol_watches(berth_server, 
             assert r.status == 200
 
         newest = page.locator(".activity-feed .feed li").first
-        newest.locator("code:text-is('workspace.committed')").wait_for()
+        newest.locator(".verb[data-verb='workspace.committed']:text-is('committed')").wait_for()
         assert newest.get_attribute("class") == "agent"
         assert newest.locator(".mark").get_attribute("title") == "an agent's token"
         assert "bob agent (token of bob)" in newest.inner_text()

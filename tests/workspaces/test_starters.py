@@ -39,3 +39,13 @@ def test_the_node_starter_tests_pass(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "pass 2" in result.stdout
+
+
+@pytest.mark.parametrize("name", starters.NAMES)
+def test_each_starter_shows_the_network_block_commented_out(name):
+    """A new workspace has no network, and its workspace.toml says where to allow one."""
+    toml = starters.files(name)["workspace.toml"].decode()
+    assert config.parse(toml).egress == ()
+    assert "\n# [network]\n# egress = [" in toml and "egress ceiling" in toml
+    uncommented = toml.replace("# [network]", "[network]").replace("# egress = ", "egress = ")
+    assert config.parse(uncommented).egress

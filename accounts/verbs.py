@@ -1,0 +1,62 @@
+"""What each Activity verb says in words, for the pages (the verb itself stays the
+record's code: the API, the feed's `verb` and the pages' `data-verb` keep it)."""
+
+WORDS = {
+    "team.created": "created the team",
+    "team.policy_changed": "changed the team's policy",
+    "team.egress_ceiling_changed": "changed the team's egress ceiling",
+    "team.session_policy_changed": "changed the team's session limits",
+    "user.created": "created a user",
+    "member.added": "added a member",
+    "member.removed": "removed a member",
+    "member.role_changed": "changed a member's role",
+    "invitation.created": "invited someone",
+    "invitation.revoked": "revoked an invitation",
+    "invitation.accepted": "accepted an invitation",
+    "token.created": "created an API token",
+    "token.revoked": "revoked an API token",
+    "workspace.created": "created a workspace",
+    "workspace.deleted": "deleted a workspace",
+    "workspace.committed": "committed",
+    "workspace.policy_changed": "changed the workspace's policy",
+    "workspace.releases_visibility": "changed who may see the releases",
+    "branch.created": "created a branch",
+    "branch.deleted": "deleted a branch",
+    "git.pushed": "pushed",
+    "contract.review_opened": "asked for a contract review",
+    "contract.approved": "approved a sandbox contract",
+    "contract.rejected": "rejected a sandbox contract",
+    "secret.set": "set a secret",
+    "secret.deleted": "deleted a secret",
+    "cache.dropped": "dropped a dependency cache",
+    "run.started": "started a run",
+    "run.rerun": "re-ran a run",
+    "run.cancelled": "cancelled a run",
+    "run.changes_committed": "committed a run's changes",
+    "preview.started": "started a preview",
+    "preview.restarted": "restarted a preview",
+    "preview.stopped": "stopped a preview",
+    "preview.made_public": "made a preview public",
+    "preview.made_private": "made a preview private",
+    "deploy.requested": "asked for a deploy",
+    "deploy.approved": "approved a deploy",
+    "deploy.rejected": "rejected a deploy",
+    "deploy.cancelled": "cancelled a deploy request",
+    "deploy.live": "put a release live",
+    "deploy.rolled_back": "rolled back a release",
+    "session.opened": "opened a session",
+    "session.started": "started a session",
+    "session.stopping": "stopped a session",
+    "session.stopped": "stopped a session",
+    "session.deleted": "deleted a session",
+    "session.failed": "a session failed",
+    "session.lost": "a session was lost",
+    "session.committed": "committed a session's changes",
+    "terminal.opened": "opened a terminal",
+}
+
+
+def words(verb: str) -> str:
+    """The verb in words; one without an entry yet reads as its parts
+    ("widget.made_blue" → "widget made blue")."""
+    return WORDS.get(verb) or verb.replace(".", " ").replace("_", " ")
