@@ -13,6 +13,13 @@
   // them all would freeze. The full log stays available through the API.
   const MAX_LINES = 20000; // VIEW_LINES in runner/views.py
   const ACTIVE = ["queued", "preparing", "running"];
+  // A line that says something failed: a test runner's verdict, a traceback, an
+  // exception, a tool's error prefix.
+  const FAILURE = /^\s*(FAIL(ED)?\b|ERROR\b|Traceback \(most recent call last\)|npm ERR!|error(\[\w+\])?:|fatal:|[A-Z]\w*(Error|Exception): )|\.\.\. (FAIL|ERROR)\s*$/;
+
+  function isHealthCheck(text, path) {
+    return text.includes("berth-health-check") || text.includes(`GET ${path} HTTP/1.0`);
+  }
 
   function styled(span) {
     const s = span.style;
@@ -44,6 +51,13 @@
     const badge = scope.querySelector("[data-run-badge]");
     const jump = root.querySelector("[data-log-jump]");
     const styles = { stdout: null, stderr: null, system: null };
+    // A preview's log (`data-health-path`): the health checks of previews/probe.py are
+    // counted, not shown. They are the only HTTP/1.0 requests its app gets (the gateway
+    // forwards every viewer's as HTTP/1.1), and say berth-health-check where the app
+    // logs the user agent.
+    const healthPath = root.dataset.healthPath;
+    const healthNote = scope.querySelector("[data-health-hidden]");
+    let healthHidden = 0;
     // A long log starts near its end (`data-after`, set by the page).
     let last = parseInt(root.dataset.after || "0", 10);
     let ended = false;
@@ -86,15 +100,26 @@
       for (const entry of entries) {
         if (entry.seq <= last) continue; // a replay after reconnecting overlaps
         last = entry.seq;
+        if (healthPath !== undefined && entry.stream !== "system" && isHealthCheck(entry.text, healthPath)) {
+          healthHidden++;
+          continue;
+        }
         const row = document.createElement("div");
-        row.className = `line ${entry.stream}`;
         const parsed = window.BerthAnsi.parse(entry.text, styles[entry.stream]);
         styles[entry.stream] = parsed.style;
+        // Where a stream came from is marked quietly (stderr is where unittest reports
+        // a pass); red is kept for a line that says something failed.
+        const failure = entry.stream !== "system" && FAILURE.test(parsed.spans.map((x) => x.text).join(""));
+        row.className = `line ${entry.stream}${failure ? " failure" : ""}`;
         for (const span of parsed.spans) row.appendChild(styled(span));
         if (!row.firstChild) row.appendChild(document.createTextNode("\u200b")); // keep blank lines' height
         fragment.appendChild(row);
       }
       lines.appendChild(fragment);
+      if (healthNote && healthHidden) {
+        healthNote.hidden = false;
+        healthNote.textContent = `${healthHidden} health check${healthHidden === 1 ? "" : "s"} hidden`;
+      }
       let extra = lines.childElementCount - MAX_LINES;
       if (extra > 0) {
         if (!trimmed) {

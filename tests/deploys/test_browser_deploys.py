@@ -4,6 +4,7 @@ through the API; bob sees the badge, reviews the diff and the passing run, appro
 the release's address shows the app; carol sees what the agent and bob did."""
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -30,6 +31,19 @@ def api(server, secret: str, method: str, path: str, body: dict | None = None) -
         return json.loads(r.read())
 
 
+# Where each label's box and its words are drawn.
+BOXES_AND_WORDS = """(selector) => [...document.querySelectorAll(selector)].map((label) => {
+    const where = (r) => ({ left: r.left, right: r.right, width: r.width, middle: r.top + r.height / 2 });
+    const words = document.createRange();
+    words.selectNodeContents([...label.childNodes].find((n) => n.nodeType === 3 && n.textContent.trim()));
+    return {
+        label: label.textContent.trim(),
+        input: where(label.querySelector("input").getBoundingClientRect()),
+        words: where(words.getBoundingClientRect()),
+    };
+})"""
+
+
 def sign_in(page, server, who: str, next_path: str) -> None:
     page.goto(f"{server.url}/signin/?next={next_path}")
     page.fill("input[name=username]", who)
@@ -47,6 +61,11 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         page.fill("input[name=name]", "shipping agent")
         for scope in ("workspace:read", "run", "deploy:request"):
             page.check(f"input[value='{scope}']")
+        # Each box sits on its label's line, before its words (not above them, full width).
+        for box in page.evaluate(BOXES_AND_WORDS, "#id_scopes label"):
+            assert box["input"]["width"] < 30, box
+            assert box["input"]["right"] <= box["words"]["left"], box
+            assert abs(box["input"]["middle"] - box["words"]["middle"]) < 4, box
         page.click("text=Create token")
         secret = page.input_value("#token-value")
 
@@ -62,6 +81,16 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         until=lambda run: run["state"] not in ("queued", "preparing", "running"),
     )
     assert run["state"] == "succeeded", run
+    # Another run on the commit, cancelled: it says nothing about the commit either way.
+    stopped = api(berth_server, secret, "POST", "/workspaces/shop/runs", {"command": "sleep 60"})
+    api(berth_server, secret, "POST", f"/runs/{stopped['id']}/cancel")
+    wait_for(
+        lambda: api(berth_server, secret, "GET", f"/runs/{stopped['id']}")["state"],
+        60,
+        interval=0.2,
+        what="the second run to be cancelled",
+        until=lambda state: state == "cancelled",
+    )
     asked = api(
         berth_server, secret, "POST", "/workspaces/shop/deploys", {"note": "the greeting is ready"}
     )
@@ -78,7 +107,13 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         assert "token shipping agent" in page.inner_text("#deploy-head")
         runs = page.inner_text("#review-runs")
         assert "python3 -m unittest" in runs and "succeeded" in runs
+        # The cancelled run is not among failures: said quietly, with its link.
         assert page.locator("#failed-runs").count() == 0
+        cancelled = page.locator("#cancelled-runs")
+        assert "1 run on this commit was cancelled" in cancelled.inner_text()
+        assert cancelled.get_attribute("class") == "muted" and cancelled.locator("a").count() == 1
+        assert page.locator("#review-runs .badge.state-cancelled").count() == 1
+        assert page.locator("#review-diff h2").inner_text() == "What would ship"
         assert "app.py" in page.inner_text("#review-diff")
         page.click("#approve")
         assert "Approved: the release is being built" in page.inner_text(".messages")
@@ -97,15 +132,26 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
             what="the deploy to be live",
             until=lambda seen: seen[0] == "live",
         )
+        # Live: the page says what shipped, against what was live before (nothing).
+        diff = page.inner_text("#review-diff")
+        assert page.locator("#review-diff h2").inner_text() == "What shipped"
+        assert "Release 1 went live with this commit" in diff
+        assert "Nothing was live before it: every file was new" in diff
+        changed = re.search(r"(\d+) files? changed", diff)
+        assert changed and int(changed.group(1)) > 0 and "app.py" in diff
         page.goto(f"http://shop--team-a.apps.localhost:{berth_server.gateway_port}/")
         assert page.inner_text("h1") == "Hello, world!"
 
     with chromium_page() as page:
         sign_in(page, berth_server, "carol", "/t/team-a/activity/")
         table = page.inner_text("table")
-        assert "shipping agent (token of carol)" in table and "deploy.requested" in table
-        rows = [r for r in table.splitlines() if "deploy.approved" in r]
+        # In words, each code kept on its cell.
+        assert "shipping agent (token of carol)" in table and "asked for a deploy" in table
+        rows = [r for r in table.splitlines() if "approved a deploy" in r]
         assert rows and rows[0].split("\t")[1] == "bob"
+        approved = page.locator("td.verb[data-verb='deploy.approved']").first
+        assert approved.get_attribute("title") == "deploy.approved"
+        assert "deploy.approved" not in table and page.locator("table code").count() == 0
         OUTPUT.mkdir(parents=True, exist_ok=True)
         page.goto(f"{berth_server.url}/t/team-a/w/shop/deploys/")
         assert "Release 1" in page.inner_text("#live-release")
