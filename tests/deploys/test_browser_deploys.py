@@ -33,9 +33,12 @@ def api(server, secret: str, method: str, path: str, body: dict | None = None) -
 
 # Where each label's box and its words are drawn.
 BOXES_AND_WORDS = """(selector) => [...document.querySelectorAll(selector)].map((label) => {
-    const where = (r) => ({ left: r.left, right: r.right, width: r.width, middle: r.top + r.height / 2 });
+    const where = (r) => ({
+        left: r.left, right: r.right, width: r.width, middle: r.top + r.height / 2,
+    });
+    const text = [...label.childNodes].find((n) => n.nodeType === 3 && n.textContent.trim());
     const words = document.createRange();
-    words.selectNodeContents([...label.childNodes].find((n) => n.nodeType === 3 && n.textContent.trim()));
+    words.selectNodeContents(text);
     return {
         label: label.textContent.trim(),
         input: where(label.querySelector("input").getBoundingClientRect()),
