@@ -165,9 +165,14 @@ REFUSED_WORDS = {
 def how_to_allow(failure: dict[str, Any]) -> str:
     """What lets a network failure's destinations through (runs.network_failure.find)."""
     dests = failure["destinations"]
-    entries = ", ".join(f'"{d["entry"]}"' for d in dests) or '"<the host it needs>"'
+    entries = ", ".join(f'"{d["entry"]}"' for d in dests) or "the host it needs"
     outside = [d["entry"] for d in dests if not d["in_ceiling"]]
-    if outside:
+    if not dests:
+        ceiling = (
+            " The team's egress ceiling must allow it too: a team admin sets it on the "
+            "team's members page."
+        )
+    elif outside:
         one = len(outside) == 1
         ceiling = (
             f" {', '.join(outside)} {'is' if one else 'are'} outside the team's egress "

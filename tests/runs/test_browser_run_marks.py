@@ -76,6 +76,7 @@ def test_a_run_without_network_says_so_and_shows_the_block_to_add(
         box = page.locator("#network-failure")
         assert box.get_attribute("data-kind") == "no_network"
         assert "No network in the sandbox." in box.inner_text()
+        assert "The team's egress ceiling must allow the host too" in box.inner_text()
         # Nothing named a host: the block says where one goes.
         assert page.inner_text(".network-toml") == '[network]\negress = ["<the host it needs>"]'
         assert box.locator("a", has_text="workspace.toml").get_attribute("href") == (

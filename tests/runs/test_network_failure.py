@@ -42,7 +42,8 @@ def test_a_command_without_network_says_so_and_how_to_allow_it(agent, berth_serv
     message = done["message"]
     assert message.startswith("The command exited with code 1: it tried to reach the network")
     assert "this sandbox had no network" in message and failure["evidence"] in message
-    assert "[network] egress in workspace.toml" in message and "egress ceiling" in message
+    assert "add the host it needs to [network] egress in workspace.toml" in message
+    assert "The team's egress ceiling must allow it too" in message
     assert failure["how_to_allow"] in message
 
     # One contract: an agent over MCP reads the same finding.
