@@ -53,7 +53,8 @@ HOST_IN_LINE = re.compile(
     r"|(?:ENOTFOUND|EAI_AGAIN)\s+(?P<b>[A-Za-z0-9.-]+)"
     r"|host='(?P<c>[A-Za-z0-9.-]+)'"
     r"|Temporary failure resolving '(?P<d>[A-Za-z0-9.-]+)'"
-    r"|lookup (?P<e>[A-Za-z0-9.-]+)(?: on [^:]+)?: "
+    r"|lookup (?P<e>[A-Za-z0-9.-]+)(?: on \S+)?: "
+    r"|unable to resolve host address '(?P<g>[A-Za-z0-9.-]+)'"
     r"|(?P<f>[A-Za-z0-9.-]+):\d+ is not on this sandbox's egress allowlist"
 )
 # A host that is never enough alone: pip finds its files on another.
@@ -88,10 +89,8 @@ def find(run: Run) -> dict[str, Any] | None:
     for host, port, reason in refused:
         if host and (host, port, reason) not in hosts:
             hosts.append((host, port, reason))
-    if evidence and (named := HOST_IN_LINE.search(evidence)):
-        host = next(g for g in named.groups() if g).lower().rstrip(".")
-        if all(h != host for h, _, _ in hosts):
-            hosts.append((host, None, ""))
+    if evidence and (host := host_named(evidence)) and all(h != host for h, _, _ in hosts):
+        hosts.append((host, None, ""))
     for host, extra in COMPANIONS.items():
         if any(h == host for h, _, _ in hosts):
             hosts += [(e, None, "") for e in extra if all(h != e for h, _, _ in hosts)]
@@ -118,19 +117,25 @@ def _destination(host: str, port: int | None, refused: str, ceiling: list[str]) 
     return {"host": host, "port": port, "refused": refused, "entry": entry, "in_ceiling": inside}
 
 
+def says_no_network(line: str) -> bool:
+    """Whether a line of output is a tool saying it could not reach the network."""
+    signs = [m.group(0) for m in SIGNS.finditer(line)]
+    return bool(signs) and not (
+        LOOPBACK.search(line) and all(LOCAL_SIGNS.fullmatch(s) for s in signs)
+    )
+
+
+def host_named(line: str) -> str | None:
+    named = HOST_IN_LINE.search(line)
+    return next(g for g in named.groups() if g).lower().rstrip(".") if named else None
+
+
 def _log_sign(run_id: str) -> str | None:
     count = logstore.count(run_id)
     entries = logstore.read(run_id, max(0, count - TAIL), TAIL)
     for entry in reversed(entries):
-        if entry["stream"] == "system":
-            continue
-        text = entry["text"]
-        signs = [m.group(0) for m in SIGNS.finditer(text)]
-        if not signs:
-            continue
-        if LOOPBACK.search(text) and all(LOCAL_SIGNS.fullmatch(s) for s in signs):
-            continue
-        return text.strip()[:LINE_MAX]
+        if entry["stream"] != "system" and says_no_network(entry["text"]):
+            return entry["text"].strip()[:LINE_MAX]
     return None
 
 
