@@ -89,10 +89,10 @@ def find(run: Run) -> dict[str, Any] | None:
     for host, port, reason in refused:
         if host and (host, port, reason) not in hosts:
             hosts.append((host, port, reason))
-    if evidence and (host := host_named(evidence)) and all(h != host for h, _, _ in hosts):
-        hosts.append((host, None, ""))
-    for host, extra in COMPANIONS.items():
-        if any(h == host for h, _, _ in hosts):
+    if evidence and (named := host_named(evidence)) and all(h != named for h, _, _ in hosts):
+        hosts.append((named, None, ""))
+    for main, extra in COMPANIONS.items():
+        if any(h == main for h, _, _ in hosts):
             hosts += [(e, None, "") for e in extra if all(h != e for h, _, _ in hosts)]
     if refused or (evidence and PROXY_REFUSAL.search(evidence)):
         kind = "egress_denied"
