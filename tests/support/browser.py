@@ -7,6 +7,9 @@ from shutil import which
 
 from playwright.sync_api import Page, sync_playwright
 
+# Screenshots the browser tests take (the README's come from here), kept after a run.
+OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
