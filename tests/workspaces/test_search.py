@@ -187,3 +187,27 @@ def test_an_agent_searches_through_mcp_with_the_same_answers_and_errors(berth_se
         assert error["code"] == "not_found"
 
     connect(berth_server, outsider, stranger)
+
+
+def test_the_pages_search_panel_and_quick_open_list_read_the_same_commit(signed_in, cast, shop):
+    carol = signed_in(cast.carol)
+    url = "/t/team-a/w/shop/search/?q=greeting&ref=main"
+    partial = carol.get(url, HTTP_HX_REQUEST="true")
+    assert partial.status_code == 200 and "Vary" in partial and "HX-Request" in partial["Vary"]
+    html = partial.content.decode()
+    assert "<html" not in html
+    assert 'href="/t/team-a/w/shop/?ref=main&amp;path=app.py&amp;line=9"' in html
+    assert "<mark>greeting</mark>" in html and "logo.png" in html  # named as skipped
+    page = carol.get(url)
+    assert page.status_code == 200 and "<html" in page.content.decode()
+
+    bad = carol.get("/t/team-a/w/shop/search/?q=(&regex=1", HTTP_HX_REQUEST="true")
+    assert bad.status_code == 422 and 'data-code="invalid_regex"' in bad.content.decode()
+
+    listed = carol.get("/t/team-a/w/shop/files/all/?ref=main").json()
+    assert listed["truncated"] is False and len(listed["commit"]) == 40
+    assert {"app.py", "docs/guide.md", "src/lib/util.py", "link-to-app"} <= set(listed["paths"])
+
+    charlie = signed_in(cast.charlie)
+    assert charlie.get(url).status_code == 404
+    assert charlie.get("/t/team-a/w/shop/files/all/").status_code == 404
