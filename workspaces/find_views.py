@@ -22,9 +22,7 @@ from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
 
 @require_GET
 @workspace_page
-def search_page(
-    request: HttpRequest, membership: Membership, workspace: Workspace
-) -> HttpResponse:
+def search_page(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     """`q`, `ref`, `regex`, `case`, `paths`: the API's search. Bad input is the
     panel's message (422), never an error page."""
     ref = request.GET.get("ref") or workspace.default_branch
