@@ -91,20 +91,18 @@
       item.id = `quick-open-${i}`;
       item.setAttribute("role", "option");
       item.setAttribute("aria-selected", String(i === active));
-      const link = document.createElement("a");
-      link.href = quick.dataset.pageUrl + encodeURIComponent(path);
-      link.tabIndex = -1;
+      // An option holds no link (no control inside a control); choosing it navigates.
+      item.dataset.href = quick.dataset.pageUrl + encodeURIComponent(path);
       const slash = path.lastIndexOf("/");
       const name = document.createElement("strong");
       name.textContent = path.slice(slash + 1);
-      link.append(name);
+      item.append(name);
       if (slash > 0) {
         const folder = document.createElement("span");
-        folder.className = "muted";
+        folder.className = "folder";
         folder.textContent = " " + path.slice(0, slash);
-        link.append(folder);
+        item.append(folder);
       }
-      item.append(link);
       return item;
     }));
     if (hits.length) input.setAttribute("aria-activedescendant", `quick-open-${active}`);
@@ -152,13 +150,15 @@
         quick.querySelector(`#quick-open-${active}`)?.scrollIntoView({ block: "nearest" });
       } else if (event.key === "Enter") {
         event.preventDefault();
-        const link = quick.querySelector(`#quick-open-${active} a`);
-        if (link) location.assign(link.href);
+        const option = quick.querySelector(`#quick-open-${active}`);
+        if (option) location.assign(option.dataset.href);
       }
     });
-    // A click outside the box closes it.
+    // A click on an option opens its file; one outside the box closes it.
     quick.addEventListener("click", (event) => {
-      if (event.target === quick) quick.close();
+      const option = event.target.closest("[role=option]");
+      if (option) location.assign(option.dataset.href);
+      else if (event.target === quick) quick.close();
     });
   }
 

@@ -5,7 +5,12 @@ path that opens the file at its line."""
 import pytest
 
 from accounts.access import Actor
-from tests.support.browser import RUN_TIMEOUT_MS, chromium_page, sign_in_as_carol
+from tests.support.browser import (
+    RUN_TIMEOUT_MS,
+    chromium_page,
+    serious_violations,
+    sign_in_as_carol,
+)
 from workspaces import actions
 from workspaces.changes import Change
 
@@ -35,6 +40,11 @@ def shop(cast):
     return workspace
 
 
+def assert_accessible(page, within: str) -> None:
+    found = serious_violations(page, within)
+    assert not found, found
+
+
 def cursor_line(page) -> int:
     return page.evaluate(
         "() => { const s = window.berthEditor.view.state;"
@@ -61,6 +71,7 @@ def test_the_search_panel_finds_lines_and_opens_the_file_at_the_line(berth_serve
         assert "3 lines in 2 files" in page.inner_text(".search-summary")
         assert page.locator("#search-results mark").first.inner_text() == "greeting"
         assert "logo.png" in page.text_content(".search-skipped")  # folded, named
+        assert_accessible(page, "#search-panel")
 
         # A bad regex is the panel's message, with its code.
         page.check("#search-panel input[name=regex]")
@@ -92,6 +103,7 @@ def test_quick_open_finds_a_file_by_part_of_its_path(berth_server, cast, shop):
         )
         assert options.first.inner_text().startswith("util.py")
         assert options.first.get_attribute("aria-selected") == "true"
+        assert_accessible(page, "#quick-open")
         page.keyboard.press("Backspace")
         page.keyboard.press("Backspace")
         page.keyboard.press("Backspace")
@@ -122,6 +134,7 @@ def test_the_shortcut_sheet_opens_with_a_question_mark_outside_text(berth_server
         sheet = page.inner_text("#shortcuts")
         for key in ("Ctrl", "P", "Enter", "Shift", "Esc"):
             assert key in sheet
+        assert_accessible(page, "#shortcuts")
         page.keyboard.press("Escape")
         page.wait_for_selector("#shortcuts:not([open])", state="attached")
         page.click("[data-shortcuts]")  # the button says the same
