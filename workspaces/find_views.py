@@ -89,7 +89,8 @@ def file_paths(request: HttpRequest, membership: Membership, workspace: Workspac
         with open_store(workspace) as store:
             commit = store.resolve(ref)
             check_tree(store.repo.object_store, store.commit(commit).tree, names=False)
-            paths, truncated = [], False
+            paths: list[str] = []
+            truncated = False
             for path, mode, _ in store.walk(commit):
                 if mode == MODE_SUBMODULE:
                     continue
