@@ -262,7 +262,7 @@ def _lines(pattern: Any, text: str, path: str, deadline: float, limit: int, foun
     """Append the file's matching lines to `found` (up to `limit` in all); how many.
     A TimeoutError from the pattern ends the search (search catches it)."""
     count, pos, line, counted_to = 0, 0, 1, 0
-    while pos <= len(text) and len(found.matches) < limit:
+    while pos < len(text) and len(found.matches) < limit:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
