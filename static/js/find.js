@@ -168,7 +168,9 @@
     const mod = event.ctrlKey || event.metaKey;
     const key = event.key.toLowerCase();
     let act = null;
-    if (mod && !event.shiftKey && !event.altKey && key === "p" && quick) act = openQuick;
+    // In a terminal, Ctrl+P is the shell's (previous command); ⌘+P still opens files.
+    const shell = event.ctrlKey && event.target.closest && event.target.closest(".xterm");
+    if (mod && !event.shiftKey && !event.altKey && key === "p" && quick && !shell) act = openQuick;
     else if (mod && event.shiftKey && !event.altKey && key === "f" && panel) act = openSearch;
     else if (event.key === "?" && !mod && !event.altKey && sheet && !typing(event.target) && !sheet.open) {
       act = () => sheet.showModal();
