@@ -46,7 +46,7 @@
     const styles = { stdout: null, stderr: null, system: null };
     // Paths in tracebacks link to the workspace's file (source_links.js), where known.
     const links = window.BerthSourceLinks;
-    const sourceBase = links ? links.baseOf(root) : "";
+    const sourceBase = links ? links.baseOf(root) : null;
     // A long log starts near its end (`data-after`, set by the page).
     let last = parseInt(root.dataset.after || "0", 10);
     let ended = false;

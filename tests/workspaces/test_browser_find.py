@@ -1,10 +1,12 @@
 """Finding things on the workspace page, in a real Chromium: the search panel, quick open
 (Ctrl-P), the shortcut sheet (?), Ctrl-Enter from inside the editor, and a traceback's
-path that opens the file at its line."""
+path, in a run's log or a session's exec log, that opens the file at its line."""
 
 import pytest
 
 from accounts.access import Actor
+from logs.logstore import LogWriter
+from sessions.models import Exec, Session, SessionPolicy, SessionState
 from tests.support.browser import (
     RUN_TIMEOUT_MS,
     chromium_page,
@@ -13,6 +15,7 @@ from tests.support.browser import (
 )
 from workspaces import actions
 from workspaces.changes import Change
+from workspaces.store import open_store
 
 pytestmark = pytest.mark.browser
 
@@ -175,3 +178,38 @@ def test_ctrl_enter_in_the_editor_runs_and_a_traceback_opens_the_file_at_its_lin
         page.wait_for_function("window.berthEditor && document.activeElement.closest('.cm-editor')")
         assert cursor_line(page) == 2
         assert "raise ValueError" in page.inner_text(".cm-activeLine")
+
+
+def test_a_sessions_exec_log_links_paths_from_its_working_directory(berth_server, cast, shop):
+    with open_store(shop) as store:
+        head = store.branch_head("main")
+    session = Session.objects.create(
+        workspace=shop,
+        ref="main",
+        base_commit=head,
+        runtime="runc",
+        state=SessionState.STOPPED,
+        requested_by=cast.carol,
+        **{k: v for k, v in SessionPolicy.defaults().items() if k != "max_sessions"},
+    )
+    row = Exec.objects.create(
+        session=session, command="python3 x.py", cwd="/workspace/src", timeout_s=60
+    )
+    with LogWriter(row.public_id) as log:
+        log.append("stderr", b'  File "/workspace/app.py", line 8, in <module>\n', None)
+        log.append("stderr", b"lib/util.py:2: in helper\n", None)
+        log.append("stderr", b"../app.py:1: above the workspace's folder: text\n", None)
+    row.mark_running(1)
+    row.finish("exit_nonzero", "The command exited with code 1.", exit_code=1)
+    with chromium_page() as page:
+        sign_in_as_carol(page, berth_server, f"/t/team-a/w/shop/sessions/{session.public_id}/")
+        links = page.locator(".exec a.source-link")
+        links.first.wait_for()
+        assert [a.get_attribute("href") for a in links.all()] == [
+            "/t/team-a/w/shop/?ref=main&path=app.py&line=8",
+            "/t/team-a/w/shop/?ref=main&path=src%2Flib%2Futil.py&line=2",
+        ]
+        links.nth(1).click()
+        page.wait_for_url("**/w/shop/?ref=main&path=src%2Flib%2Futil.py&line=2")
+        page.wait_for_function("window.berthEditor && document.activeElement.closest('.cm-editor')")
+        assert cursor_line(page) == 2
