@@ -44,6 +44,9 @@
     const badge = scope.querySelector("[data-run-badge]");
     const jump = root.querySelector("[data-log-jump]");
     const styles = { stdout: null, stderr: null, system: null };
+    // Paths in tracebacks link to the workspace's file (source_links.js), where known.
+    const links = window.BerthSourceLinks;
+    const sourceBase = links ? links.baseOf(root) : null;
     // A long log starts near its end (`data-after`, set by the page).
     let last = parseInt(root.dataset.after || "0", 10);
     let ended = false;
@@ -92,6 +95,8 @@
         styles[entry.stream] = parsed.style;
         for (const span of parsed.spans) row.appendChild(styled(span));
         if (!row.firstChild) row.appendChild(document.createTextNode("\u200b")); // keep blank lines' height
+        else if (sourceBase && entry.stream !== "system") links.link(row, sourceBase);
+        row.dataset.linked = "1";
         fragment.appendChild(row);
       }
       lines.appendChild(fragment);
