@@ -199,6 +199,41 @@ class RunLogConsumer(LogConsumer):
         return Run.objects.only(*fields).filter(public_id=self.followed_id).first()
 
 
+class StateConsumer(LogConsumer):
+    """The log door's access (who, checked again while open) and wake-ups, on the state
+    of what it follows instead of a log: sends `{"type": "state", ...}` (`state_now`)
+    at once and again at each change, for a page to update itself; once the state is
+    one of `final_states` (nothing more will change) it closes. Its group's signals are
+    only wake-ups: the row is read again, and every RECHECK_S anyway."""
+
+    final_states: tuple[str, ...] = ()
+    last: dict[str, Any] | None = None
+
+    def state_now(self) -> dict[str, Any] | None:
+        """`{"state": ..., ...}` as stored now (None once it is gone)."""
+        raise NotImplementedError
+
+    async def pump(self) -> None:
+        try:
+            while True:
+                self.wake.clear()
+                now = await database_sync_to_async(self.state_now)()
+                if now is None:
+                    await self.close(code=4404)
+                    return
+                if now != self.last:
+                    self.last = now
+                    await self.send_json({"type": "state", **now})
+                if now["state"] in self.final_states:
+                    await self.close()
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), RECHECK_S)
+        except Exception:
+            log.exception("following the state of %s failed", self.followed_id)
+            await self.close(code=1011)
+
+
 def after_of(query_string: bytes) -> int:
     values = parse_qs(query_string.decode("latin-1")).get("after", ["0"])
     try:

@@ -12,19 +12,14 @@ it closes. The keeper and the lifecycle signal each move to the session's group
 (sessions.lifecycle.group_name); a signal is only a wake-up, the row is read again.
 """
 
-import asyncio
-import contextlib
-import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
 
-from runs.consumers import RECHECK_S, LogConsumer
+from runs.consumers import LogConsumer, StateConsumer
 from sessions.access import access_exec, access_session
 from sessions.lifecycle import group_name
 from sessions.models import Exec, Session, SessionState
-
-log = logging.getLogger(__name__)
 
 
 class HearsSession:
@@ -71,11 +66,8 @@ class ExecLogConsumer(HearsSession, LogConsumer):
         return Exec.objects.only(*fields).filter(public_id=self.followed_id).first()
 
 
-class SessionStateConsumer(HearsSession, LogConsumer):
-    """The log door's access (who, checked again while open) and wake-ups, on the
-    session's state instead of a log."""
-
-    last: tuple[str, str] | None = None
+class SessionStateConsumer(HearsSession, StateConsumer):
+    final_states = (SessionState.DELETED,)  # its last state
 
     def authorise(self) -> Session:
         """Its state is for whoever may see the session (as `GET /sessions/{id}`), even
@@ -91,26 +83,5 @@ class SessionStateConsumer(HearsSession, LogConsumer):
     async def session_changed(self, message: dict[str, Any]) -> None:
         self.wake.set()  # only a wake-up: the state is read from the database
 
-    async def pump(self) -> None:
-        try:
-            while True:
-                self.wake.clear()
-                now = await database_sync_to_async(self.state_now)()
-                if now is None:
-                    await self.close(code=4404)
-                    return
-                if now != self.last:
-                    self.last = now
-                    await self.send_json({"type": "state", "state": now[0], "reason": now[1]})
-                if now[0] == SessionState.DELETED:
-                    await self.close()  # its last state: nothing more will change
-                    return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), RECHECK_S)
-        except Exception:
-            log.exception("following the state of session %s failed", self.followed_id)
-            await self.close(code=1011)
-
-    def state_now(self) -> tuple[str, str] | None:
-        row = Session.objects.filter(public_id=self.followed_id).values("state", "reason").first()
-        return (row["state"], row["reason"]) if row else None
+    def state_now(self) -> dict[str, Any] | None:
+        return Session.objects.filter(public_id=self.followed_id).values("state", "reason").first()

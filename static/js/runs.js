@@ -202,6 +202,7 @@
     (scope || document).querySelectorAll("[data-run-log]").forEach(mount);
   }
 
+  window.BerthRunLog = { mount };
   document.addEventListener("DOMContentLoaded", () => mountAll(document));
   // htmx swaps: a run started from the dock brings its viewer; a refreshed status may
   // show the run ended.
