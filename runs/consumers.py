@@ -2,7 +2,7 @@
 (a preview's and a session exec's are the same door, in their rooms).
 
 Sends `{"type": "entries", "entries": [{seq, stream, text}], "next"}` from the cursor
-on, then `{"type": "end", state, reason, exit_code}` once what the log belongs to has
+on, then `{"type": "end", state, reason, exit_code, message}` once what the log belongs to has
 ended and every entry is sent, and closes. Refusals close with 4000 + the HTTP status
 the API would answer (4404 for a run the caller may not see, whoever's it is), and so
 does a socket whose access goes while it is open (accounts.socket_access: 4401 for a
@@ -47,6 +47,7 @@ class Followed(Owner, Protocol):
     state: str
     reason: str
     exit_code: int | None
+    message: str
 
     @property
     def is_active(self) -> bool: ...
@@ -146,6 +147,7 @@ class LogConsumer(AccessCheckedConsumer):
                             "state": owner.state,
                             "reason": owner.reason,
                             "exit_code": owner.exit_code,
+                            "message": owner.message,
                         }
                     )
                     await self.close()
@@ -195,7 +197,7 @@ class RunLogConsumer(LogConsumer):
     def reload(self) -> Run | None:
         # The log followed is a run's (for a preview: its current process's, as
         # `authorise` found it at connect).
-        fields = ("public_id", "state", "reason", "exit_code")
+        fields = ("public_id", "state", "reason", "exit_code", "message")
         return Run.objects.only(*fields).filter(public_id=self.followed_id).first()
 
 

@@ -2,7 +2,7 @@
 
 `/ws/execs/<id>/logs?after=<seq>` is a run's log door (runs.consumers.LogConsumer) on
 the exec's log: the same messages, then `{"type": "end", "state": "ended", reason,
-exit_code}`. Its access is the exec's (sessions.access.access_exec): another team's
+exit_code, message}`. Its access is the exec's (sessions.access.access_exec): another team's
 closes 4404, and a session whose execs were granted secrets needs an actor whose
 grants cover them (4403), checked again when a later exec grants the session another.
 
@@ -62,7 +62,7 @@ class ExecLogConsumer(HearsSession, LogConsumer):
         await super().disconnect(code)
 
     def reload(self) -> Exec | None:
-        fields = ("public_id", "state", "reason", "exit_code")
+        fields = ("public_id", "state", "reason", "exit_code", "message")
         return Exec.objects.only(*fields).filter(public_id=self.followed_id).first()
 
 
