@@ -6,6 +6,7 @@ closes 4404), checked again while open. Every move signals the deploy's group
 (DeployRequest.move); a signal is only a wake-up, the row is read again.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from deploys.access import access_deploy
@@ -28,7 +29,7 @@ class DeployStateConsumer(StateConsumer):
     async def deploy_moved(self, message: dict[str, Any]) -> None:
         self.wake.set()
 
-    def state_now(self) -> dict[str, Any] | None:
+    def state_now(self) -> Mapping[str, Any] | None:
         return (
             DeployRequest.objects.filter(public_id=self.followed_id)
             .values("state", "reason")

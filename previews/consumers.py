@@ -10,6 +10,7 @@ workspace page's pane to update itself. Every move is signalled to the preview's
 group (previews.actions); a signal is only a wake-up, the row is read again.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from core.errors import NotFound
@@ -53,7 +54,7 @@ class PreviewStateConsumer(PreviewAccess, StateConsumer):
     async def preview_moved(self, message: dict[str, Any]) -> None:
         self.wake.set()
 
-    def state_now(self) -> dict[str, Any] | None:
+    def state_now(self) -> Mapping[str, Any] | None:
         row = (
             Preview.objects.filter(public_id=self.followed_id)
             .values("state", "reason", "run__public_id")

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -209,9 +210,9 @@ class StateConsumer(LogConsumer):
     only wake-ups: the row is read again, and every RECHECK_S anyway."""
 
     final_states: tuple[str, ...] = ()
-    last: dict[str, Any] | None = None
+    last: Mapping[str, Any] | None = None
 
-    def state_now(self) -> dict[str, Any] | None:
+    def state_now(self) -> Mapping[str, Any] | None:
         """`{"state": ..., ...}` as stored now (None once it is gone)."""
         raise NotImplementedError
 

@@ -12,9 +12,8 @@ it closes. The keeper and the lifecycle signal each move to the session's group
 (sessions.lifecycle.group_name); a signal is only a wake-up, the row is read again.
 """
 
+from collections.abc import Mapping
 from typing import Any
-
-from channels.db import database_sync_to_async
 
 from runs.consumers import LogConsumer, StateConsumer
 from sessions.access import access_exec, access_session
@@ -83,5 +82,5 @@ class SessionStateConsumer(HearsSession, StateConsumer):
     async def session_changed(self, message: dict[str, Any]) -> None:
         self.wake.set()  # only a wake-up: the state is read from the database
 
-    def state_now(self) -> dict[str, Any] | None:
+    def state_now(self) -> Mapping[str, Any] | None:
         return Session.objects.filter(public_id=self.followed_id).values("state", "reason").first()

@@ -101,7 +101,7 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         assert page.inner_text("#deploy-state") == "live", page.inner_text("#deploy-head")
         assert page.evaluate("window.notReloaded") is True
         seen = page.evaluate("window.statesSeen")
-        assert "live" == seen[-1] and set(seen) <= {"approved", "building", "releasing", "live"}
+        assert seen[-1] == "live" and set(seen) <= {"approved", "building", "releasing", "live"}
         assert "building" in seen, seen
         assert "apps.localhost" in page.inner_text("#deploy-live")
         page.goto(f"http://shop--team-a.apps.localhost:{berth_server.gateway_port}/")
