@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workspaces import branch_watch, edits, history_views, review_views, views
+from workspaces import branch_watch, edits, find_views, history_views, review_views, views
 
 W = "t/<slug:team>/w/<slug:slug>/"
 
@@ -13,6 +13,8 @@ urlpatterns = [
     path(W + "files/rename/", edits.rename_file, name="workspace-rename-file"),
     path(W + "files/delete/", edits.delete_file, name="workspace-delete-file"),
     path(W + "files/state/", branch_watch.branch_state, name="workspace-branch-state"),
+    path(W + "files/all/", find_views.file_paths, name="workspace-file-paths"),
+    path(W + "search/", find_views.search_page, name="workspace-search"),
     path(W + "branches/new/", edits.new_branch, name="workspace-new-branch"),
     path(W + "history/", history_views.history_page, name="workspace-history"),
     path(W + "commits/<str:sha>/", history_views.commit_page, name="workspace-commit"),
