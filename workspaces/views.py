@@ -63,6 +63,8 @@ def urls_of(workspace: Workspace) -> dict[str, str]:
         "new-file",
         "rename-file",
         "delete-file",
+        "rename-folder",
+        "delete-folder",
         "branch-state",
         "new-branch",
         "history",
@@ -242,6 +244,8 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
         "missing": missing,
         "entries": entries,
         "readme": shown,
+        # The page shows a folder (not the root): it may be renamed or deleted.
+        "is_folder": bool(path) and file is None and not missing,
         "readme_max": settings.WORKSPACE_README_MAX_BYTES,
         "clone_url": clone_url(request, workspace),
         "activity": recent_activity(workspace),

@@ -1,0 +1,76 @@
+"""Folders in the browser: renamed and deleted from the folder's page, each one commit
+on the branch through the same write path as files."""
+
+import pytest
+from playwright.sync_api import expect
+
+from accounts.access import Actor
+from core.errors import NotFound
+from tests.support.browser import chromium_page, sign_in_as
+from workspaces import actions
+from workspaces.changes import Change
+from workspaces.store import open_store
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def shop(cast):
+    workspace = actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
+    actions.commit_changes(
+        workspace,
+        Actor(cast.alice),
+        [Change("write", "docs/a.md", b"A\n"), Change("write", "docs/deep/b.md", b"B\n")],
+        "Docs",
+    )
+    return workspace
+
+
+def head_and_paths(workspace) -> tuple[str, str, set[str]]:
+    with open_store(workspace) as store:
+        head = store.branch_head("main")
+        assert head
+        names = {e["path"] for e in store.list_dir(head, "")}
+        return head, store.commit(head).message.decode().strip(), names
+
+
+def test_a_folder_is_renamed_then_deleted_from_its_page(berth_server, cast, shop):
+    before, _, _ = head_and_paths(shop)
+    with chromium_page() as page:
+        sign_in_as(page, berth_server, "carol", "/t/team-a/w/shop/")
+        page.locator(".tree a.dir-page[data-path='docs']").click()
+        page.wait_for_url("**path=docs")
+
+        page.get_by_role("button", name="Rename folder").click()
+        dialog = page.locator("#rename-folder")
+        dialog.get_by_label("New path").fill("guides")
+        dialog.get_by_role("button", name="Rename").click()
+        page.wait_for_url("**path=guides")
+        expect(page.locator(".messages")).to_contain_text("Rename folder docs to guides")
+        expect(page.locator(".tree summary .name", has_text="guides")).to_be_visible()
+        renamed, message, names = head_and_paths(shop)
+        assert message == "Rename folder docs to guides"
+        assert "guides" in names and "docs" not in names
+        with open_store(shop) as store:
+            assert store.commit(renamed).parents == [before.encode()]  # one commit
+            store.lookup(renamed, "guides/deep/b.md")
+
+        # A path the rules refuse is said in the dialog; nothing is committed.
+        page.get_by_role("button", name="Rename folder").click()
+        dialog.get_by_label("New path").fill(".git")
+        dialog.get_by_role("button", name="Rename").click()
+        expect(dialog.locator(".form-error")).to_contain_text(".git")
+        assert head_and_paths(shop)[0] == renamed
+        dialog.get_by_role("button", name="Cancel").click()
+
+        page.get_by_role("button", name="Delete folder").click()
+        page.locator("#delete-folder").get_by_role("button", name="Delete folder").click()
+        expect(page.locator(".messages")).to_contain_text("Delete folder guides")
+        deleted, message, names = head_and_paths(shop)
+        assert message == "Delete folder guides" and "guides" not in names
+        with open_store(shop) as store:
+            assert store.commit(deleted).parents == [renamed.encode()]
+            with pytest.raises(NotFound):
+                store.lookup(deleted, "guides/a.md")
