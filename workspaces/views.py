@@ -65,6 +65,7 @@ def urls_of(workspace: Workspace) -> dict[str, str]:
         "delete-file",
         "rename-folder",
         "delete-folder",
+        "upload",
         "branch-state",
         "new-branch",
         "history",
@@ -247,6 +248,11 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
         # The page shows a folder (not the root): it may be renamed or deleted.
         "is_folder": bool(path) and file is None and not missing,
         "readme_max": settings.WORKSPACE_README_MAX_BYTES,
+        "upload_caps": {
+            "file": settings.WORKSPACE_MAX_FILE_BYTES,
+            "body": settings.MAX_REQUEST_BODY,
+            "files": settings.WORKSPACE_MAX_UPLOAD_FILES,
+        },
         "clone_url": clone_url(request, workspace),
         "activity": recent_activity(workspace),
         "retention_days": settings.RUN_RETENTION_DAYS,

@@ -74,3 +74,44 @@ def test_a_folder_is_renamed_then_deleted_from_its_page(berth_server, cast, shop
             assert store.commit(deleted).parents == [renamed.encode()]
             with pytest.raises(NotFound):
                 store.lookup(deleted, "guides/a.md")
+
+
+DROP = """async ([selector, files]) => {
+    const transfer = new DataTransfer();
+    for (const [name, size, text] of files) {
+        transfer.items.add(new File([text !== null ? text : new Uint8Array(size)], name));
+    }
+    const target = document.querySelector(selector);
+    for (const type of ["dragenter", "dragover", "drop"]) {
+        const init = {bubbles: true, cancelable: true, dataTransfer: transfer};
+        target.dispatchEvent(new DragEvent(type, init));
+    }
+}"""
+
+
+def test_files_dropped_on_a_folder_are_one_commit_and_an_oversize_one_is_refused(
+    berth_server, cast, shop
+):
+    before, _, _ = head_and_paths(shop)
+    with chromium_page() as page:
+        sign_in_as(page, berth_server, "carol", "/t/team-a/w/shop/")
+        page.wait_for_selector(".tree a.dir-page[data-path='docs']")
+        # A file past the cap: refused with its typed error, nothing sent or committed.
+        big = [["big.bin", 11 * 1024 * 1024, None]]
+        page.evaluate(DROP, [".tree a.dir-page[data-path='docs']", big])
+        status = page.locator("[data-upload-status]")
+        expect(status).to_contain_text("file_too_large")
+        expect(status).to_contain_text("'big.bin' is 11.0 MB")
+        assert head_and_paths(shop)[0] == before
+
+        files = [["notes.txt", 0, "hello\n"], ["data.csv", 0, "a,b\n1,2\n"]]
+        page.evaluate(DROP, [".tree a.dir-page[data-path='docs']", files])
+        page.wait_for_url("**path=docs")
+        expect(page.locator(".messages")).to_contain_text("Upload 2 files to docs")
+        after, message, _ = head_and_paths(shop)
+        assert message == "Upload 2 files to docs"
+        with open_store(shop) as store:
+            assert store.commit(after).parents == [before.encode()]  # one commit
+            for path, text in (("docs/notes.txt", b"hello\n"), ("docs/data.csv", b"a,b\n1,2\n")):
+                _, blob = store.lookup(after, path)
+                assert store.blob(blob) == text
