@@ -51,15 +51,41 @@
     return null;
   }
 
-  async function upload(files, folder) {
-    if (!files.length) return;
+  // A dropped folder: its files with their paths below the drop, walked until there are
+  // more than an upload may hold (the refusal then says so).
+  async function walk(entries) {
+    const found = [];
+    const queue = entries.map((entry) => [entry, ""]);
+    while (queue.length && found.length <= caps.files) {
+      const [entry, prefix] = queue.shift();
+      if (entry.isFile) {
+        const file = await new Promise((ok, fail) => entry.file(ok, fail));
+        found.push({ file, path: prefix + entry.name });
+      } else if (entry.isDirectory) {
+        const reader = entry.createReader();
+        for (;;) {
+          const batch = await new Promise((ok, fail) => reader.readEntries(ok, fail));
+          if (!batch.length) break;
+          for (const child of batch) queue.push([child, `${prefix}${entry.name}/`]);
+        }
+      }
+    }
+    return found;
+  }
+
+  async function upload(items, folder) {
+    if (!items.length) return;
+    const files = items.map((item) => item.file);
     const early = refused(files);
     if (early) return say(`${early.message} (${early.code})`, true);
     const body = new FormData();
     body.append("branch", pane.dataset.branch);
     body.append("base_commit", pane.dataset.baseCommit);
     body.append("folder", folder);
-    for (const file of files) body.append("files", file, file.name);
+    for (const item of items) {
+      body.append("files", item.file, item.file.name);
+      body.append("paths", item.path);
+    }
     say(`Uploading ${files.length} file(s) to ${folder || "the root folder"}…`);
     let answer;
     try {
@@ -107,17 +133,29 @@
     depth -= 1;
     if (depth <= 0) clear();
   });
-  pane.addEventListener("drop", (event) => {
+  pane.addEventListener("drop", async (event) => {
     if (!event.dataTransfer || !event.dataTransfer.files.length) return;
     event.preventDefault();
     const folder = folderAt(event.target);
     clear();
-    upload(Array.from(event.dataTransfer.files), folder);
+    const entries = Array.from(event.dataTransfer.items || [])
+      .map((item) => (item.webkitGetAsEntry ? item.webkitGetAsEntry() : null));
+    let items;
+    if (entries.length && entries.every(Boolean) && entries.some((entry) => entry.isDirectory)) {
+      try {
+        items = await walk(entries);
+      } catch {
+        return say("Could not read the dropped folder; nothing was uploaded.", true);
+      }
+    } else {
+      items = Array.from(event.dataTransfer.files).map((file) => ({ file, path: file.name }));
+    }
+    upload(items, folder);
   });
 
   pane.querySelector("[data-upload-pick]").addEventListener("click", () => input.click());
   input.addEventListener("change", () => {
-    upload(Array.from(input.files), pane.dataset.folder || "");
+    upload(Array.from(input.files).map((file) => ({ file, path: file.name })), pane.dataset.folder || "");
     input.value = "";
   });
 })();

@@ -115,3 +115,11 @@ def test_files_dropped_on_a_folder_are_one_commit_and_an_oversize_one_is_refused
             for path, text in (("docs/notes.txt", b"hello\n"), ("docs/data.csv", b"a,b\n1,2\n")):
                 _, blob = store.lookup(after, path)
                 assert store.blob(blob) == text
+
+        # Without a mouse: the Upload button picks files for the folder the page shows.
+        with page.expect_file_chooser() as chooser:
+            page.get_by_role("button", name="Upload").press("Enter")
+        picked = {"name": "picked.txt", "mimeType": "text/plain", "buffer": b"picked\n"}
+        chooser.value.set_files(files=[picked])
+        expect(page.locator(".messages")).to_contain_text("Upload docs/picked.txt")
+        assert head_and_paths(shop)[1] == "Upload docs/picked.txt"
