@@ -66,3 +66,37 @@ def test_the_workspace_run_and_review_pages_have_no_serious_violations(
         page.goto(f"{berth_server.url}/t/team-a/w/shop/deploys/{asked.public_id}/")
         page.wait_for_selector("text=Approve and release")
         assert_accessible(page, f"the deploy review page ({scheme})")
+
+
+# The team's and the workspace's other pages, each read in both schemes.
+OTHER_PAGES = [
+    "/t/team-a/",
+    "/t/team-a/activity/",
+    "/t/team-a/members/",
+    "/t/team-a/tokens/",
+    "/t/team-a/usage/",
+    "/t/team-a/w/shop/history/",
+    "/t/team-a/w/shop/settings/",
+    "/t/team-a/w/shop/runs/",
+    "/t/team-a/w/shop/sessions/",
+    "/t/team-a/w/shop/deploys/",
+    "/t/team-a/w/shop/contract-reviews/",
+]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_other_page_reads_in_both_schemes(berth_server, cast, shop, scheme):
+    found = {}
+    with chromium_page() as page:
+        page.emulate_media(color_scheme=scheme)
+        page.goto(f"{berth_server.url}/signin/")
+        page.wait_for_selector("input[name=username]")
+        if violations := serious_violations(page):
+            found["/signin/"] = violations
+        sign_in_as(page, berth_server, "alice", "/t/team-a/")
+        for path in OTHER_PAGES:
+            page.goto(f"{berth_server.url}{path}")
+            page.wait_for_load_state("networkidle")
+            if violations := serious_violations(page):
+                found[path] = violations
+    assert not found, found
