@@ -6,6 +6,7 @@ from django.conf import settings
 
 from accounts.routing import websocket_urlpatterns as activity_websockets
 from config.mcp import PATHS, mcp_app
+from deploys.routing import websocket_urlpatterns as deploy_websockets
 from previews.decide import decider
 from previews.gate import from_gateway
 from previews.routing import websocket_urlpatterns as preview_websockets
@@ -17,6 +18,7 @@ websocket_urlpatterns: list[Any] = [
     *runner_websockets,
     *session_websockets,
     *preview_websockets,
+    *deploy_websockets,
     *activity_websockets,
 ]
 

@@ -275,6 +275,16 @@ WORKSPACE_README_MAX_BYTES = envint("WORKSPACE_README_MAX_KB", 256) * 1024
 # (workspaces.treesize): checked on every door that makes a commit and at hydration.
 WORKSPACE_MAX_TREE_ENTRIES = envint("WORKSPACE_MAX_TREE_ENTRIES", 100_000)
 WORKSPACE_MAX_TREE_BYTES = envint("WORKSPACE_MAX_TREE_MB", 2048) * 1024 * 1024
+# Search over a commit (workspaces.search): what one search may cost, whatever is asked.
+# Files past SEARCH_MAX_FILE_KB are skipped and named; a search stops (and says so) at
+# SEARCH_MAX_MATCHES lines, SEARCH_MAX_SCAN_MB read or SEARCH_TIME_S, a regex included.
+SEARCH_MAX_QUERY_CHARS = envint("SEARCH_MAX_QUERY_CHARS", 256)
+SEARCH_MAX_FILE_BYTES = envint("SEARCH_MAX_FILE_KB", 1024) * 1024
+SEARCH_MAX_MATCHES = envint("SEARCH_MAX_MATCHES", 500)
+SEARCH_MAX_SCAN_BYTES = envint("SEARCH_MAX_SCAN_MB", 256) * 1024 * 1024
+SEARCH_TIME_S = float(os.environ.get("SEARCH_TIME_S", "5"))
+# Quick open (Ctrl/⌘-P) lists at most this many paths of a commit.
+QUICK_OPEN_MAX_PATHS = envint("QUICK_OPEN_MAX_PATHS", 50_000)
 
 # Runs: the operator's maxima (workspace.toml values above are clamped with a warning,
 # API values above are refused), fixed sandbox limits, and the images runs may use.

@@ -5,10 +5,11 @@ switched in, and earlier releases stay for rollback."""
 from datetime import datetime
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 from accounts.models import ApiToken
+from core import fanout
 from core.ids import new_id
 from previews.models import Preview
 from runs.models import Run
@@ -30,6 +31,19 @@ class DeployState(models.TextChoices):
 
 PENDING = (DeployState.REQUESTED,)
 IN_FLIGHT = (DeployState.APPROVED, DeployState.BUILDING, DeployState.RELEASING)
+# No move leaves these.
+FINAL_STATES = (
+    DeployState.REJECTED,
+    DeployState.CANCELLED,
+    DeployState.FAILED,
+    DeployState.SUPERSEDED,
+    DeployState.ROLLED_BACK,
+)
+
+
+def moves_group(public_id: str) -> str:
+    """The channel-layer group told of each move of a deploy request."""
+    return f"deploy_moves_{public_id}"
 
 
 class DeployRequest(models.Model):
@@ -79,6 +93,10 @@ class DeployRequest(models.Model):
         )
         if updated:
             self.refresh_from_db()
+            # Its review page updates itself (deploys.consumers); after commit, so the
+            # page reads the new state.
+            group = moves_group(self.public_id)
+            transaction.on_commit(lambda: fanout.group_send(group, {"type": "deploy.moved"}))
         return bool(updated)
 
 

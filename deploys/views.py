@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
 from accounts.access import Actor
@@ -18,7 +19,7 @@ from accounts.models import Membership
 from core.errors import BerthError, NotFound
 from deploys import actions
 from deploys.access import access_deploy
-from deploys.models import PENDING, DeployRequest, Release, Route
+from deploys.models import IN_FLIGHT, PENDING, DeployRequest, Release, Route
 from deploys.schemas import DeployOut
 from previews.models import LIVE_STATES, Preview
 from runs.models import Purpose, Run, RunState
@@ -26,7 +27,7 @@ from workspaces import history
 from workspaces.history_views import diff_lines
 from workspaces.models import Workspace
 from workspaces.store import open_store
-from workspaces.views import clone_url, urls_of, workspace_page
+from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -105,9 +106,11 @@ def review_page(
         workspace=workspace, commit=deploy.commit, kind="preview", state__in=LIVE_STATES
     ).first()
     summary["when"] = datetime.fromtimestamp(summary["authored_at"], tz=UTC)
-    return render(
+    # htmx: the head alone, asked for again at each move of the deploy (its socket).
+    template = "deploys/review.html#deploy-head" if is_htmx(request) else "deploys/review.html"
+    response = render(
         request,
-        "deploys/review.html",
+        template,
         _page(
             membership,
             workspace,
@@ -127,8 +130,11 @@ def review_page(
                 deploy.requested_by_id != membership.user_id or workspace.team.allow_self_approval
             ),
             own=deploy.requested_by_id == membership.user_id,
+            in_flight=IN_FLIGHT,
         ),
     )
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 def _back(workspace: Workspace, deploy: DeployRequest) -> str:

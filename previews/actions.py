@@ -81,6 +81,7 @@ def start_preview(
         preview.save()
         make_room(preview)
         _new_process(preview, actor, review)
+        _signal_moved([preview.public_id])
         record(
             workspace.team,
             actor,
@@ -214,6 +215,7 @@ def stop_preview(
                 {"state": preview.state},
             )
         _end_process(preview, who)
+        _signal_moved([preview.public_id])
         record(
             preview.workspace.team,
             actor,
@@ -256,6 +258,7 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
         if not preview.is_live:
             make_room(preview)
         _new_process(preview, actor, review)
+        _signal_moved([preview.public_id])
         record(
             preview.workspace.team,
             actor,
@@ -287,6 +290,12 @@ def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
 def visibility_changed(public_ids: list[str]) -> None:
     """After commit, the open WebSockets of these previews (or release processes)
     check their viewers again (previews.tunnel_access)."""
+    _signal_moved(public_ids)
+
+
+def _signal_moved(public_ids: list[str]) -> None:
+    """After commit, wake whoever waits on these previews: requests the proxy holds,
+    open WebSockets into them, the pages showing their state (previews.consumers)."""
 
     def send() -> None:
         for public_id in public_ids:

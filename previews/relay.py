@@ -368,12 +368,16 @@ class Client(Answering, Repeating, asyncio.Protocol):
         except NamespaceGone:
             assert route.target is not None and route.target.ns is not None
             self.gw.forget_namespace(route.target.ns)
+            # The gateway's view of a preview lags its state by up to
+            # lookups.TARGET_TTL_S (a frame reloaded at the crash gets here): the page
+            # looks again in a second, when the state, read afresh, says why it ended.
             self._answer(
                 ex,
                 503,
                 "preview_stopped",
                 "The preview's sandbox is gone; it is stopping.",
                 title="This preview is stopping",
+                refresh=True,
             )
             return
         except (OSError, TimeoutError):

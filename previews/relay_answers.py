@@ -232,9 +232,11 @@ class Answering:
         message: str,
         title: str = "",
         queued: bool = True,
+        refresh: bool = False,
     ) -> None:
-        """The gateway's own answer (the API's error shape, or a page for a browser);
-        it ends the connection when the request's body was not read to its end."""
+        """The gateway's own answer (the API's error shape, or a page for a browser,
+        which loads itself again after a second with `refresh`); it ends the
+        connection when the request's body was not read to its end."""
         if ex.upstream is not None:
             ex.upstream.ex = None
             ex.upstream.close()
@@ -246,6 +248,7 @@ class Answering:
             title=title,
             # A refused upgrade is read by a script, not shown: the error shape.
             json_wanted=ex.upgrade or pages.wants_json(dict(ex.headers)),
+            refresh=refresh,
         )
         if not ex.ended or not ex.keep_alive or ex.upgrade:
             self.close_after = True

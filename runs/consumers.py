@@ -2,7 +2,7 @@
 (a preview's and a session exec's are the same door, in their rooms).
 
 Sends `{"type": "entries", "entries": [{seq, stream, text}], "next"}` from the cursor
-on, then `{"type": "end", state, reason, exit_code}` once what the log belongs to has
+on, then `{"type": "end", state, reason, exit_code, message}` once what the log belongs to has
 ended and every entry is sent, and closes. Refusals close with 4000 + the HTTP status
 the API would answer (4404 for a run the caller may not see, whoever's it is), and so
 does a socket whose access goes while it is open (accounts.socket_access: 4401 for a
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
@@ -47,6 +48,7 @@ class Followed(Owner, Protocol):
     state: str
     reason: str
     exit_code: int | None
+    message: str
 
     @property
     def is_active(self) -> bool: ...
@@ -146,6 +148,7 @@ class LogConsumer(AccessCheckedConsumer):
                             "state": owner.state,
                             "reason": owner.reason,
                             "exit_code": owner.exit_code,
+                            "message": owner.message,
                         }
                     )
                     await self.close()
@@ -195,8 +198,43 @@ class RunLogConsumer(LogConsumer):
     def reload(self) -> Run | None:
         # The log followed is a run's (for a preview: its current process's, as
         # `authorise` found it at connect).
-        fields = ("public_id", "state", "reason", "exit_code")
+        fields = ("public_id", "state", "reason", "exit_code", "message")
         return Run.objects.only(*fields).filter(public_id=self.followed_id).first()
+
+
+class StateConsumer(LogConsumer):
+    """The log door's access (who, checked again while open) and wake-ups, on the state
+    of what it follows instead of a log: sends `{"type": "state", ...}` (`state_now`)
+    at once and again at each change, for a page to update itself; once the state is
+    one of `final_states` (nothing more will change) it closes. Its group's signals are
+    only wake-ups: the row is read again, and every RECHECK_S anyway."""
+
+    final_states: tuple[str, ...] = ()
+    last: Mapping[str, Any] | None = None
+
+    def state_now(self) -> Mapping[str, Any] | None:
+        """`{"state": ..., ...}` as stored now (None once it is gone)."""
+        raise NotImplementedError
+
+    async def pump(self) -> None:
+        try:
+            while True:
+                self.wake.clear()
+                now = await database_sync_to_async(self.state_now)()
+                if now is None:
+                    await self.close(code=4404)
+                    return
+                if now != self.last:
+                    self.last = now
+                    await self.send_json({"type": "state", **now})
+                if now["state"] in self.final_states:
+                    await self.close()
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), RECHECK_S)
+        except Exception:
+            log.exception("following the state of %s failed", self.followed_id)
+            await self.close(code=1011)
 
 
 def after_of(query_string: bytes) -> int:

@@ -184,6 +184,7 @@ def run_context(
         "isolation": isolation_rows(run.isolation),
         "who": requested_by(run),
         "total": took(run.queued_at, run.finished_at or timezone.now()),
+        "elapsed_s": int(((run.finished_at or timezone.now()) - run.queued_at).total_seconds()),
         "ws_path": f"/ws/runs/{run.public_id}/logs",
         **sections(run, workspace),
         "rerun_error": rerun_error,

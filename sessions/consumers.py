@@ -2,7 +2,7 @@
 
 `/ws/execs/<id>/logs?after=<seq>` is a run's log door (runs.consumers.LogConsumer) on
 the exec's log: the same messages, then `{"type": "end", "state": "ended", reason,
-exit_code}`. Its access is the exec's (sessions.access.access_exec): another team's
+exit_code, message}`. Its access is the exec's (sessions.access.access_exec): another team's
 closes 4404, and a session whose execs were granted secrets needs an actor whose
 grants cover them (4403), checked again when a later exec grants the session another.
 
@@ -12,19 +12,13 @@ it closes. The keeper and the lifecycle signal each move to the session's group
 (sessions.lifecycle.group_name); a signal is only a wake-up, the row is read again.
 """
 
-import asyncio
-import contextlib
-import logging
+from collections.abc import Mapping
 from typing import Any
 
-from channels.db import database_sync_to_async
-
-from runs.consumers import RECHECK_S, LogConsumer
+from runs.consumers import LogConsumer, StateConsumer
 from sessions.access import access_exec, access_session
 from sessions.lifecycle import group_name
 from sessions.models import Exec, Session, SessionState
-
-log = logging.getLogger(__name__)
 
 
 class HearsSession:
@@ -67,15 +61,12 @@ class ExecLogConsumer(HearsSession, LogConsumer):
         await super().disconnect(code)
 
     def reload(self) -> Exec | None:
-        fields = ("public_id", "state", "reason", "exit_code")
+        fields = ("public_id", "state", "reason", "exit_code", "message")
         return Exec.objects.only(*fields).filter(public_id=self.followed_id).first()
 
 
-class SessionStateConsumer(HearsSession, LogConsumer):
-    """The log door's access (who, checked again while open) and wake-ups, on the
-    session's state instead of a log."""
-
-    last: tuple[str, str] | None = None
+class SessionStateConsumer(HearsSession, StateConsumer):
+    final_states = (SessionState.DELETED,)  # its last state
 
     def authorise(self) -> Session:
         """Its state is for whoever may see the session (as `GET /sessions/{id}`), even
@@ -91,26 +82,5 @@ class SessionStateConsumer(HearsSession, LogConsumer):
     async def session_changed(self, message: dict[str, Any]) -> None:
         self.wake.set()  # only a wake-up: the state is read from the database
 
-    async def pump(self) -> None:
-        try:
-            while True:
-                self.wake.clear()
-                now = await database_sync_to_async(self.state_now)()
-                if now is None:
-                    await self.close(code=4404)
-                    return
-                if now != self.last:
-                    self.last = now
-                    await self.send_json({"type": "state", "state": now[0], "reason": now[1]})
-                if now[0] == SessionState.DELETED:
-                    await self.close()  # its last state: nothing more will change
-                    return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), RECHECK_S)
-        except Exception:
-            log.exception("following the state of session %s failed", self.followed_id)
-            await self.close(code=1011)
-
-    def state_now(self) -> tuple[str, str] | None:
-        row = Session.objects.filter(public_id=self.followed_id).values("state", "reason").first()
-        return (row["state"], row["reason"]) if row else None
+    def state_now(self) -> Mapping[str, Any] | None:
+        return Session.objects.filter(public_id=self.followed_id).values("state", "reason").first()

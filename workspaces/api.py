@@ -7,7 +7,7 @@ from accounts.access import Actor
 from accounts.models import Membership, Role
 from core.errors import Forbidden, Invalid
 from core.schemas import answers
-from workspaces import actions, history
+from workspaces import actions, history, search
 from workspaces.access import access_workspace
 from workspaces.changes import Change
 from workspaces.models import Workspace
@@ -24,6 +24,7 @@ from workspaces.schemas import (
     FileOut,
     FolderRenameIn,
     HistoryOut,
+    SearchOut,
     TreeOut,
     WorkspaceIn,
     WorkspaceOut,
@@ -155,6 +156,35 @@ def read_file(
         response["Content-Disposition"] = "attachment"
         return response
     return FileOut.model_validate(info)
+
+
+@router.get(
+    "/workspaces/{slug}/search",
+    response=answers(SearchOut, 403, 404, 413, 422),
+    summary="Search the files of a commit",
+    description="Literal text by default, a regular expression with `regex=true`; `case` "
+    "smart (insensitive unless the query has a capital), sensitive or insensitive; `paths`: "
+    "comma-separated globs (`*.py`, `src/`, `docs/**/*.md`). One line per match, in tree "
+    "order. Binary files and files past `limits.max_file_bytes` are skipped and named; a "
+    "search stops at `limit` lines, its scan bound or its time bound with `truncated`.",
+)
+def search_files(
+    request: HttpRequest,
+    slug: str,
+    q: str,
+    ref: str | None = None,
+    regex: bool = False,
+    case: search.Case = "smart",
+    paths: str | None = None,
+    limit: int | None = None,
+) -> SearchOut:
+    w = workspace_for(request, slug, "workspace:read")
+    query = search.Query(q, regex, case, paths, limit)
+    search.compile_query(query)  # bad input is 422 before the repository is opened
+    with open_store(w) as store:
+        commit = store.resolve(ref or w.default_branch)
+        found = search.search(store, commit, query)
+    return SearchOut.model_validate({"ref": ref or w.default_branch, **found})
 
 
 @router.put(

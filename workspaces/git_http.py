@@ -20,6 +20,12 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
+from dulwich.protocol import (
+    CAPABILITY_SIDE_BAND,
+    CAPABILITY_SIDE_BAND_64K,
+    SIDE_BAND_CHANNEL_PROGRESS,
+    pkt_line,
+)
 from dulwich.server import Backend, ReceivePackHandler, UploadPackHandler
 from dulwich.web import HTTPGitApplication
 
@@ -32,7 +38,7 @@ from workspaces.access import access_workspace
 from workspaces.gitstore import GitStore
 from workspaces.models import Workspace
 from workspaces.pushcheck import PushCheck
-from workspaces.signals import announce_branch_moved
+from workspaces.signals import Follower, announce_branch_moved
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +123,11 @@ class _Backend(Backend):
 
 def _serve(
     workspace: Workspace, environ: dict[str, Any], push: bool
-) -> tuple[str, list, bytes, dict, dict]:
+) -> tuple[str, list, bytes, dict, dict, bool]:
     """Run dulwich's WSGI app for one request (on a GIT_POOL thread)."""
     store = GitStore(workspace.repo_path)
     check = PushCheck(store.repo, workspace.default_branch, workspace.allow_force_push)
+    answer: dict[str, Any] = {"sideband": False}
 
     class Receive(ReceivePackHandler):
         # No hooks ever run; our checks stand in for update hooks.
@@ -131,7 +138,10 @@ def _serve(
             return check.check(ref_name, old_sha, new_sha)
 
         def _on_post_receive(self, client_refs: Any) -> None:
-            return None
+            # No hook: whether the client reads progress lines, for the sessions' report.
+            answer["sideband"] = self.has_capability(
+                CAPABILITY_SIDE_BAND_64K
+            ) or self.has_capability(CAPABILITY_SIDE_BAND)
 
         def _receive_max_input_size(self) -> int | None:
             return int(settings.GIT_MAX_PUSH_BYTES)
@@ -141,7 +151,6 @@ def _serve(
         dumb=False,
         handlers={b"git-receive-pack": Receive, b"git-upload-pack": UploadPackHandler},
     )
-    answer: dict[str, Any] = {}
     chunks: list[bytes] = []
 
     def start_response(status: str, headers: list, exc_info: Any = None) -> Any:
@@ -155,7 +164,14 @@ def _serve(
             for chunk in app(environ, start_response):
                 chunks.append(chunk)
             after = store.repo.get_refs() if push else {}
-        return answer["status"], answer["headers"], b"".join(chunks), before, after
+        return (
+            answer["status"],
+            answer["headers"],
+            b"".join(chunks),
+            before,
+            after,
+            answer["sideband"],
+        )
     finally:
         store.close()
         close_old_connections()
@@ -210,18 +226,32 @@ async def git_http(request: HttpRequest, team: str, slug: str, rest: str) -> Htt
         "SERVER_PROTOCOL": "HTTP/1.1",
     }
     loop = asyncio.get_running_loop()
-    status, headers, content, before, after = await loop.run_in_executor(
+    status, headers, content, before, after, sideband = await loop.run_in_executor(
         GIT_POOL, _serve, workspace, environ, push
     )
     if push and before != after:
-        await sync_to_async(_record_push)(workspace, actor, before, after)
+        followers = await sync_to_async(_record_push)(workspace, actor, before, after)
+        if sideband:
+            content = _with_report(content, followers)
     response = HttpResponse(content, status=int(status.split(" ", 1)[0]))
     for key, value in headers:
         response[key] = value
     return response
 
 
-def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) -> None:
+def _with_report(content: bytes, followers: list[Follower]) -> bytes:
+    """The push's answer with what each session following a pushed branch did, as
+    progress lines before the closing flush (git prints them as `remote: …`, as it does
+    a post-receive hook's output, which also comes after the ref report)."""
+    if not followers or not content.endswith(b"0000"):
+        return content
+    # Within the 1000-byte packets of the older side-band too.
+    lines = [f"{f.kind} {f.id}: {f.message}"[:900].encode() + b"\n" for f in followers]
+    progress = b"".join(pkt_line(bytes([SIDE_BAND_CHANNEL_PROGRESS]) + line) for line in lines)
+    return content[:-4] + progress + b"0000"
+
+
+def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) -> list[Follower]:
     refs = [
         {
             "ref": ref.decode(),
@@ -239,8 +269,10 @@ def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) 
         workspace.slug,
         refs=refs,
     )
+    followers: list[Follower] = []
     for ref in refs:
         if ref["new"] and ref["ref"].startswith("refs/heads/"):
-            announce_branch_moved(
+            followers += announce_branch_moved(
                 workspace, ref["ref"].removeprefix("refs/heads/"), ref["new"], actor
             )
+    return followers

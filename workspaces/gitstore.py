@@ -285,6 +285,24 @@ class GitStore:
         out.sort(key=lambda e: (e["type"] != "dir", e["name"].lower()))
         return out
 
+    def walk(self, commit_sha: str) -> Iterator[tuple[str, int, bytes]]:
+        """(path, mode, sha) of every entry but folders in a commit's tree, depth first
+        in tree order, as objects: a link is an entry (its content is its target, never
+        followed), a submodule a commit id. Callers bound the tree first (treesize)."""
+        stack: list[tuple[str, bytes]] = [("", self.commit(commit_sha).tree)]
+        while stack:
+            prefix, sha = stack.pop()
+            tree = self.repo[sha]
+            assert isinstance(tree, Tree)
+            below = []
+            for entry in tree.iteritems():
+                path = prefix + entry.path.decode("utf-8", "replace")
+                if entry.mode == MODE_TREE:
+                    below.append((path + "/", entry.sha))
+                else:
+                    yield path, entry.mode, entry.sha
+            stack.extend(reversed(below))
+
     def blob(self, sha: bytes) -> bytes:
         return self.repo.object_store.get_raw(sha)[1]
 

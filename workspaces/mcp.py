@@ -8,7 +8,7 @@ from accounts.auth import actor_of
 from accounts.schemas import MeOut
 from core.errors import Invalid
 from core.mcp import Ctx, tool
-from workspaces import actions, history
+from workspaces import actions, history, search
 from workspaces.access import access_workspace
 from workspaces.changes import Change
 from workspaces.models import Workspace
@@ -21,6 +21,7 @@ from workspaces.schemas import (
     FileOut,
     FlatCompareOut,
     HistoryOut,
+    SearchOut,
     TreeOut,
     WorkspaceList,
     WorkspaceOut,
@@ -112,6 +113,38 @@ async def read_file(ctx: Ctx, workspace: str, path: str, ref: str | None = None)
         return FileOut.model_validate(info)
 
     return await database_sync_to_async(read)()
+
+
+@tool()
+async def search_files(
+    ctx: Ctx,
+    workspace: str,
+    query: str,
+    ref: str | None = None,
+    regex: bool = False,
+    case: search.Case = "smart",
+    paths: str | None = None,
+    limit: int | None = None,
+) -> SearchOut:
+    """Find lines in the files of a branch, tag or commit (default: the default branch's
+    head), on the server: literal text, or a regular expression with regex=true; case
+    "smart" (insensitive unless the query has a capital), "sensitive" or "insensitive";
+    paths: comma-separated globs ("*.py", "src/", "docs/**/*.md"). One result per line,
+    with path, line and column. Binary and large files are skipped and named; a search
+    that hits `limit` lines, its scan or time bound says `truncated` (narrow it with
+    paths). Usually under a second. Next: read_file at a result's path."""
+    actor = await actor_of(ctx)
+
+    def find() -> SearchOut:
+        w = workspace_for(actor, workspace, "workspace:read")
+        asked = search.Query(query, regex, case, paths, limit)
+        search.compile_query(asked)
+        with open_store(w) as store:
+            commit = store.resolve(ref or w.default_branch)
+            found = search.search(store, commit, asked)
+        return SearchOut.model_validate({"ref": ref or w.default_branch, **found})
+
+    return await database_sync_to_async(find)()
 
 
 @tool()

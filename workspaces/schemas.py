@@ -325,3 +325,51 @@ class CompareOut(CommitRange):
 
 class FlatCompareOut(DiffOut, CommitRange):
     """A compare with the diff's files and stats at the top (MCP `diff`)."""
+
+
+# -- search -----------------------------------------------------------------------------
+
+
+class SearchMatch(Out):
+    path: str
+    line: int = Field(description="1-based")
+    column: int = Field(description="1-based, in characters, where the first match begins")
+    text: str = Field(description="the line (a long one cut around the match)")
+    match_start: int = Field(description="where the match begins in `text`")
+    match_end: int = Field(description="where it ends in `text` (at most the line's end)")
+
+
+class SearchSkipped(Out):
+    path: str
+    reason: Literal["binary", "too_large"]
+    size: int | None = Field(description="bytes (none when the same blob was named before)")
+
+
+class SearchLimits(Out):
+    limit: int = Field(description="the most lines this search would return")
+    max_query_chars: int
+    max_file_bytes: int = Field(description="larger files are skipped, and named")
+    max_matches: int
+    max_scan_bytes: int
+    time_s: float
+
+
+class SearchOut(Out):
+    """Lines of a commit's files that match, each line once, in tree order."""
+
+    ref: str
+    commit: str
+    query: str
+    regex: bool
+    case: Literal["smart", "sensitive", "insensitive"]
+    paths: str | None = Field(description="the path globs asked for")
+    matches: list[SearchMatch]
+    files_scanned: int
+    files_matched: int
+    bytes_scanned: int
+    skipped: list[SearchSkipped] = Field(description="the first files skipped (50 at most)")
+    skipped_count: int
+    truncated: bool = Field(description="the search stopped early: `stopped` says why")
+    stopped: Literal["match_limit", "scan_limit", "time_limit"] | None
+    took_ms: int
+    limits: SearchLimits

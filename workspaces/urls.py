@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workspaces import branch_watch, edits, history_views, review_views, uploads, views
+from workspaces import branch_watch, edits, find_views, history_views, review_views, uploads, views
 
 W = "t/<slug:team>/w/<slug:slug>/"
 
@@ -16,6 +16,8 @@ urlpatterns = [
     path(W + "folders/rename/", edits.rename_folder, name="workspace-rename-folder"),
     path(W + "folders/delete/", edits.delete_folder, name="workspace-delete-folder"),
     path(W + "files/state/", branch_watch.branch_state, name="workspace-branch-state"),
+    path(W + "files/all/", find_views.file_paths, name="workspace-file-paths"),
+    path(W + "search/", find_views.search_page, name="workspace-search"),
     path(W + "branches/new/", edits.new_branch, name="workspace-new-branch"),
     path(W + "history/", history_views.history_page, name="workspace-history"),
     path(W + "commits/<str:sha>/", history_views.commit_page, name="workspace-commit"),

@@ -67,6 +67,8 @@ def urls_of(workspace: Workspace) -> dict[str, str]:
         "delete-folder",
         "upload",
         "branch-state",
+        "file-paths",
+        "search",
         "new-branch",
         "history",
         "settings",
@@ -256,8 +258,14 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
         "clone_url": clone_url(request, workspace),
         "activity": recent_activity(workspace),
         "retention_days": settings.RUN_RETENTION_DAYS,
+        "line": line_of(request.GET.get("line")),
     }
     return render(request, "workspaces/workspace.html", ctx, status=404 if missing else 200)
+
+
+def line_of(raw: str | None) -> int | None:
+    """`?line=12` (a search result, a traceback): where the editor puts the cursor."""
+    return int(raw) if raw and raw.isdigit() and 0 < len(raw) < 8 and int(raw) > 0 else None
 
 
 def recent_activity(workspace: Workspace, count: int = 8) -> dict[str, Any]:

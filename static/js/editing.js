@@ -146,6 +146,15 @@
 
   if (!readOnly) editor.focus();
 
+  // `?line=12` (a search result, a link in a traceback): the cursor on that line, in view.
+  const line = parseInt(mount.dataset.line || "", 10);
+  if (line > 0) {
+    const doc = editor.view.state.doc;
+    const at = doc.line(Math.min(line, doc.lines)).from;
+    editor.view.dispatch({ selection: { anchor: at }, scrollIntoView: true });
+    editor.focus();
+  }
+
   // -- saving ----------------------------------------------------------------------
 
   async function save(overwrite) {

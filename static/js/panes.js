@@ -126,6 +126,16 @@
       const link = event.target.closest("[data-open-side-preview]");
       if (link && showPreview(link.dataset.openSidePreview)) event.preventDefault();
     });
+    // The pane's Restart and Stop act in place: the preview page would replace this one
+    // (the state socket brings the pane their outcome).
+    side.addEventListener("submit", (event) => {
+      const form = event.target.closest("#preview-status form");
+      if (!form) return;
+      event.preventDefault();
+      const url = side.querySelector("[data-preview-pane]")?.dataset.statusUrl;
+      fetch(form.action, { method: "POST", body: new FormData(form), redirect: "manual" })
+        .then(() => url && window.BerthLiveState.refresh(url, "preview-status"));
+    });
     // The header's Terminal button opens it here rather than on the session's page.
     document.querySelector(".ws-terminal")?.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -186,14 +196,53 @@
         });
       }
       connect();
-      return { dispose() { closed = true; socket?.close(); } };
+      return {
+        reload() { go(input.value || "/"); },
+        dispose() { closed = true; socket?.close(); },
+      };
+    }
+
+    // The preview's moves, as its state socket says them: the status is asked for
+    // again; a crash (or a failure, a stop) loads the frame again, where the gateway
+    // answers with its notice, the last lines of the log and a restart; once ready
+    // again (a new process), the frame loads the app and the log follows the new one.
+    const ENDED = ["failed", "stopped", "crashed"];
+    function watchPreview(pane, bar) {
+      let shown = null; // the last {state, run} acted on
+      const watcher = window.BerthLiveState.watch(pane.dataset.stateWs, (m) => {
+        const status = side.querySelector("#preview-status");
+        if (!status || status.dataset.state !== m.state) {
+          window.BerthLiveState.refresh(pane.dataset.statusUrl, "preview-status");
+        }
+        if (shown !== null) {
+          const ended = ENDED.includes(m.state) && !ENDED.includes(shown.state);
+          const back = m.state === "ready" && (shown.state !== "ready" || shown.run !== m.run);
+          if (ended || back) bar.reload();
+          if (m.run && m.run !== shown.run) newLog(pane);
+        }
+        shown = { state: m.state, run: m.run };
+      });
+      return {
+        dispose() { watcher.dispose(); bar.dispose(); },
+      };
+    }
+    function newLog(pane) {
+      const old = pane.querySelector("[data-run-log]");
+      if (!old) return;
+      old.berthViewer?.stop();
+      const fresh = old.cloneNode(true);
+      fresh.dataset.after = "0";
+      fresh.querySelector(".log-lines").replaceChildren();
+      old.replaceWith(fresh);
+      window.BerthRunLog?.mount(fresh);
     }
     document.addEventListener("htmx:load", (event) => {
       const elt = event.detail.elt;
       const form = elt.matches?.("[data-preview-address]") ? elt : elt.querySelector?.("[data-preview-address]");
       if (form && side.contains(form) && !form.berthAddress) {
         form.berthAddress = address(form);
-        shown = form.berthAddress;
+        const pane = form.closest("[data-preview-pane]");
+        shown = pane ? watchPreview(pane, form.berthAddress) : form.berthAddress;
       }
     });
 

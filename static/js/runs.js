@@ -4,7 +4,9 @@
 // session exec's, `/ws/execs/<id>/logs`: the same messages), holding `.log-lines`;
 // optionally `data-status-url` (the run page: refresh `#run-status`, or the element
 // `data-status-target` names, from it with htmx when the run starts and ends) and a
-// `[data-run-badge]` nearby (the dock: set from the `end` message). Log text only ever
+// `[data-run-badge]` nearby (the dock: set from the `end` message). The dock also has
+// a clock (`[data-run-elapsed]`, ticking while active), a Cancel form
+// (`[data-run-cancel]`) and the end's message (`[data-run-end]`). Log text only ever
 // becomes text nodes.
 (function () {
   "use strict";
@@ -36,6 +38,13 @@
     return el;
   }
 
+  // 42 s, 4 min 05 s, 1 h 02 min: as the run page's durations read.
+  function clock(s) {
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, "0")} s`;
+    return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")} min`;
+  }
+
   function mount(root) {
     if (root.berthViewer) return root.berthViewer;
     const scope = root.closest("[data-run]") || root;
@@ -43,7 +52,13 @@
     const status = scope.querySelector("[data-log-status]");
     const badge = scope.querySelector("[data-run-badge]");
     const jump = root.querySelector("[data-log-jump]");
+    const elapsed = scope.querySelector("[data-run-elapsed]");
+    const cancel = scope.querySelector("[data-run-cancel]");
+    const endNote = scope.querySelector("[data-run-end]");
     const styles = { stdout: null, stderr: null, system: null };
+    // Paths in tracebacks link to the workspace's file (source_links.js), where known.
+    const links = window.BerthSourceLinks;
+    const sourceBase = links ? links.baseOf(root) : null;
     // A long log starts near its end (`data-after`, set by the page).
     let last = parseInt(root.dataset.after || "0", 10);
     let ended = false;
@@ -92,6 +107,8 @@
         styles[entry.stream] = parsed.style;
         for (const span of parsed.spans) row.appendChild(styled(span));
         if (!row.firstChild) row.appendChild(document.createTextNode("\u200b")); // keep blank lines' height
+        else if (sourceBase && entry.stream !== "system") links.link(row, sourceBase);
+        row.dataset.linked = "1";
         fragment.appendChild(row);
       }
       lines.appendChild(fragment);
@@ -126,13 +143,33 @@
       badge.className = `badge state-${state}`;
     }
 
+    // The dock's clock: the server's count at render, carried on by this browser's.
+    let ticking = null;
+    if (elapsed && elapsed.hasAttribute("data-ticking")) {
+      const base = parseInt(elapsed.dataset.elapsedS || "0", 10);
+      const since = Date.now();
+      const tick = () => { elapsed.textContent = clock(base + Math.floor((Date.now() - since) / 1000)); };
+      tick();
+      ticking = setInterval(() => { if (root.isConnected) tick(); else clearInterval(ticking); }, 1000);
+    }
+
     function finished(message) {
       ended = true;
       const code = message.exit_code === null || message.exit_code === undefined ? "" : `, exit code ${message.exit_code}`;
-      // An exec's end is "ended": its reason (exit_zero, killed, ...) says how.
+      // An exec's end is "ended": its reason (exit_zero, killed, ...) says how. A run's
+      // reason says why when the state alone does not (timeout, oom, cancelled_by_user).
       const how = message.state === "ended" && message.reason ? message.reason : message.state;
-      say(`Ended: ${how.replaceAll("_", " ")}${code}.`, message.state);
+      const why = message.reason && message.state !== "ended" && !["exit_zero", "exit_nonzero"].includes(message.reason)
+        ? ` (${message.reason.replaceAll("_", " ")})` : "";
+      say(`Ended: ${how.replaceAll("_", " ")}${why}${code}.`, message.state);
       setBadge(message.state);
+      if (ticking !== null) clearInterval(ticking);
+      elapsed?.removeAttribute("data-ticking");
+      cancel?.remove();
+      if (endNote && message.message) {
+        endNote.textContent = message.message;
+        endNote.hidden = false;
+      }
       refreshStatus();
     }
 
@@ -191,6 +228,12 @@
       if (old) old.close();
     }
 
+    // The dock's Cancel is the run page's (same door, same check); a run ended at once
+    // (queued or preparing) may send no log signal, so the socket is opened again.
+    cancel?.addEventListener("htmx:afterRequest", (event) => {
+      if (event.detail.successful) recheck("cancelled");
+    });
+
     say("Connecting…");
     connect();
     root.berthViewer = { recheck, stop };
@@ -202,6 +245,7 @@
     (scope || document).querySelectorAll("[data-run-log]").forEach(mount);
   }
 
+  window.BerthRunLog = { mount };
   document.addEventListener("DOMContentLoaded", () => mountAll(document));
   // htmx swaps: a run started from the dock brings its viewer; a refreshed status may
   // show the run ended.

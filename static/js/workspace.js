@@ -61,11 +61,14 @@
     try { localStorage.setItem(key, JSON.stringify(commands)); } catch { /* private mode */ }
     show(commands);
   });
-  document.addEventListener("keydown", (event) => {
-    if ((event.ctrlKey || event.metaKey) && event.key === "Enter" && !event.defaultPrevented) {
-      event.preventDefault();
-      if (input.value.trim()) form.requestSubmit();
-      else input.focus();
-    }
-  });
+  // In the capture phase, on window: the editor (CodeMirror's Mod-Enter inserts a blank
+  // line) would otherwise take the key first. A terminal keeps its own keys.
+  window.addEventListener("keydown", (event) => {
+    if (!(event.ctrlKey || event.metaKey) || event.key !== "Enter" || event.altKey) return;
+    if (event.target.closest && event.target.closest(".xterm, dialog[open]")) return;
+    event.preventDefault();
+    event.stopPropagation();
+    if (input.value.trim()) form.requestSubmit();
+    else input.focus();
+  }, true);
 })();

@@ -3,15 +3,12 @@ in, creates a workspace from `python-http`, edits the page text, saves with Ctrl
 commit is in History), runs the tests with Ctrl+Enter and watches them pass, starts a
 preview and sees her text in the preview pane."""
 
-from pathlib import Path
-
 import pytest
 
-from tests.support.browser import chromium_page
+from tests.support.browser import OUTPUT, chromium_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
-OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
 SLOW_MS = 120_000
 
 

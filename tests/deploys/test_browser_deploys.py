@@ -83,20 +83,27 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         page.click("#approve")
         assert "Approved: the release is being built" in page.inner_text(".messages")
 
-        def reviewed() -> tuple[str, str]:
-            """(state, head) as a waiting reviewer reads them, reloading every 500 ms."""
-            page.reload()
-            state, head = page.inner_text("#deploy-state"), page.inner_text("#deploy-head")
-            assert state not in ("failed", "rejected"), head
-            return state, head
-
-        wait_for(
-            reviewed,
-            180,
-            interval=0.5,
-            what="the deploy to be live",
-            until=lambda seen: seen[0] == "live",
+        # The reviewer waits on the page, never reloading it: it says each state the
+        # deploy moves through (its socket), up to live.
+        page.evaluate(
+            """() => {
+                window.notReloaded = true;
+                window.statesSeen = [document.querySelector('#deploy-state').textContent];
+                new MutationObserver(() => {
+                    const now = document.querySelector('#deploy-state')?.textContent;
+                    if (now && now !== window.statesSeen.at(-1)) window.statesSeen.push(now);
+                }).observe(document.body, {subtree: true, childList: true, characterData: true});
+            }"""
         )
+        live = page.locator("#deploy-state", has_text="live")
+        failed = page.locator("#deploy-state", has_text="failed")
+        live.or_(failed).wait_for(timeout=180_000)
+        assert page.inner_text("#deploy-state") == "live", page.inner_text("#deploy-head")
+        assert page.evaluate("window.notReloaded") is True
+        seen = page.evaluate("window.statesSeen")
+        assert seen[-1] == "live" and set(seen) <= {"approved", "building", "releasing", "live"}
+        assert "building" in seen, seen
+        assert "apps.localhost" in page.inner_text("#deploy-live")
         page.goto(f"http://shop--team-a.apps.localhost:{berth_server.gateway_port}/")
         assert page.inner_text("h1") == "Hello, world!"
 

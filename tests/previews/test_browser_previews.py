@@ -104,3 +104,42 @@ def test_carol_opens_her_preview_in_the_frame_and_in_a_new_tab(
 
         wait_for(stopped_page_shown, 15, interval=0, what="the tab to show the stopped page")
         assert "Restart" in tab.locator("a.button").inner_text()
+
+
+def test_a_crash_shows_in_the_pane_by_itself_and_a_restart_brings_the_app_back(
+    berth_server, cast, ready
+):
+    from runs.models import Run
+    from sandbox.engine import engine
+
+    def kill() -> None:
+        run = Run.objects.get(public_id=ready["run"])
+        engine().containers.get(run.container_name).kill("SIGKILL")
+
+    with chromium_page() as page:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        sign_in_as_carol(page, berth_server, "/t/team-a/w/probe/")
+        page.evaluate("window.notReloaded = true")
+        page.click("[data-open-side-preview]")
+        frame = page.frame_locator("#side-pane iframe")
+        frame.locator("h1", has_text="probe app").wait_for(timeout=30_000)
+
+        with ThreadPoolExecutor(1) as pool:  # the ORM, off Playwright's event loop
+            pool.submit(kill).result()
+
+        # Nobody reloads: the pane hears the crash and loads the frame again, where the
+        # gateway says so, with the log's last lines and a way to restart.
+        frame.locator("h1", has_text="This preview crashed").wait_for(timeout=30_000)
+        assert "The last lines of its log" in frame.locator("body").inner_text()
+        assert "Restart" in frame.locator("a.button").inner_text()
+        state = page.locator("#side-pane [data-preview-state]")
+        state.filter(has_text="crashed").wait_for(timeout=15_000)
+        assert "process_exited" in page.inner_text("#side-pane #preview-status")
+        assert page.evaluate("window.notReloaded") is True
+
+        # Restart from the pane: the page stays, and the frame shows the app once ready.
+        page.click("#side-pane #preview-status button:text-is('Restart')")
+        state.filter(has_text="ready").wait_for(timeout=120_000)
+        frame.locator("h1", has_text="probe app").wait_for(timeout=30_000)
+        page.locator("#side-pane .log-lines", has_text="probe app listening").wait_for()
+        assert page.evaluate("window.notReloaded") is True

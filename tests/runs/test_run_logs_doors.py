@@ -138,6 +138,7 @@ def test_it_replays_then_streams_live_entries_then_ends(cast, run):
             "state": "succeeded",
             "reason": "exit_zero",
             "exit_code": 0,
+            "message": "Exited with 0.",
         }
         assert await closed_with(ws) in (None, 1000)  # a normal close
         await ws.disconnect()
@@ -302,6 +303,7 @@ def test_a_watcher_hears_an_end_that_the_agent_did_not_write(cast, run):
             "state": "cancelled",
             "reason": "cancelled_by_user",
             "exit_code": None,
+            "message": "Cancelled by carol.",
         }
         await ws.disconnect()
 

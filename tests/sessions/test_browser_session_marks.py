@@ -3,15 +3,11 @@ the files whose session copy differs from the branch are marked, the session's c
 opens read-only, and a save the session left alone (it had changed the file too) shows
 as a conflict in the editor, then and after a reload."""
 
-from pathlib import Path
-
 import pytest
 
-from tests.support.browser import RUN_TIMEOUT_MS, chromium_page
+from tests.support.browser import OUTPUT, RUN_TIMEOUT_MS, chromium_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
-
-OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
 
 
 def open_editor(page, server, path: str) -> None:

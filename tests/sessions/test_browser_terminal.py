@@ -11,7 +11,7 @@ import pytest
 
 from accounts.access import Actor
 from tests.support import servers
-from tests.support.browser import RUN_TIMEOUT_MS, chromium_page, sign_in_as_carol
+from tests.support.browser import OUTPUT, RUN_TIMEOUT_MS, chromium_page, sign_in_as_carol
 from workspaces.actions import create_workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
@@ -63,6 +63,7 @@ def test_a_terminal_survives_a_reload_and_a_daphne_restart(run_stack, cast, shop
             screen_has(page, "one-2")
             type_line(page, "echo $X-$X")
             screen_has(page, "kept-kept")
+            page.screenshot(path=str(OUTPUT / "terminal.png"))
 
             # Daphne dies while the shell is about to print; a new one starts on the
             # same port. The page, never reloaded, reconnects and shows the line.

@@ -101,6 +101,7 @@ def test_an_execs_log_replays_streams_live_then_ends_with_its_reason(cast, row):
             "state": "ended",
             "reason": "exit_zero",
             "exit_code": 0,
+            "message": "The command exited with code 0.",
         }
         assert await closed_with(ws) in (None, 1000)
         await ws.disconnect()

@@ -158,8 +158,10 @@ def test_a_git_push_reaches_the_session_before_it_answers(
     (work / "app.py").write_text("print('pushed')\n")
     git("add", ".", cwd=work)
     git("commit", "-m", "Pushed", cwd=work)
-    git("push", "origin", "main", cwd=work)
+    pushed = git("push", "origin", "main", cwd=work)
 
+    # git prints what each session following the branch did, as a hook's output.
+    assert f"remote: session {session['id']}: applied" in pushed.stderr
     assert agent.cat(session, "pushed.txt") == "from git"
     assert agent.cat(session, "app.py") == "print('pushed')"
     head = git("rev-parse", "HEAD", cwd=work).stdout.strip()

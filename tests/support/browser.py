@@ -7,6 +7,9 @@ from shutil import which
 
 from playwright.sync_api import Page, sync_playwright
 
+# Screenshots the browser tests take (the README's come from here), kept after a run.
+OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -74,15 +77,17 @@ def sign_in_as_carol(page, server, next_path: str) -> None:
 AXE = Path(__file__).parent / "vendor" / "axe.min.js"  # axe-core 4.14.1, from npm (MPL-2.0)
 
 
-def serious_violations(page: Page) -> list[dict]:
-    """What axe-core finds on the page as it stands, serious or critical only, each with
-    the first few elements it names."""
+def serious_violations(page: Page, within: str | None = None) -> list[dict]:
+    """What axe-core finds on the page as it stands (or in the element `within` selects),
+    serious or critical only, each with the first few elements it names."""
     page.add_script_tag(path=str(AXE))
     found = page.evaluate(
-        """async () => (await axe.run(document)).violations.map(v => ({
+        """async (within) => (await axe.run(within ? document.querySelector(within) : document))
+          .violations.map(v => ({
             id: v.id, impact: v.impact, help: v.help,
             nodes: v.nodes.slice(0, 5).map(n => n.target.join(" ")),
-        }))"""
+        }))""",
+        within,
     )
     return [v for v in found if v["impact"] in ("serious", "critical")]
 

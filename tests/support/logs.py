@@ -23,14 +23,19 @@ def write(run: Run, lines: list[str], signal: bool = False) -> int:
 async def connect(
     run: Run, after: int = 0, secret: str | None = None, cookie: str | None = None
 ) -> WebsocketCommunicator:
+    return await open_socket(f"/ws/runs/{run.public_id}/logs?after={after}", secret, cookie)
+
+
+async def open_socket(
+    path: str, secret: str | None = None, cookie: str | None = None
+) -> WebsocketCommunicator:
+    """A WebSocket to `path` on Berth's own host, as a token's bearer or a session."""
     headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
     if secret:
         headers.append((b"authorization", f"Bearer {secret}".encode()))
     if cookie:
         headers.append((b"cookie", cookie.encode()))
-    ws = WebsocketCommunicator(
-        application, f"/ws/runs/{run.public_id}/logs?after={after}", headers=headers
-    )
+    ws = WebsocketCommunicator(application, path, headers=headers)
     connected, _ = await ws.connect(timeout=5)
     assert connected
     return ws

@@ -3,17 +3,14 @@ carol watches, marked as an agent's, apart from what people do."""
 
 import json
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from accounts.access import Actor
-from tests.support.browser import chromium_page
+from tests.support.browser import OUTPUT, chromium_page
 from workspaces.actions import create_workspace
 
 pytestmark = pytest.mark.browser
-
-OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
 
 
 def test_an_agents_commit_appears_in_the_feed_while_carol_watches(berth_server, cast):

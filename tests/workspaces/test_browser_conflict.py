@@ -3,19 +3,15 @@ line at its end, so the second save overlaps the first. It is refused with what
 overwriting would lose (carol's line) beside bob's, his text is kept through a reload,
 and only his choice, named for what it does, writes his over hers."""
 
-from pathlib import Path
-
 import pytest
 
 from accounts.access import Actor
-from tests.support.browser import chromium_pages
+from tests.support.browser import OUTPUT, chromium_pages
 from workspaces import history
 from workspaces.actions import create_workspace
 from workspaces.store import open_store
 
 pytestmark = pytest.mark.browser
-
-OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
 
 
 def open_app_py(page, server, who: str) -> None:

@@ -6,19 +6,17 @@ with a word why, or kept and marked while they hold unsaved text."""
 
 import json
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from accounts.access import Actor
-from tests.support.browser import chromium_page
+from tests.support.browser import OUTPUT, chromium_page
 from workspaces import history
 from workspaces.actions import create_workspace
 from workspaces.store import open_store
 
 pytestmark = pytest.mark.browser
 
-OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
 DRAFTS = "Object.keys(localStorage).filter((k) => k.startsWith('berth.draft:'))"
 
 
