@@ -60,6 +60,16 @@ def test_the_workspace_run_and_review_pages_have_no_serious_violations(
         )
         assert tuple(painted) == BACKGROUNDS[scheme]
         assert_accessible(page, f"the workspace page ({scheme})")
+        # The finders drawn over it: the search panel with its hits, and quick open.
+        page.locator("[data-search-toggle]").click()
+        page.fill("#search-q", "greeting")
+        page.keyboard.press("Enter")
+        page.locator("#search-results mark").first.wait_for()
+        assert_accessible(page, f"the search panel ({scheme})")
+        page.locator("#search-results .search-hit").first.focus()
+        page.keyboard.press("Control+p")
+        page.wait_for_selector("#quick-open[open] [role=option][aria-selected=true]")
+        assert_accessible(page, f"quick open ({scheme})")
         page.goto(f"{berth_server.url}/t/team-a/w/shop/runs/{ended_run.public_id}/")
         page.wait_for_selector(".log-lines .line")
         assert_accessible(page, f"the run page ({scheme})")
