@@ -70,8 +70,16 @@ def read_batch(request: HttpRequest) -> tuple[list[Change], str]:
     try:
         files = request.FILES.getlist("files")
         post = request.POST
-    except (TooManyFilesSent, RequestDataTooBig):
+    except TooManyFilesSent:
         raise too_many() from None
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raise BerthError(
+            "The upload's form fields are too large; send fewer or shorter paths.",
+            {"limit_bytes": limit},
+            code="too_large",
+            status=413,
+        ) from None
     except (MultiPartParserError, SuspiciousOperation):
         raise Invalid("The upload is not a valid multipart form.") from None
     if not isinstance(post.get("branch"), str) or not SHA.match(post.get("base_commit") or ""):

@@ -82,8 +82,11 @@ def test_paths_follow_the_workspace_rules(carol, shop, folder, paths, code):
     assert head(shop) == before
 
 
-def test_too_many_files_is_a_typed_refusal(carol, shop, settings):
+@pytest.mark.parametrize("parser_cap", [100, 2])
+def test_too_many_files_is_a_typed_refusal(carol, shop, settings, parser_cap):
+    """Refused by the door's own count, or by Django's parser before it reads them."""
     settings.WORKSPACE_MAX_UPLOAD_FILES = 2
+    settings.DATA_UPLOAD_MAX_NUMBER_FILES = parser_cap
     files = [SimpleUploadedFile(f"f{i}.txt", b"x") for i in range(3)]
     assert_error(send(carol, shop, files), 422, "too_many_files")
 
