@@ -265,6 +265,12 @@ LOGGING = {
 # Workspaces: the largest file a commit may hold, and the largest push (after gzip).
 WORKSPACE_MAX_FILE_BYTES = envint("WORKSPACE_MAX_FILE_MB", 10) * 1024 * 1024
 GIT_MAX_PUSH_BYTES = envint("GIT_MAX_PUSH_MB", 100) * 1024 * 1024
+# Files dropped onto the tree, in one batch (workspaces.uploads); Django refuses more
+# parts than this in a body before the view reads any (TooManyFilesSent).
+WORKSPACE_MAX_UPLOAD_FILES = envint("WORKSPACE_MAX_UPLOAD_FILES", 100)
+DATA_UPLOAD_MAX_NUMBER_FILES = WORKSPACE_MAX_UPLOAD_FILES
+# A folder's README.md is rendered on the workspace page up to this size (workspaces.readme).
+WORKSPACE_README_MAX_BYTES = envint("WORKSPACE_README_MAX_KB", 256) * 1024
 # What one commit's tree may expand to, a name repeated counting each time it appears
 # (workspaces.treesize): checked on every door that makes a commit and at hydration.
 WORKSPACE_MAX_TREE_ENTRIES = envint("WORKSPACE_MAX_TREE_ENTRIES", 100_000)

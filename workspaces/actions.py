@@ -116,15 +116,21 @@ def decode_content(content: str, encoding: str, path: str) -> bytes:
         data = content.encode("utf-8")
     else:
         raise Invalid(f'Unknown encoding {encoding!r}; use "utf-8" or "base64".', {"path": path})
+    check_file_size(len(data), path)
+    return data
+
+
+def check_file_size(size: int, path: str) -> None:
+    """The one cap on a file written through Berth (API, MCP, editor, upload): 413
+    `file_too_large`, said before its content is read where the door knows its size."""
     limit = settings.WORKSPACE_MAX_FILE_BYTES
-    if len(data) > limit:
+    if size > limit:
         raise FileTooLarge(
-            f"{path!r} is {len(data) // (1024 * 1024)} MB; files may be at "
+            f"{path!r} is {size / (1024 * 1024):.1f} MB; files may be at "
             f"most {limit // (1024 * 1024)} MB. Keep large files out of the "
             "workspace.",
-            {"path": path, "limit_bytes": limit},
+            {"path": path, "limit_bytes": limit, "size_bytes": size},
         )
-    return data
 
 
 def commit_changes(

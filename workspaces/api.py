@@ -22,6 +22,7 @@ from workspaces.schemas import (
     CompareOut,
     FileIn,
     FileOut,
+    FolderRenameIn,
     HistoryOut,
     SearchOut,
     TreeOut,
@@ -222,8 +223,51 @@ def delete_file(
     result = actions.commit_changes(
         w,
         actor_of(request),
-        [Change("delete", path)],
+        [Change("delete", path, kind="file")],
         message or f"Delete {path}",
+        branch,
+        base_commit,
+    )
+    return CommitOut.of(result)
+
+
+@router.post(
+    "/workspaces/{slug}/folders/rename",
+    response=answers(CommitOut, 403, 404, 409, 422),
+    summary="Rename (move) a folder with everything in it (one commit)",
+)
+def rename_folder(request: HttpRequest, slug: str, body: FolderRenameIn) -> CommitOut:
+    w = workspace_for(request, slug, "workspace:write")
+    result = actions.commit_changes(
+        w,
+        actor_of(request),
+        [Change("rename", body.path, to=body.to, kind="folder")],
+        body.message or f"Rename folder {body.path} to {body.to}",
+        body.branch,
+        body.base_commit,
+    )
+    return CommitOut.of(result)
+
+
+@router.delete(
+    "/workspaces/{slug}/folders/{path:path}",
+    response=answers(CommitOut, 403, 404, 409, 422),
+    summary="Delete a folder with everything in it (one commit)",
+)
+def delete_folder(
+    request: HttpRequest,
+    slug: str,
+    path: str,
+    message: str | None = None,
+    branch: str | None = None,
+    base_commit: str | None = None,
+) -> CommitOut:
+    w = workspace_for(request, slug, "workspace:write")
+    result = actions.commit_changes(
+        w,
+        actor_of(request),
+        [Change("delete", path, kind="folder")],
+        message or f"Delete folder {path}",
         branch,
         base_commit,
     )

@@ -1,5 +1,9 @@
 """Applying a list of file changes (write, delete, rename) to a tree, in memory.
 
+A delete or a rename moves whatever the path names, a file or a whole folder (one tree
+entry either way); a door that means one of them says so with `kind`, and the other is
+refused rather than moved or deleted by surprise.
+
 Only the folders on the changed paths are loaded and rewritten, so a one-file commit
 costs the same in a 10-file and a 10,000-file repository.
 """
@@ -18,6 +22,7 @@ class Change:
     path: str
     content: bytes | None = None
     to: str | None = None
+    kind: str | None = None  # delete and rename: "file" or "folder" when the door means one
 
 
 class TreeEditor:
@@ -37,9 +42,11 @@ class TreeEditor:
             assert change.content is not None  # the link's target, stored as Git does
             self._put(change.path, (MODE_LINK, self.store.add_blob(change.content)))
         elif change.op == "delete":
+            self._check_kind(change)
             self._remove(change.path)
         elif change.op == "rename":
             assert change.to is not None
+            self._check_kind(change)
             if change.to == change.path or change.to.startswith(change.path + "/"):
                 raise Invalid(
                     f"Cannot rename {change.path!r} into itself.",
@@ -52,6 +59,25 @@ class TreeEditor:
                     {"path": change.path, "to": change.to},
                 )
             self._put(change.to, self._remove(change.path))
+
+    def _check_kind(self, change: Change) -> None:
+        entry = self._get(change.path)
+        if change.kind is None or entry is None:
+            return  # nothing there is the NotFound of _remove
+        is_folder = isinstance(entry, Node) or entry[0] == MODE_TREE
+        if change.kind == "file" and is_folder:
+            raise Invalid(
+                f"{change.path!r} is a folder; rename or delete it as a folder "
+                "(…/folders/{path}).",
+                {"path": change.path},
+                code="is_a_directory",
+            )
+        if change.kind == "folder" and not is_folder:
+            raise Invalid(
+                f"{change.path!r} is a file, not a folder; rename or delete it as a file.",
+                {"path": change.path},
+                code="not_a_directory",
+            )
 
     def set_entry(self, path: str, entry: tuple[int, bytes] | None) -> None:
         """Put a stored object at `path` as it is (mode and id), or remove what is

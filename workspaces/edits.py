@@ -1,4 +1,5 @@
-"""The page doors that change files: save, new, rename, delete, new branch.
+"""The page doors that change files: save, new, rename, delete (of a file or a folder),
+new branch (uploads are in `uploads.py`).
 
 Each is one commit through `workspaces.actions` from the commit the page showed
 (`base_commit`): what the branch got since is kept, a save's text is merged with it
@@ -184,7 +185,37 @@ def new_file(request: HttpRequest, membership: Membership, workspace: Workspace)
 def rename_file(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
         path, to = clean_path(data["path"]), clean_path(data["to"] or "", what="new path")
-        return Change("rename", path, to=to), f"Rename {path} to {to}", to
+        return Change("rename", path, to=to, kind="file"), f"Rename {path} to {to}", to
+
+    return change_one_file(request, membership, workspace, plan)
+
+
+@require_POST
+@workspace_page
+def rename_folder(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
+    """The folder with everything in it, as one commit (a rename of one tree entry)."""
+
+    def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
+        path, to = clean_path(data["path"]), clean_path(data["to"] or "", what="new path")
+        return Change("rename", path, to=to, kind="folder"), f"Rename folder {path} to {to}", to
+
+    return change_one_file(request, membership, workspace, plan)
+
+
+@require_POST
+@workspace_page
+def delete_folder(
+    request: HttpRequest, membership: Membership, workspace: Workspace
+) -> HttpResponse:
+    def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
+        path = clean_path(data["path"])
+        return (
+            Change("delete", path, kind="folder"),
+            f"Delete folder {path}",
+            path.rpartition("/")[0],
+        )
 
     return change_one_file(request, membership, workspace, plan)
 
@@ -194,7 +225,7 @@ def rename_file(request: HttpRequest, membership: Membership, workspace: Workspa
 def delete_file(request: HttpRequest, membership: Membership, workspace: Workspace) -> HttpResponse:
     def plan(data: dict[str, Any]) -> tuple[Change, str, str]:
         path = clean_path(data["path"])
-        return Change("delete", path), f"Delete {path}", path.rpartition("/")[0]
+        return Change("delete", path, kind="file"), f"Delete {path}", path.rpartition("/")[0]
 
     return change_one_file(request, membership, workspace, plan)
 

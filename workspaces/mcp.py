@@ -157,7 +157,8 @@ async def write_files(
     branch: str | None = None,
 ) -> CommitOut:
     """Write, delete and rename files as ONE commit on a branch (default: the default
-    branch). Give base_commit (from read_file or a previous write) so a change made
+    branch); a delete or rename of a folder's path moves or removes the folder with
+    everything in it. Give base_commit (from read_file or a previous write) so a change made
     meanwhile by someone else is never overwritten: it is kept, a file both changed in
     separate places is merged (listed in `merged`: read it back), and a place both
     changed is a `conflict` whose details show their lines. Under a second. Next:

@@ -34,11 +34,29 @@ class ChangeIn(In):
         }
     )
 
-    op: Literal["write", "delete", "rename"]
+    op: Literal["write", "delete", "rename"] = Field(
+        description="delete and rename act on what the path names: a file, or a folder "
+        "with everything in it"
+    )
     path: str = Field(max_length=4096)
     content: str | None = Field(None, description="the new content (op write)")
     encoding: Literal["utf-8", "base64"] = "utf-8"
     to: str | None = Field(None, max_length=4096, description="the new path (op rename)")
+
+
+class FolderRenameIn(In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"path": "docs", "to": "guides"}]})
+
+    path: str = Field(max_length=4096, description="the folder to rename")
+    to: str = Field(max_length=4096, description="its new path; nothing may be there")
+    message: str | None = Field(None, max_length=10_000)
+    branch: str | None = None
+    base_commit: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{40}$",
+        description="the commit the rename was decided from: if the branch changed "
+        "anything in the folder since, the rename is 409 `conflict`",
+    )
 
 
 class CommitIn(In):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from workspaces import branch_watch, edits, find_views, history_views, review_views, views
+from workspaces import branch_watch, edits, find_views, history_views, review_views, uploads, views
 
 W = "t/<slug:team>/w/<slug:slug>/"
 
@@ -12,6 +12,9 @@ urlpatterns = [
     path(W + "files/new/", edits.new_file, name="workspace-new-file"),
     path(W + "files/rename/", edits.rename_file, name="workspace-rename-file"),
     path(W + "files/delete/", edits.delete_file, name="workspace-delete-file"),
+    path(W + "files/upload/", uploads.upload, name="workspace-upload"),
+    path(W + "folders/rename/", edits.rename_folder, name="workspace-rename-folder"),
+    path(W + "folders/delete/", edits.delete_folder, name="workspace-delete-folder"),
     path(W + "files/state/", branch_watch.branch_state, name="workspace-branch-state"),
     path(W + "files/all/", find_views.file_paths, name="workspace-file-paths"),
     path(W + "search/", find_views.search_page, name="workspace-search"),

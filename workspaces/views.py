@@ -25,7 +25,7 @@ from accounts.access import Actor
 from accounts.models import Membership
 from accounts.views import team_page
 from core.errors import BerthError, NotFound
-from workspaces import actions, history
+from workspaces import actions, history, readme
 from workspaces import config as workspace_config
 from workspaces.access import access_workspace
 from workspaces.forms import DeleteWorkspaceForm, NewWorkspaceForm
@@ -63,6 +63,9 @@ def urls_of(workspace: Workspace) -> dict[str, str]:
         "new-file",
         "rename-file",
         "delete-file",
+        "rename-folder",
+        "delete-folder",
+        "upload",
         "branch-state",
         "file-paths",
         "search",
@@ -217,6 +220,14 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
                         file, folder = open_file(store, commit, path), path.rpartition("/")[0]
             entries = tree_along(store, commit, path)
             head = summary(store, commit)
+            shown = None
+            if file is None and not missing:
+                shown = readme.find(
+                    store,
+                    folder,
+                    store.list_dir(commit, folder),
+                    lambda p: page_url(workspace, ref=ref, path=p),
+                )
     except BerthError as e:
         return error_page(request, membership, e)
     ctx = {
@@ -235,6 +246,15 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
         "file": file,
         "missing": missing,
         "entries": entries,
+        "readme": shown,
+        # The page shows a folder (not the root): it may be renamed or deleted.
+        "is_folder": bool(path) and file is None and not missing,
+        "readme_max": settings.WORKSPACE_README_MAX_BYTES,
+        "upload_caps": {
+            "file": settings.WORKSPACE_MAX_FILE_BYTES,
+            "body": settings.MAX_REQUEST_BODY,
+            "files": settings.WORKSPACE_MAX_UPLOAD_FILES,
+        },
         "clone_url": clone_url(request, workspace),
         "activity": recent_activity(workspace),
         "retention_days": settings.RUN_RETENTION_DAYS,

@@ -21,6 +21,27 @@
     4404: "This terminal is gone.",
   };
 
+  // The terminal's colours are the log views' (static/css/runs.css: --log-*, --ansi-*),
+  // read from the page's CSS so one palette, at AA contrast on its background, serves
+  // both; read again when the system's colour scheme changes.
+  const ANSI = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"];
+  function themeOf(element) {
+    const css = getComputedStyle(element);
+    const get = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+    const theme = {
+      background: get("--log-bg", "#0f1419"),
+      foreground: get("--log-fg", "#d6dde6"),
+      cursor: get("--log-fg", "#d6dde6"),
+      selectionBackground: "#264f78",
+    };
+    ANSI.forEach((name, i) => {
+      theme[name] = get(`--ansi-${i}`, undefined);
+      theme["bright" + name[0].toUpperCase() + name.slice(1)] = get(`--ansi-${i + 8}`, undefined);
+    });
+    return theme;
+  }
+  const darkQuery = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+
   // A terminal drawn in `screen`, talking on `socketPath`; what it has to say about
   // its connection goes to `status`. Returns {dispose()}.
   function mount(screen, socketPath, status) {
@@ -30,8 +51,10 @@
       fontSize: 13,
       fontFamily: "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace",
       scrollback: 5000,
-      theme: { background: "#0d1117" },
+      theme: themeOf(screen),
     });
+    const onScheme = () => { term.options.theme = themeOf(screen); };
+    if (darkQuery) darkQuery.addEventListener("change", onScheme);
     const fit = new window.BerthTerminal.FitAddon();
     term.loadAddon(fit);
     term.open(screen);
@@ -101,6 +124,7 @@
       dispose() {
         disposed = true;
         observer.disconnect();
+        if (darkQuery) darkQuery.removeEventListener("change", onScheme);
         if (socket) socket.close();
         term.dispose();
       },

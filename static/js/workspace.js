@@ -5,16 +5,6 @@
 (function () {
   "use strict";
 
-  // Folder links keep a real href (open in a new tab, no-JS), but a plain click
-  // toggles the folder in place; htmx loads its entries on the first opening.
-  document.addEventListener("click", (event) => {
-    const link = event.target.closest(".tree summary a");
-    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
-    event.preventDefault();
-    const folder = link.closest("details");
-    folder.open = !folder.open;
-  });
-
   document.addEventListener("change", (event) => {
     if (event.target.matches("select[data-autosubmit]")) event.target.form.requestSubmit();
   });

@@ -77,8 +77,8 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
         page.click("button[type=submit]")
         page.wait_for_selector(".tree")
 
-        page.click(".tree summary a:text-is('src')")
-        page.click(".tree summary a:text-is('lib')")  # loaded by htmx, no page load
+        page.click(".tree summary .name:text-is('src')")
+        page.click(".tree summary .name:text-is('lib')")  # loaded by htmx, no page load
         page.click(".tree a:text-is('util.js')")
         page.wait_for_url("**/w/site/?ref=main&path=src/lib/util.js")
         page.wait_for_selector(".cm-content")

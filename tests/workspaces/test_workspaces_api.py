@@ -357,3 +357,87 @@ def test_bad_or_reserved_slugs_are_refused(agent, slug):
 
 def test_a_taken_slug_is_a_conflict(agent, shop):
     assert_error(agent.post("/workspaces", {"name": "Shop"}), 409, "conflict")
+
+
+# -- folders ---------------------------------------------------------------------------
+
+
+def folder_names(agent, path: str = "") -> set[str]:
+    return {e["name"] for e in agent.get(f"/workspaces/shop/tree?path={path}").json()["entries"]}
+
+
+@pytest.fixture
+def docs(agent, shop) -> str:
+    """A folder of two files and a subfolder; the commit that made it."""
+    r = agent.post(
+        "/workspaces/shop/commits",
+        {
+            "message": "Docs",
+            "changes": [
+                {"op": "write", "path": "docs/a.md", "content": "A\n"},
+                {"op": "write", "path": "docs/deep/b.md", "content": "B\n"},
+            ],
+        },
+    )
+    assert r.status_code == 201, r.content
+    return r.json()["commit"]
+
+
+def test_a_folder_is_renamed_with_everything_in_it_as_one_commit(agent, docs):
+    r = agent.post(
+        "/workspaces/shop/folders/rename", {"path": "docs", "to": "guides", "base_commit": docs}
+    )
+    assert r.status_code == 200, r.content
+    assert r.json()["parent"] == docs and r.json()["files"] == ["docs", "guides"]
+    assert "docs" not in folder_names(agent) and "guides" in folder_names(agent)
+    assert agent.get("/workspaces/shop/files/guides/deep/b.md").json()["content"] == "B\n"
+    log = agent.get("/workspaces/shop/commits").json()["commits"]
+    assert log[0]["title"] == "Rename folder docs to guides" and log[1]["sha"] == docs
+
+
+def test_a_folder_is_deleted_as_one_commit(agent, docs):
+    r = agent.delete(f"/workspaces/shop/folders/docs?base_commit={docs}")
+    assert r.status_code == 200, r.content
+    assert "docs" not in folder_names(agent)
+    assert_error(agent.get("/workspaces/shop/files/docs/a.md"), 404, "not_found")
+    assert (
+        agent.get("/workspaces/shop/commits").json()["commits"][0]["title"] == "Delete folder docs"
+    )
+
+
+def test_a_file_door_refuses_a_folder_and_a_folder_door_a_file(agent, docs):
+    assert_error(agent.delete("/workspaces/shop/files/docs"), 422, "is_a_directory")
+    assert_error(agent.delete("/workspaces/shop/folders/docs/a.md"), 422, "not_a_directory")
+    r = agent.post("/workspaces/shop/folders/rename", {"path": "app.py", "to": "x.py"})
+    assert_error(r, 422, "not_a_directory")
+    assert_error(agent.delete("/workspaces/shop/folders/nowhere"), 404, "not_found")
+    assert agent.get("/workspaces/shop/commits").json()["commits"][0]["sha"] == docs
+
+
+@pytest.mark.parametrize("to", [".git", "../up", "/abs", "docs/inside", "a\u202eb", "README.md"])
+def test_a_folder_rename_follows_the_path_rules(agent, docs, to):
+    r = agent.post("/workspaces/shop/folders/rename", {"path": "docs", "to": to})
+    assert r.status_code in (409, 422), r.content
+    assert "docs" in folder_names(agent)
+    assert agent.get("/workspaces/shop/commits").json()["commits"][0]["sha"] == docs
+
+
+def test_a_folder_changed_on_the_branch_since_its_base_is_never_deleted_unseen(agent, docs):
+    agent.put("/workspaces/shop/files/docs/c.md", {"content": "C\n", "base_commit": docs})
+    err = assert_error(
+        agent.delete(f"/workspaces/shop/folders/docs?base_commit={docs}"), 409, "conflict"
+    )
+    assert err["details"]["paths"] == ["docs"]
+    r = agent.post(
+        "/workspaces/shop/folders/rename", {"path": "docs", "to": "guides", "base_commit": docs}
+    )
+    assert_error(r, 409, "conflict")
+    assert {"a.md", "c.md", "deep"} == folder_names(agent, "docs")
+
+
+def test_charlie_cannot_touch_team_as_folders(client, cast, docs):
+    _, secret = cast.token(cast.charlie)
+    other = Api(client, secret)
+    assert_error(other.delete("/workspaces/shop/folders/docs"), 404, "not_found")
+    r = other.post("/workspaces/shop/folders/rename", {"path": "docs", "to": "x"})
+    assert_error(r, 404, "not_found")

@@ -377,3 +377,20 @@ def test_page_changes_need_the_csrf_token(cast, shop):
         HTTP_X_CSRFTOKEN=token.group(1),
     )
     assert r.status_code == 200 and head() != base
+
+
+def test_a_readme_past_the_bound_is_named_not_rendered(alice, shop, settings):
+    settings.WORKSPACE_README_MAX_BYTES = 1024
+    from workspaces import actions
+
+    long = b"# Big\n\n" + b"word " * 400
+    actions.commit_changes(
+        shop, Actor(shop.created_by), [Change("write", "README.md", long)], "Big"
+    )
+    page = alice.get(PAGE).content.decode()
+    assert "more than the 1.0\xa0KB shown here" in page
+    assert "<h1>Big</h1>" not in page
+    actions.commit_changes(
+        shop, Actor(shop.created_by), [Change("write", "README.md", b"# Small\n")], "Small"
+    )
+    assert "<h1>Small</h1>" in alice.get(PAGE).content.decode()
