@@ -72,6 +72,16 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
     return table.get(reason) or str(f.get("run_message") or reason)
 
 
+# How a session's end reads in its previews' messages (previews.of_sessions).
+ENDED_WORDS = {
+    "stopping": "stopped",
+    "stopped": "stopped",
+    "deleted": "was deleted",
+    "failed": "failed",
+    "lost": "was lost",
+}
+
+
 def _of_session(reason: str, preview: Preview, **f: Any) -> str:
     """The same ends, for a preview of an app a session runs (no command of Berth's)."""
     port, deadline = preview.port, settings.PREVIEW_START_DEADLINE_S
@@ -87,7 +97,8 @@ def _of_session(reason: str, preview: Preview, **f: Any) -> str:
         "health_failed": f"GET {preview.health_path} kept answering "
         + (f"{f['status']} (not 2xx or 3xx)" if f.get("status") else "with no valid HTTP response")
         + f" for {deadline} s. Fix the app or give another health_path, {again}.",
-        "session_ended": f"Session {session} is {f.get('session_state')}"
+        "session_ended": f"Session {session} "
+        + ENDED_WORDS.get(str(f.get("session_state")), str(f.get("session_state")))
         + (f" ({f['session_reason']})" if f.get("session_reason") else "")
         + ": the app ran in its container, and its processes are gone. Start the session "
         f"again, start the app, {again}.",

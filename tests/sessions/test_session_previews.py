@@ -1,0 +1,177 @@
+"""Previews of a session: an app an agent started in its session, served through the
+preview gateway from the session's container; a request is the session's activity, a
+frozen session resumes for one, health checks leave a frozen one alone, and the
+session's stop ends the preview, typed."""
+
+import time
+
+import pytest
+
+from previews.models import Preview
+from sessions.models import Session
+from tests.support.previews import Browser
+from tests.support.servers import wait_for
+from tests.support.sessions import SessionAgent, container_of
+
+pytestmark = pytest.mark.docker
+
+# Out of the exec's process group (setsid), so it lives on after the exec ends: a
+# detached exec would be activity while it runs, and the session would never freeze.
+SERVE = (
+    "echo hello from the session > /workspace/hi.txt && cd /workspace && "
+    "setsid -f python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1"
+)
+PERSISTENCE = {
+    "commits",
+    "uncommitted_files",
+    "dependency_cache",
+    "home_and_tmp",
+    "processes_and_memory",
+}
+
+
+@pytest.fixture
+def agent(client, cast, shop, run_stack, berth_server) -> SessionAgent:
+    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run", "preview"])
+    return SessionAgent(client, secret)
+
+
+def preview_of(agent: SessionAgent, session: dict, status: int = 202, **body) -> dict:
+    r = agent.post(f"/sessions/{session['id']}/preview", {"port": 8080, **body})
+    assert r.status_code == status, r.content
+    return r.json()
+
+
+def settled(agent: SessionAgent, preview: dict, *states: str) -> dict:
+    return wait_for(
+        lambda: agent.get(f"/previews/{preview['id']}").json(),
+        90,
+        interval=0.1,
+        what=f"preview {preview['id']} to be {states}",
+        until=lambda p: p["state"] in states,
+    )
+
+
+def viewer(berth_server, agent: SessionAgent, preview: dict) -> Browser:
+    r = agent.post(f"/previews/{preview['id']}/link")
+    assert r.status_code == 200, r.content
+    browser = Browser(berth_server)
+    browser.open(r.json()["url"])
+    return browser
+
+
+def paused(session: dict) -> bool:
+    container = container_of(session["run"])
+    container.reload()
+    return bool(container.attrs["State"]["Paused"])
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_a_session_serves_its_app_and_a_request_resumes_it_from_frozen(
+    agent, berth_server, runtime
+):
+    session = agent.ready(runtime=runtime, idle_freeze_s=3, idle_stop_s=300)
+    assert agent.exec(session, SERVE)["exit_code"] == 0
+    preview = preview_of(agent, session)
+    assert preview["session"] == session["id"]
+    assert set(preview["persistence"]) == PERSISTENCE
+    assert preview["persistence"]["processes_and_memory"]["kept_now"] is True
+    ready = settled(agent, preview, "ready", "failed", "stopped")
+    assert ready["state"] == "ready", ready
+    # Asked again for the same port: the same preview, not a second one.
+    assert preview_of(agent, session)["id"] == preview["id"]
+
+    browser = viewer(berth_server, agent, preview)
+    page = browser.get(preview["url"] + "hi.txt")
+    assert page.status_code == 200 and page.text == "hello from the session\n"
+
+    # Requests are the session's activity: past its idle_freeze_s it stays ready, and
+    # every request is answered (a freeze begun between two is called off).
+    until = time.monotonic() + 7
+    while time.monotonic() < until:
+        assert browser.get(preview["url"] + "hi.txt").status_code == 200
+        time.sleep(0.5)
+    assert agent.session(session)["state"] in ("ready", "freezing")
+
+    frozen = agent.wait_state(session, "frozen")
+    assert paused(frozen)
+    # Health checks leave a frozen session alone (a probe would hang on it).
+    checked = Preview.objects.get(public_id=preview["id"]).last_health_at
+    time.sleep(6)
+    assert Preview.objects.get(public_id=preview["id"]).last_health_at == checked
+    assert agent.get(f"/previews/{preview['id']}").json()["state"] == "ready"
+
+    # A request resumes it, transparently, and is served: its processes were kept.
+    started = time.monotonic()
+    page = browser.get(preview["url"] + "hi.txt")
+    assert page.status_code == 200 and page.text == "hello from the session\n"
+    assert time.monotonic() - started < 15
+    back = agent.session(session)
+    assert back["state"] == "ready" and not paused(back)
+
+
+def test_stopping_the_session_ends_its_preview_typed(agent, berth_server):
+    session = agent.ready()
+    # A detached exec keeps its process (and the session: it is activity while it runs).
+    agent.exec(
+        session,
+        "cd /workspace && python3 -m http.server 8080 --bind 127.0.0.1",
+        detach=True,
+        status=202,
+    )
+    preview = settled(agent, preview_of(agent, session), "ready", "failed")
+    assert preview["state"] == "ready", preview
+    browser = viewer(berth_server, agent, preview)
+    assert browser.get(preview["url"]).status_code == 200
+
+    r = agent.post(f"/sessions/{session['id']}/stop")
+    assert r.status_code == 202, r.content
+    stopped = settled(agent, preview, "stopped", "failed", "crashed")
+    assert (stopped["state"], stopped["reason"]) == ("stopped", "session_ended"), stopped
+    assert f"Session {session['id']} stopped (closed)" in stopped["message"]
+    assert "start the session again" in stopped["message"].lower()
+    assert stopped["persistence"]["processes_and_memory"]["kept_now"] is False
+    assert stopped["persistence"]["uncommitted_files"]["kept_now"] is True
+
+    # The gateway looks a preview up again at least every 2 s.
+    page = wait_for(
+        lambda: browser.get(preview["url"], headers={"Accept": "application/json"}),
+        10,
+        interval=0.2,
+        what="the gateway to answer for the stopped preview",
+        until=lambda r: r.status_code == 503,
+    )
+    assert page.json()["error"]["code"] == "preview_stopped"
+    # A stopped session has nothing to preview; nor does a deleted one.
+    assert preview_of(agent, session, 409)["error"]["code"] == "session_stopped"
+    assert agent.client.delete(f"/api/v1/sessions/{session['id']}", **agent.headers).status_code in (
+        200,
+        202,
+    )
+    agent.wait_state(session, "deleted", timeout=60)
+    assert preview_of(agent, session, 409)["error"]["code"] == "session_deleted"
+    # A preview of a session is restarted by previewing the session again.
+    r = agent.post(f"/previews/{preview['id']}/restart")
+    assert r.status_code == 409 and r.json()["error"]["code"] == "session_preview"
+
+
+def test_bad_asks_are_refused_typed(agent, client, cast):
+    starting = agent.open()
+    assert preview_of(agent, starting, 409)["error"]["code"] == "session_not_ready"
+    session = agent.wait_state(starting, "ready", timeout=120)
+    for port in (0, 70000):
+        preview_of(agent, session, 422, port=port)
+    for port in (61001, 3128):  # the exec channel's, the egress proxy's: Berth's own
+        assert preview_of(agent, session, 422, port=port)["error"]["code"] == "port_reserved"
+    assert preview_of(agent, session, 422, health_path="no-slash")["error"]["code"]
+
+    # Another team's token does not learn the session exists.
+    _, other = cast.token(cast.charlie, ["workspace:read", "run", "preview"])
+    stranger = SessionAgent(client, other)
+    r = stranger.post(f"/sessions/{session['id']}/preview", {"port": 8080})
+    assert r.status_code == 404, r.content
+    # A token without the preview scope is told which one it lacks.
+    _, runner = cast.token(cast.carol, ["workspace:read", "run"])
+    r = SessionAgent(client, runner).post(f"/sessions/{session['id']}/preview", {"port": 8080})
+    assert r.status_code == 403, r.content
+    assert not Preview.objects.filter(session=Session.objects.get(public_id=session["id"]))
