@@ -9,6 +9,7 @@ import pytest
 
 from previews.models import Preview
 from sessions.models import Session
+from tests.support.mcp import Agent, connect
 from tests.support.previews import Browser
 from tests.support.servers import wait_for
 from tests.support.sessions import SessionAgent, container_of
@@ -144,10 +145,8 @@ def test_stopping_the_session_ends_its_preview_typed(agent, berth_server):
     assert page.json()["error"]["code"] == "preview_stopped"
     # A stopped session has nothing to preview; nor does a deleted one.
     assert preview_of(agent, session, 409)["error"]["code"] == "session_stopped"
-    assert agent.client.delete(f"/api/v1/sessions/{session['id']}", **agent.headers).status_code in (
-        200,
-        202,
-    )
+    deleted = agent.client.delete(f"/api/v1/sessions/{session['id']}", **agent.headers)
+    assert deleted.status_code in (200, 202), deleted.content
     agent.wait_state(session, "deleted", timeout=60)
     assert preview_of(agent, session, 409)["error"]["code"] == "session_deleted"
     # A preview of a session is restarted by previewing the session again.
@@ -175,3 +174,21 @@ def test_bad_asks_are_refused_typed(agent, client, cast):
     r = SessionAgent(client, runner).post(f"/sessions/{session['id']}/preview", {"port": 8080})
     assert r.status_code == 403, r.content
     assert not Preview.objects.filter(session=Session.objects.get(public_id=session["id"]))
+
+
+def test_an_agent_previews_its_session_through_mcp(berth_server, run_stack, cast, shop):
+    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run", "preview"])
+
+    async def body(agent: Agent) -> None:
+        session = await agent("open_session", workspace="shop")
+        assert session["state"] == "ready", session
+        await agent("exec", session=session["id"], command=SERVE)
+        preview = await agent("preview_session", session=session["id"], port=8080)
+        assert preview["state"] == "ready" and preview["session"] == session["id"]
+        assert preview["link"] and preview["persistence"]["commits"]["kept_now"] is True
+        page = await agent("fetch_preview", preview_id=preview["id"], path="/hi.txt")
+        assert page["status"] == 200 and page["body"] == "hello from the session\n"
+        refused = await agent.error("preview_session", session=session["id"], port=61001)
+        assert refused["code"] == "port_reserved"
+
+    connect(berth_server, secret, body)
