@@ -7,9 +7,9 @@ serves from (previews of a session, sessions.lifecycle.is_served) is frozen in s
    stops forwarding into it, and asks the web process, which resumes the session);
 2. the gateways are told at once (GATEWAYS_GROUP): they drop what they cached of its
    previews, and one still in the middle of a request to it counts that as activity;
-3. after SESSION_FREEZE_NOTICE_S (longer than a gateway keeps a lookup, so one that
-   missed the signal has looked again), any activity since step 1 calls it off:
-   ready again. Otherwise the engine pauses it; it is frozen once the engine says so.
+3. any activity since step 1, within SESSION_FREEZE_NOTICE_S (longer than a gateway
+   keeps a lookup, so one that missed the signal has looked again), calls it off: ready
+   again. Otherwise the engine pauses it; it is frozen once the engine says so.
 A session nothing serves from is paused at once (no gateway can be sending into it).
 """
 
@@ -27,10 +27,26 @@ from sessions.lifecycle import GATEWAYS_GROUP, is_served
 from sessions.models import Session, SessionState
 
 Move = Callable[..., bool]
+CHECK_S = 0.1
 
 
 def _active_since(pk: int, when: Any) -> bool:
     return Session.objects.filter(pk=pk, last_active_at__gt=when).exists()
+
+
+async def _called_off(session: Session, idle_since: Any) -> bool:
+    """Whether there was activity within the notice (looked at every CHECK_S: a request
+    that came meanwhile waits for the session to be ready again, so not the whole
+    notice)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.SESSION_FREEZE_NOTICE_S
+    while True:
+        if await db(_active_since)(session.pk, idle_since):
+            return True
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(CHECK_S, left))
 
 
 async def freeze(session: Session, move: Move) -> None:
@@ -48,8 +64,7 @@ async def freeze(session: Session, move: Move) -> None:
         fanout.group_send(
             GATEWAYS_GROUP, {"type": "session.freezing", "session": session.public_id}
         )
-        await asyncio.sleep(settings.SESSION_FREEZE_NOTICE_S)
-        if await db(_active_since)(session.pk, idle_since):
+        if await _called_off(session, idle_since):
             await db(move)(session, SessionState.READY, frozen_at=None, resume_requested_at=None)
             return
     if not await asyncio.to_thread(backend.pause_sandbox, session.run.sandbox.name, True):

@@ -12,16 +12,10 @@ from sessions.models import Session
 from tests.support.mcp import Agent, connect
 from tests.support.previews import Browser
 from tests.support.servers import wait_for
-from tests.support.sessions import SessionAgent, container_of
+from tests.support.sessions import SERVE, SessionAgent, container_of
 
 pytestmark = pytest.mark.docker
 
-# Out of the exec's process group (setsid), so it lives on after the exec ends: a
-# detached exec would be activity while it runs, and the session would never freeze.
-SERVE = (
-    "echo hello from the session > /workspace/hi.txt && cd /workspace && "
-    "setsid -f python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1"
-)
 PERSISTENCE = {
     "commits",
     "uncommitted_files",

@@ -8,6 +8,13 @@ from tests.support.servers import wait_for
 
 SETTLED = {"ready", "failed", "stopped", "lost", "deleted"}
 
+# Out of the exec's process group (setsid), so it lives on after the exec ends: a
+# detached exec would be activity while it runs, and the session would never freeze.
+SERVE = (
+    "echo hello from the session > /workspace/hi.txt && cd /workspace && "
+    "setsid -f python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1"
+)
+
 
 class SessionAgent:
     """An API client acting as an agent in sessions of the workspace `shop`."""
