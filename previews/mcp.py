@@ -75,7 +75,8 @@ async def preview_session(
     ctx: Ctx, session: str, port: int, health_path: str | None = None, wait_seconds: int = 30
 ) -> AgentPreview:
     """Preview an app you started in a session (say exec(session, "setsid -f python3 -m
-    http.server 8080 >/dev/null 2>&1"); a detached exec works too, but keeps the session
+    http.server 8080 >/dev/null 2>&1") with the exec waiting until it listens: an exec's
+    process group is killed at its end; a detached exec works too, but keeps the session
     from freezing while it runs): served from the session's container on `port`, and
     waits up to wait_seconds (default 30, max 120) until GET health_path (default /)
     answers, or says why not (not_listening names the fix). The preview lives as long
