@@ -3,9 +3,12 @@ preview gateway from the session's container; a request is the session's activit
 frozen session resumes for one, health checks leave a frozen one alone, and the
 session's stop ends the preview, typed."""
 
+import base64
+import threading
 import time
 
 import pytest
+from django.db import connection
 
 from previews.models import Preview
 from sessions.models import Session
@@ -186,3 +189,58 @@ def test_an_agent_previews_its_session_through_mcp(berth_server, run_stack, cast
         assert refused["code"] == "port_reserved"
 
     connect(berth_server, secret, body)
+
+
+SLOW_APP = b"""import http.server, time
+class App(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/slow":
+            time.sleep(6)
+        self.send_response(200)
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"done")
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", 8080), App).serve_forever()
+"""
+
+
+def test_a_request_in_flight_when_the_session_would_freeze_is_answered(agent, berth_server):
+    session = agent.ready(idle_freeze_s=2, idle_stop_s=300)
+    encoded = base64.b64encode(SLOW_APP).decode()
+    start = SERVE.replace("python3 -m http.server 8080 --bind 127.0.0.1", "python3 /tmp/slow.py")
+    assert (
+        agent.exec(session, f"echo {encoded} | base64 -d > /tmp/slow.py && {start}")["exit_code"]
+        == 0
+    ), "the slow app started"
+    preview = settled(agent, preview_of(agent, session), "ready", "failed")
+    assert preview["state"] == "ready", preview
+    browser = viewer(berth_server, agent, preview)
+
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            while not done.is_set():
+                seen.add(Session.objects.get(public_id=session["id"]).state)
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        # Idle past idle_freeze_s while it is answered: the keeper asks to freeze, the
+        # gateway still has the request open, so the freeze is called off, never paused.
+        started = time.monotonic()
+        page = browser.get(preview["url"] + "slow")
+    finally:
+        done.set()
+        watcher.join()
+    assert page.status_code == 200 and page.text == "done"
+    assert time.monotonic() - started < 15
+    assert "frozen" not in seen, seen
+    # Nobody asking afterwards: it freezes.
+    assert paused(agent.wait_state(session, "frozen", timeout=60))
