@@ -116,7 +116,7 @@ class Decider:
         if not t.public and not await self.lookups.viewer(cookie, t):
             await self.refuse(scope, send, t)
             return
-        if t.session and t.state == PreviewState.READY and not t.ready:
+        if t.session and not t.ready and t.state in (PreviewState.STARTING, PreviewState.READY):
             # A preview of a session that may be freezing or frozen (or was, a moment
             # ago): never forwarded into a paused container, the session resumes first.
             t = await self.lookups.target(public_id, fresh=True) or t

@@ -72,8 +72,10 @@ class Target:
 
     @property
     def paused(self) -> bool:
-        """A preview of a session that is freezing or frozen: resumed before serving."""
-        return self.state == PreviewState.READY and self.session_state in ("freezing", "frozen")
+        """A live preview of a session that is freezing or frozen: resumed first."""
+        return self.state in (PreviewState.STARTING, PreviewState.READY) and (
+            self.session_state in ("freezing", "frozen")
+        )
 
     @property
     def coming_up(self) -> bool:

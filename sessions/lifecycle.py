@@ -59,10 +59,8 @@ def is_served(session: Session) -> bool:
 
 
 def changed(session: Session) -> None:
-    state = session.state
-
     def send() -> None:
-        group = group_name(session.public_id)
+        state, group = session.state, group_name(session.public_id)
         fanout.group_send(group, {"type": "session.changed", "state": state})
         for receiver, result in session_moved.send_robust(Session, session=session, state=state):
             if isinstance(result, Exception):
