@@ -44,6 +44,10 @@ def test_carol_previews_a_server_of_her_session_from_its_page(berth_server, run_
             page.click(".session-previews button[type=submit]")
         preview = off_loop(lambda: Preview.objects.get(session__pk=session.pk))
         page.wait_for_selector("#preview-status[data-state=ready]", timeout=RUN_TIMEOUT_MS)
+        # The page says whose app it is, and what survives the session's stops.
+        status = page.locator("#preview-status .session-preview-of")
+        assert session.public_id in status.inner_text()
+        assert "kept now" in status.locator("li[data-key=processes_and_memory]").inner_text()
         # The frame: the app's directory listing, served from the session's container.
         frame = page.frame_locator("#preview-frame")
         frame.locator("a", has_text="hi.txt").wait_for(timeout=30_000)
