@@ -370,6 +370,12 @@ SESSION_READ_KEEP_S = envint("SESSION_READ_KEEP_S", 5 * 60)
 # (503 session_not_read), until older ones are gone. Above the tree cap, so one
 # session's largest read fits.
 SESSION_READS_MAX_BYTES = envint("SESSION_READS_MAX_MB", 4096) * 1024 * 1024
+# A session a preview serves from (previews.of_sessions) is announced to the preview
+# gateways as freezing this long before it is paused: longer than a gateway keeps a
+# looked-up preview (2 s), so one that missed the announcement has looked again by then.
+SESSION_FREEZE_NOTICE_S = float(os.environ.get("SESSION_FREEZE_NOTICE_S", "2.5"))
+# A request to a preview of a frozen session waits this long for it to resume.
+SESSION_PREVIEW_RESUME_S = float(os.environ.get("SESSION_PREVIEW_RESUME_S", "15"))
 PREVIEW_IDLE_TIMEOUT_S = envint("PREVIEW_IDLE_TIMEOUT_S", 30 * 60)
 # After a deploy switches the release host to a new release, the previous release's
 # process keeps running this long, so requests already on their way to it finish.

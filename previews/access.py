@@ -7,7 +7,9 @@ def access_preview(actor: Actor, public_id: str, scope: str = "preview") -> Prev
     """A preview the actor may see: its workspace's team is the actor's (a token's own
     team and allowed workspaces); anything else is 404, as for runs."""
     preview = (
-        Preview.objects.select_related("workspace__team", "run", "requested_by", "token")
+        Preview.objects.select_related(
+            "workspace__team", "run", "session__run", "requested_by", "token"
+        )
         .filter(public_id=public_id)
         .first()
     )

@@ -190,7 +190,8 @@ def _new_process(preview: Preview, actor: Actor, review: ContractReview | None =
 
 
 def _end_process(preview: Preview, who: str) -> None:
-    if preview.run is not None and preview.run.is_active:
+    # A preview of a session has no process of its own: the session's goes on.
+    if preview.kind != "session" and preview.run is not None and preview.run.is_active:
         services.stop_service(preview.run, "service_stopped", who)
 
 
@@ -231,6 +232,15 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
     """A new process for the preview, from its pinned commit (or `commit`, when a
     followed branch moved); a live process is stopped first. Its contract is admitted
     first, outside the transaction: a review it opens outlives the refusal."""
+    if preview.kind == "session":
+        raise Conflict(
+            "This preview serves an app running in a session: start the app again there "
+            "with an exec, then preview the session again "
+            f"(POST /api/v1/sessions/{preview.session.public_id if preview.session else '…'}"
+            "/preview).",
+            {"session": preview.session.public_id if preview.session else None},
+            code="session_preview",
+        )
     review = None
     if preview.kind == "preview":
         target = commit or preview.commit

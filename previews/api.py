@@ -9,8 +9,17 @@ from previews import actions
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
-from previews.schemas import LinkOut, PreviewIn, PreviewLogPage, PreviewOut, PublicIn
+from previews.of_sessions import preview_session
+from previews.schemas import (
+    LinkOut,
+    PreviewIn,
+    PreviewLogPage,
+    PreviewOut,
+    PublicIn,
+    SessionPreviewIn,
+)
 from runs.logs_api import Cursor, log_page
+from sessions.access import access_session
 from workspaces.api import actor_of, workspace_for
 
 router = Router(tags=["previews"])
@@ -31,6 +40,20 @@ def start_preview(request: HttpRequest, slug: str, body: PreviewIn | None = None
     preview = actions.start_preview(
         workspace, actor_of(request), body.ref, body.follow, body.idle_timeout_s
     )
+    return Status(202, PreviewOut.of(preview, _port(request)))
+
+
+@router.post(
+    "/sessions/{session_id}/preview",
+    response=answers(PreviewOut, 403, 404, 409, 422, status=202),
+    summary="Preview an app running in a session (one a detached exec started) on its port",
+)
+def preview_of_session(request: HttpRequest, session_id: str, body: SessionPreviewIn) -> Status:
+    """Served by the preview gateway from the session's container while the session
+    runs; a request to it is the session's activity, and resumes a frozen session."""
+    actor = actor_of(request)
+    session = access_session(actor, session_id, scope="preview")
+    preview = preview_session(session, actor, body.port, body.health_path)
     return Status(202, PreviewOut.of(preview, _port(request)))
 
 

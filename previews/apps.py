@@ -6,12 +6,16 @@ class PreviewsConfig(AppConfig):
 
     def ready(self) -> None:
         # Once the app registry is ready: these modules import models.
-        from previews import actions
+        from previews import actions, of_sessions
         from previews.quota import usage
         from runs import quotas
         from runs.models import run_finished
+        from sessions.lifecycle import register_served, session_moved
         from workspaces.signals import branch_moved
 
         quotas.USAGE_PARTS["previews"] = usage
         run_finished.connect(actions.on_run_finished, dispatch_uid="previews.run_finished")
         branch_moved.connect(actions.on_branch_moved, dispatch_uid="previews.branch_moved")
+        # Previews of a session follow it, and its freeze is told to the gateways first.
+        session_moved.connect(of_sessions.on_session_moved, dispatch_uid="previews.sessions")
+        register_served(of_sessions.served)

@@ -31,7 +31,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from core import fanout
-from previews import gate, pages, tunnel_access
+from previews import gate, of_sessions, pages, tunnel_access
 from previews.headers import (
     REFUSED,
     berth_origins,
@@ -42,11 +42,19 @@ from previews.headers import (
     with_frame_ancestors,
 )
 from previews.lookups import Lookups
-from previews.models import FAILED_STATES
+from previews.models import FAILED_STATES, PreviewState
+from sessions.models import LIVE_STATES as SESSION_LIVE_STATES
+from sessions.models import SessionState
+from sessions.waiting import wait_for_session
 
 log = logging.getLogger("berth.previews")
 
 HOLD_RECHECK_S = 1.0
+# A session resumed for a request is waited for until it is ready, or no longer live.
+RESUMED_STATES = (
+    SessionState.READY,
+    *(s for s in SessionState.values if s not in SESSION_LIVE_STATES),
+)
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
@@ -108,6 +116,15 @@ class Decider:
         if not t.public and not await self.lookups.viewer(cookie, t):
             await self.refuse(scope, send, t)
             return
+        if t.session and not t.ready and t.state in (PreviewState.STARTING, PreviewState.READY):
+            # A preview of a session that may be freezing or frozen (or was, a moment
+            # ago): never forwarded into a paused container, the session resumes first.
+            t = await self.lookups.target(public_id, fresh=True) or t
+            if t.paused:
+                t = await self.resume(t)
+                if t.paused:
+                    await _reply(send, *self.not_resumed(scope, t))
+                    return
         if websocket:
             await self.tunnel(scope, receive, send, t, cookie)
             return
@@ -182,6 +199,39 @@ class Decider:
         except Exception as e:  # no channel layer (Redis down): answer as things are
             log.warning("preview %s: not holding a request: %r", t.public_id, e)
         return t
+
+    async def resume(self, t: gate.Target) -> gate.Target:
+        """The session of `t` resumed for this request (it is activity), waited for up
+        to SESSION_PREVIEW_RESUME_S; the target as it is then."""
+        if self.lookups.open.get(t.public_id, 0) >= settings.PREVIEW_MAX_CONNECTIONS:
+            return t
+        self.lookups.open[t.public_id] = self.lookups.open.get(t.public_id, 0) + 1
+        try:
+            if await database_sync_to_async(of_sessions.resume_for_request)(t.session):
+                await wait_for_session(t.session, RESUMED_STATES, settings.SESSION_PREVIEW_RESUME_S)
+        except Exception as e:  # no channel layer (Redis down): answer as things are
+            log.warning("preview %s: its session did not resume: %r", t.public_id, e)
+        finally:
+            self.lookups.open[t.public_id] -= 1
+        return await self.lookups.target(t.public_id, fresh=True) or t
+
+    def not_resumed(self, scope: dict[str, Any], t: gate.Target) -> Answer:
+        message = (
+            f"Session {t.session}, which runs this preview's app, is {t.session_state} and "
+            f"did not resume within {settings.SESSION_PREVIEW_RESUME_S:g} s; try again, "
+            f"or look at it (GET /api/v1/sessions/{t.session})."
+        )
+        if scope.get("berth.upgrade"):
+            return pages.answer(503, "session_not_resumed", message, json_wanted=True)
+        return pages.answer(
+            503,
+            "session_not_resumed",
+            message,
+            json_wanted=pages.wants_json(dict(scope["headers"])),
+            title="This preview's session is frozen",
+            detail={"session": t.session, "session_state": t.session_state},
+            refresh=True,
+        )
 
     async def redeem(self, scope: dict[str, Any], send: Any, public_id: str) -> None:
         query = parse_qs(scope["query_string"].decode("latin-1"))

@@ -56,10 +56,26 @@ class Target:
     port: int
     ns: Namespace | None
     run_id: str | None
+    # A preview of a session (previews.of_sessions): the session, and its state. Its
+    # container is forwarded into only while the session is ready: a freezing or
+    # frozen one is resumed first by the web process (previews.decide).
+    session: str = ""
+    session_state: str = ""
 
     @cached_property  # asked of every request to the preview: a Target never changes
     def ready(self) -> bool:
-        return self.state == PreviewState.READY and self.ns is not None
+        return (
+            self.state == PreviewState.READY
+            and self.ns is not None
+            and self.session_state in ("", "ready")
+        )
+
+    @property
+    def paused(self) -> bool:
+        """A live preview of a session that is freezing or frozen: resumed first."""
+        return self.state in (PreviewState.STARTING, PreviewState.READY) and (
+            self.session_state in ("freezing", "frozen")
+        )
 
     @property
     def coming_up(self) -> bool:
@@ -118,7 +134,11 @@ def moves_group(public_id: str) -> str:
 
 
 def target(public_id: str) -> Target | None:
-    p = Preview.objects.select_related("workspace", "run").filter(public_id=public_id).first()
+    p = (
+        Preview.objects.select_related("workspace", "run", "session")
+        .filter(public_id=public_id)
+        .first()
+    )
     if p is None:
         return None
     ns = Namespace(p.sandbox_pid, p.sandbox_netns) if p.sandbox_pid and p.sandbox_netns else None
@@ -135,6 +155,8 @@ def target(public_id: str) -> Target | None:
         p.port,
         ns,
         p.run.public_id if p.run else None,
+        p.session.public_id if p.session else "",
+        p.session.state if p.session else "",
     )
 
 

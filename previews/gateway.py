@@ -32,6 +32,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core import fanout
 from previews import gate
 from previews.framing import Parsed
 from previews.headers import (
@@ -45,6 +46,7 @@ from previews.headers import (
 from previews.lookups import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Lookups
 from previews.nav_signal import navigated
 from sandbox.netns import Namespace, connect
+from sessions.lifecycle import GATEWAYS_GROUP
 
 log = logging.getLogger("berth.previews")
 
@@ -366,6 +368,32 @@ class Gateway:
 
     def closed(self, t: gate.Target) -> None:
         self.lookups.open[t.public_id] -= 1
+
+    # -- sessions being frozen (sessions.freeze) -----------------------------------------
+
+    async def follow_freezes(self, stop: asyncio.Event) -> None:
+        """Told of each session about to be paused, until `stop` (a lost signal costs
+        nothing worse than the lookup's second: the keeper waits longer than that)."""
+        while not stop.is_set():
+            try:
+                async with fanout.listening(GATEWAYS_GROUP) as next_signal:
+                    while not stop.is_set():
+                        message = await next_signal(1.0)
+                        if message and message.get("type") == "session.freezing":
+                            await self.session_freezing(str(message.get("session")))
+            except Exception as e:
+                log.warning("preview gateway: not told of freezes, again in 1 s: %r", e)
+                await asyncio.sleep(1)
+
+    async def session_freezing(self, session: str) -> None:
+        """Nothing more goes into the session's container on what was cached (its
+        previews are looked up again, and found freezing); a request to it still open
+        is activity now, which calls the freeze off."""
+        previews = self.lookups.forget_session(session)
+        for public_id in previews:
+            self.routes.pop(public_id, None)
+        if any(self.lookups.open.get(p, 0) > 0 for p in previews):
+            await self.lookups.touch_session(session, time.monotonic())
 
     # -- upstream connections ------------------------------------------------------------
 

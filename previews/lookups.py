@@ -13,10 +13,14 @@ from django.conf import settings
 
 from previews import gate
 from previews.models import Preview
+from sessions.models import Session
 
 TARGET_TTL_S = 1.0
 VIEWER_TTL_S = 30.0
 TOUCH_EVERY_S = 1.0
+# A request to a preview of a session is the session's activity: written at most this
+# often per session (its idle clocks count in seconds to minutes).
+SESSION_TOUCH_EVERY_S = 5.0
 
 
 class Lookups:
@@ -37,6 +41,7 @@ class Lookups:
         self.pending: dict[str, asyncio.Future[gate.Target | None]] = {}
         self.viewers: dict[tuple[str, str], tuple[float, bool]] = {}
         self.touched: dict[int, float] = {}
+        self.sessions_touched: dict[str, float] = {}
         self.open: dict[str, int] = {}
         # Read once: Django's settings object costs a lookup per attribute per request.
         self.guard = settings.PREVIEW_CROSS_SITE_GUARD
@@ -103,8 +108,29 @@ class Lookups:
         self.viewers[(public_id, value)] = (time.monotonic(), ok)
 
     async def touch(self, t: gate.Target) -> None:
-        """The idle clock: at most one write a second per preview."""
+        """The idle clock: at most one write a second per preview, and one every
+        SESSION_TOUCH_EVERY_S per session for a preview of one."""
         now = time.monotonic()
         if now - self.touched.get(t.pk, 0) >= TOUCH_EVERY_S:
             self.touched[t.pk] = now
             await database_sync_to_async(Preview.record_request)(t.pk)
+        if t.session and now - self.sessions_touched.get(t.session, 0) >= SESSION_TOUCH_EVERY_S:
+            await self.touch_session(t.session, now)
+
+    async def touch_session(self, public_id: str, now: float) -> None:
+        if len(self.sessions_touched) > 10_000:
+            self.sessions_touched.clear()
+        self.sessions_touched[public_id] = now
+        await database_sync_to_async(Session.touch_by_id)(public_id)
+
+    def forget_session(self, public_id: str) -> list[str]:
+        """A session is being frozen: its previews are looked up afresh from now on
+        (the lookup says it is freezing). The public ids of those previews."""
+        previews = [
+            key
+            for key, (_, t) in list(self.targets.items())
+            if t is not None and t.session == public_id
+        ]
+        for key in previews:
+            self.targets.pop(key, None)
+        return previews

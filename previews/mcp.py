@@ -8,12 +8,13 @@ from channels.db import database_sync_to_async
 from accounts.auth import actor_of
 from core.errors import Conflict, Invalid
 from core.mcp import Ctx, tool
-from previews import actions, gate
+from previews import actions, gate, of_sessions
 from previews.access import access_preview, managed_preview
 from previews.fetch import fetch
 from previews.links import ticket_url
 from previews.models import Preview, PreviewState
 from previews.schemas import AgentPreview, FetchOut
+from sessions.access import access_session
 from workspaces.mcp import workspace_for
 
 MAX_WAIT_S = 120
@@ -36,7 +37,9 @@ async def _wait_settled(public_id: str, seconds: float) -> None:
 
 
 def _reload(public_id: str) -> Preview:
-    return Preview.objects.select_related("workspace__team", "run").get(public_id=public_id)
+    return Preview.objects.select_related("workspace__team", "run", "session__run").get(
+        public_id=public_id
+    )
 
 
 @tool()
@@ -55,6 +58,36 @@ async def start_preview(
     def start() -> str:
         w = workspace_for(actor, workspace, "preview")
         return actions.start_preview(w, actor, ref).public_id
+
+    public_id = await database_sync_to_async(start)()
+    await _wait_settled(public_id, max(0, min(wait_seconds, MAX_WAIT_S)))
+
+    def answer() -> AgentPreview:
+        preview = _reload(public_id)
+        link = ticket_url(preview, actor, "")[0] if preview.is_live else None
+        return AgentPreview.of_preview(preview, link)
+
+    return await database_sync_to_async(answer)()
+
+
+@tool()
+async def preview_session(
+    ctx: Ctx, session: str, port: int, health_path: str | None = None, wait_seconds: int = 30
+) -> AgentPreview:
+    """Preview an app you started in a session (say exec(session, "setsid -f python3 -m
+    http.server 8080 >/dev/null 2>&1") with the exec waiting until it listens: an exec's
+    process group is killed at its end; a detached exec works too, but keeps the session
+    from freezing while it runs): served from the session's container on `port`, and
+    waits up to wait_seconds (default 30, max 120) until GET health_path (default /)
+    answers, or says why not (not_listening names the fix). The preview lives as long
+    as the session: a request to it is activity, and resumes a frozen session; the
+    session's stop ends it (session_ended). Returns a short-lived link; next:
+    fetch_preview to see a page."""
+    actor = await actor_of(ctx)
+
+    def start() -> str:
+        found = access_session(actor, session, scope="preview")
+        return of_sessions.preview_session(found, actor, port, health_path).public_id
 
     public_id = await database_sync_to_async(start)()
     await _wait_settled(public_id, max(0, min(wait_seconds, MAX_WAIT_S)))

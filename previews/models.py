@@ -34,9 +34,14 @@ class Preview(models.Model):
 
     public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
     workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="previews")
-    # "preview", or "release": a deploy's process (deploys.Release), served on the
-    # workspace's release host and never stopped for idleness or quota.
+    # "preview", "release": a deploy's process (deploys.Release), served on the
+    # workspace's release host and never stopped for idleness or quota, or "session":
+    # an app a session's exec started, served from that session's running container
+    # (`session`; no run of its own: its life is the session's, previews.of_sessions).
     kind = models.CharField(max_length=10, default="preview", db_index=True)
+    session = models.ForeignKey(
+        "live_sessions.Session", models.CASCADE, null=True, blank=True, related_name="previews"
+    )
     # A release runs its built image (empty: the image of workspace.toml, as runs).
     image = models.CharField(max_length=200, blank=True)
     ref = models.CharField(max_length=200)

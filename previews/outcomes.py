@@ -29,6 +29,8 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
     ports = [str(p) for p in f.get("ports") or []]
     lines = f.get("last_lines") or []
     where = " while it was serving" if f.get("crashed") else f" before it answered on port {port}"
+    if preview.kind == "session":
+        return _of_session(reason, preview, **f)
     offline = f.get("network_failure")
     table = {
         "setup_failed": (
@@ -73,5 +75,41 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
         "longest without a request"
         + (f" when preview {f['for_preview']} started" if f.get("for_preview") else "")
         + ". Restart it when you need it (another idle one makes room).",
+    }
+    return table.get(reason) or str(f.get("run_message") or reason)
+
+
+# How a session's end reads in its previews' messages (previews.of_sessions).
+ENDED_WORDS = {
+    "stopping": "stopped",
+    "stopped": "stopped",
+    "deleted": "was deleted",
+    "failed": "failed",
+    "lost": "was lost",
+}
+
+
+def _of_session(reason: str, preview: Preview, **f: Any) -> str:
+    """The same ends, for a preview of an app a session runs (no command of Berth's)."""
+    port, deadline = preview.port, settings.PREVIEW_START_DEADLINE_S
+    session = f.get("session") or (preview.session.public_id if preview.session else "")
+    ports = [str(p) for p in f.get("ports") or []]
+    again = f"then preview the session again (POST /api/v1/sessions/{session}/preview)"
+    table = {
+        "not_listening": f"Nothing listened on port {port} in session {session} within "
+        f"{deadline} s. Start the app there with a detached exec, listening on "
+        f"127.0.0.1:{port} or 0.0.0.0:{port}, {again}.",
+        "listening_on_other_port": f"Nothing listens on port {port} in session {session}, "
+        f"but something listens on {', '.join(ports)}: preview that port instead.",
+        "health_failed": f"GET {preview.health_path} kept answering "
+        + (f"{f['status']} (not 2xx or 3xx)" if f.get("status") else "with no valid HTTP response")
+        + f" for {deadline} s. Fix the app or give another health_path, {again}.",
+        "session_ended": f"Session {session} "
+        + ENDED_WORDS.get(str(f.get("session_state")), str(f.get("session_state")))
+        + (f" ({f['session_reason']})" if f.get("session_reason") else "")
+        + ": the app ran in its container, and its processes are gone. Start the session "
+        f"again, start the app, {again}.",
+        "stopped_by_user": f"Stopped by {f.get('who', 'a user')}; the app goes on running in "
+        f"the session. Preview it again to serve it (POST /api/v1/sessions/{session}/preview).",
     }
     return table.get(reason) or str(f.get("run_message") or reason)

@@ -11,8 +11,17 @@ from core.schemas import In, Out, Timestamp
 from logs import logstore
 from previews.models import Preview, PreviewState
 from runs.schemas import EgressOut, LogPage, SetupOut
+from sessions.persistence import statement
+from sessions.schemas import PersistenceOut
 
 # -- requests ---------------------------------------------------------------------------
+
+
+class SessionPreviewIn(In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"port": 8080}]})
+
+    port: int = Field(ge=1, le=65535, description="where the app listens in the session")
+    health_path: str | None = Field(None, max_length=500, description="default: /")
 
 
 class PreviewIn(In):
@@ -82,6 +91,14 @@ class PreviewOut(Out):
     log_url: str
     requested_by: RequestedBy
     created_at: Timestamp | None
+    session: str | None = Field(
+        description="a preview of a session: the session whose app it serves (its life "
+        "is the session's)"
+    )
+    persistence: PersistenceOut | None = Field(
+        description="a preview of a session: what survives each stop of the session, "
+        "said precisely (as the session's own answers say)"
+    )
 
     @classmethod
     def of(cls, preview: Preview, port: str = "") -> "PreviewOut":
@@ -142,6 +159,8 @@ def _preview_fields(preview: Preview, port: str) -> dict[str, Any]:
         "log_url": f"/api/v1/previews/{preview.public_id}/logs",
         "requested_by": RequestedBy.of(preview.requested_by, preview.token),
         "created_at": iso(preview.created_at),
+        "session": preview.session.public_id if preview.session else None,
+        "persistence": statement(preview.session) if preview.session else None,
     }
 
 

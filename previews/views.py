@@ -19,11 +19,13 @@ from accounts.access import Actor, require_team_admin
 from accounts.models import Membership
 from core.errors import BerthError, NotFound
 from logs import logstore
-from previews import actions
+from previews import actions, of_sessions
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
 from previews.schemas import PreviewOut
+from sessions.access import access_session
+from sessions.views import session_urls
 from workspaces.models import Workspace
 from workspaces.views import clone_url, urls_of, workspace_page
 
@@ -116,4 +118,28 @@ def start(request: HttpRequest, membership: Membership, workspace: Workspace) ->
     except BerthError as e:
         messages.error(request, e.message)
         return redirect("workspace", membership.team.slug, workspace.slug)
+    return redirect("preview", preview_id=preview.public_id)
+
+
+@login_required
+@require_POST
+def preview_of_session(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The session page's form: preview what listens on a port in the session."""
+    actor = _actor(request)
+    try:
+        session = access_session(actor, session_id, scope="preview")
+    except NotFound as e:
+        raise Http404(e.message) from e
+    back = session_urls(session)["page"]
+    port = request.POST.get("port", "")
+    if not port.isdigit():
+        messages.error(request, "Give the port the app listens on in the session (1-65535).")
+        return redirect(back)
+    try:
+        preview = of_sessions.preview_session(
+            session, actor, int(port), request.POST.get("health_path") or None
+        )
+    except BerthError as e:
+        messages.error(request, e.message)
+        return redirect(back)
     return redirect("preview", preview_id=preview.public_id)

@@ -8,6 +8,10 @@ once (listening_on_other_port, naming them); a ready one is probed every
 PREVIEW_HEALTH_EVERY_S and stopped once idle past its timeout. Probes connect from
 inside the sandbox's network namespace (previews.probe). Crashes need no
 polling: the process's exit ends its run, and previews.actions.on_run_finished follows.
+
+A preview of a session (previews.of_sessions) is probed only while its session is
+ready: a freezing or frozen session's processes are paused, and a probe would hang on
+them (nor is a probe activity: it never keeps a session from freezing).
 """
 
 import asyncio
@@ -15,16 +19,18 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from previews import actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from previews.probe import probe
-from runs.models import RunState
+from runs.models import Run, RunState
 from sandbox import backend
 from sandbox.egress.policy import PROXY_PORT
 from sandbox.loop import db as _db
 from sandbox.netns import Namespace, NamespaceGone, listening_ports
+from sessions.models import SessionState
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -50,11 +56,16 @@ class Watcher:
         # probes before it listens just find nothing yet.
         previews = await _db(
             lambda: list(
-                Preview.objects.select_related("run__sandbox", "workspace__team").filter(
+                Preview.objects.select_related(
+                    "run__sandbox", "workspace__team", "session__run__sandbox"
+                ).filter(
+                    Q(
+                        run__state__in=(RunState.PREPARING, RunState.RUNNING),
+                        run__phase="main",
+                        run__hydrated_at__isnull=False,
+                    )
+                    | Q(kind="session", session__state=SessionState.READY),
                     state__in=LIVE_STATES,
-                    run__state__in=(RunState.PREPARING, RunState.RUNNING),
-                    run__phase="main",
-                    run__hydrated_at__isnull=False,
                 )
             )
         )()
@@ -63,7 +74,7 @@ class Watcher:
         for key in set(self.next_check) - live:
             del self.next_check[key]
         for preview in previews:
-            if preview.public_id in self.busy or preview.run is None:
+            if preview.public_id in self.busy or _process(preview) is None:
                 continue
             if preview.state == PreviewState.READY:
                 if await _db(self._stop_if_idle)(preview):
@@ -115,18 +126,19 @@ class Watcher:
         """The sandbox's namespace, found once per process and recorded for the proxy."""
         if preview.sandbox_pid and preview.sandbox_netns:
             return Namespace(preview.sandbox_pid, preview.sandbox_netns)
-        assert preview.run is not None
-        pid = await asyncio.to_thread(backend.sandbox_pid, preview.run.container_name)
+        process = _process(preview)
+        assert process is not None
+        pid = await asyncio.to_thread(backend.sandbox_pid, process.container_name)
         if pid is None:
             return None
         try:
             ns = Namespace.of_pid(pid)
         except NamespaceGone:
             return None
-        run_id = preview.run.pk
-        if preview.run.sandbox is not None:
-            await _db(preview.run.sandbox.record_pid)(ns.pid, ns.inode)
-        await _db(preview.record_namespace)(run_id, ns.pid, ns.inode)
+        if process.sandbox is not None:
+            await _db(process.sandbox.record_pid)(ns.pid, ns.inode)
+        # A preview of a session has no run of its own (run_id None).
+        await _db(preview.record_namespace)(preview.run_id, ns.pid, ns.inode)
         return ns
 
     @staticmethod
@@ -141,15 +153,17 @@ class Watcher:
         """Write what a probe saw (and, while nothing answers, the ports something
         listens on); True while the preview is still starting."""
         preview.refresh_from_db()
-        if preview.run is None or not preview.is_live:
+        process = _process(preview)
+        if process is None or not preview.is_live:
             return False
         healthy = status is not None and 200 <= status < 400
         if preview.state == PreviewState.STARTING:
             if healthy and actions.mark_ready(preview, status or 0):
                 return False
-            started = preview.run.process_started_at
+            # A session's app was started by an exec of its own: timed from the ask.
+            started = preview.started_at if preview.session_id else process.process_started_at
             if ports and started and preview.port not in ports:
-                if preview.run.network.get("mode") == "proxy":
+                if process.network.get("mode") == "proxy":
                     ports = ports - {PROXY_PORT}  # Berth's egress listener, not the app
                 if ports and timezone.now() > started + timedelta(seconds=WRONG_PORT_AFTER_S):
                     log.info(
@@ -167,15 +181,17 @@ class Watcher:
                     preview, "not_listening" if status is None else "health_failed", status
                 )
                 return False
-            if not preview.run.is_active:
-                return False  # it ended: on_run_finished says how
+            if not process.is_active:
+                return False  # it ended: on_run_finished (or the session's move) says how
         preview.record_health(status)
         return preview.state == PreviewState.STARTING
 
     @staticmethod
     def _stop_if_idle(preview: Preview) -> bool:
-        if preview.kind == "release":
-            return False  # a release serves until a deploy replaces it
+        if preview.kind in ("release", "session"):
+            # A release serves until a deploy replaces it; a session's preview lives as
+            # long as its session, whose own clocks freeze and stop it.
+            return False
         idle = preview.idle_for()
         if idle is None or idle < timedelta(seconds=preview.idle_timeout_s):
             return False
@@ -186,3 +202,10 @@ class Watcher:
             return False
         actions.stop_preview(preview, None, "idle")
         return True
+
+
+def _process(preview: Preview) -> Run | None:
+    """The run whose container serves the preview: its own, or its session's."""
+    if preview.session_id is not None:
+        return preview.session.run if preview.session else None
+    return preview.run

@@ -313,13 +313,20 @@ def kill_exec(row: Exec, actor: Actor, force: bool = False) -> Exec:
     return row
 
 
-def keep_alive(session: Session, actor: Actor) -> Session:
-    """Activity now: its idle clock starts again, and a frozen session resumes."""
-    require_usable(session)
+def wake(session: Session) -> None:
+    """Activity now: its idle clock starts again, and a freezing or frozen session
+    resumes (its agent unpauses it, as for an exec). A freeze still being announced is
+    called off instead (sessions.freeze)."""
     session.touch()
     if session.state in (SessionState.FREEZING, SessionState.FROZEN):
         session.ask_resume()
         nudge(host_of(session))
+
+
+def keep_alive(session: Session, actor: Actor) -> Session:
+    """Activity now: its idle clock starts again, and a frozen session resumes."""
+    require_usable(session)
+    wake(session)
     return session
 
 

@@ -43,6 +43,7 @@ from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
 from sessions.follow import handed
 from sessions.frames import frame_key
+from sessions.freeze import freeze
 from sessions.lifecycle import ask_stop, changed, expire, signal_ended
 from sessions.models import (
     LIVE_STATES,
@@ -417,7 +418,7 @@ class Keeper:
             elif idle >= session.idle_stop_s:
                 await db(ask_stop)(session, "idle", SYSTEM)
             elif idle >= session.idle_freeze_s:
-                await self._freeze(session)
+                await freeze(session, self._move)
         elif session.state == SessionState.FREEZING:
             if sandbox.paused:
                 await db(self._move)(session, SessionState.FROZEN, frozen_at=now)
@@ -460,15 +461,6 @@ class Keeper:
                     )
                 )
             )()
-
-    async def _freeze(self, session: Session) -> None:
-        """Paused in the engine; frozen once the engine reports it (its pause event)."""
-        assert session.run is not None and session.run.sandbox is not None
-        # frozen_at: when the pause was asked, until the engine says it is paused.
-        if not await db(self._move)(session, SessionState.FREEZING, frozen_at=timezone.now()):
-            return
-        if not await asyncio.to_thread(backend.pause_sandbox, session.run.sandbox.name, True):
-            await db(self._move)(session, SessionState.READY)
 
     async def resume(self, session: Session) -> None:
         """A frozen session thawed for a door that needs it running now (a terminal),

@@ -3,9 +3,11 @@ its files going (its volume, its reads' stores). Called from the run's end (any
 process) and the runner agent."""
 
 import logging
+from collections.abc import Callable
 
 import docker.errors
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from accounts.actions import record
@@ -36,12 +38,35 @@ def group_name(session_public_id: str) -> str:
     return f"session_{session_public_id}"
 
 
+# Sent after the commit of each move of a session (kwargs: session, state): what
+# serves from its container (previews.of_sessions) follows it from here.
+session_moved = Signal()
+# The preview gateways listen here: a session about to be paused is announced first
+# (sessions.freeze), so they stop sending requests into it.
+GATEWAYS_GROUP = "session_gateways"
+# Whether something serves requests from a session's container (registered by the apps
+# above: previews). Its freeze is then announced to the gateways before the pause.
+Served = Callable[[Session], bool]
+_served: list[Served] = []
+
+
+def register_served(served: Served) -> None:
+    _served[:] = [served]
+
+
+def is_served(session: Session) -> bool:
+    return any(served(session) for served in _served)
+
+
 def changed(session: Session) -> None:
-    transaction.on_commit(
-        lambda: fanout.group_send(
-            group_name(session.public_id), {"type": "session.changed", "state": session.state}
-        )
-    )
+    def send() -> None:
+        state, group = session.state, group_name(session.public_id)
+        fanout.group_send(group, {"type": "session.changed", "state": state})
+        for receiver, result in session_moved.send_robust(Session, session=session, state=state):
+            if isinstance(result, Exception):
+                log.error("%s failed after session %s moved: %r", receiver, group, result)
+
+    transaction.on_commit(send)
 
 
 def signal_ended(row: Exec, seq: int = 0) -> None:

@@ -169,6 +169,14 @@ class Session(Timers):
         Session.objects.filter(pk=self.pk, last_active_at__lt=now).update(last_active_at=now)
         self.last_active_at = now
 
+    @staticmethod
+    def touch_by_id(public_id: str) -> None:
+        """Activity seen from outside (a request to a preview of it): as `touch`."""
+        now = timezone.now()
+        Session.objects.filter(public_id=public_id, last_active_at__lt=now).update(
+            last_active_at=now
+        )
+
     def ask_resume(self) -> None:
         Session.objects.filter(pk=self.pk).update(resume_requested_at=timezone.now())
 

@@ -8,6 +8,17 @@ from tests.support.servers import wait_for
 
 SETTLED = {"ready", "failed", "stopped", "lost", "deleted"}
 
+# Out of the exec's process group (setsid), so it lives on after the exec ends: a
+# detached exec would be activity while it runs, and the session would never freeze.
+# The exec waits until it listens: its group is killed at its end, and a child not yet
+# out of it would go with it.
+SERVE = (
+    "echo hello from the session > /workspace/hi.txt && cd /workspace && "
+    "setsid -f python3 -m http.server 8080 --bind 127.0.0.1 >/dev/null 2>&1 && "
+    "until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8080))' "
+    "2>/dev/null; do sleep 0.1; done"
+)
+
 
 class SessionAgent:
     """An API client acting as an agent in sessions of the workspace `shop`."""
@@ -46,7 +57,7 @@ class SessionAgent:
     def ready(self, **body) -> dict:
         session = self.open(**body)
         done = self.wait_state(session, *SETTLED)
-        assert done["state"] == "ready", done
+        assert done["state"] == "ready", (done["reason"], done["message"], done["times"])
         return done
 
     def exec(self, session: dict, command: str, status: int | None = 200, **body) -> dict:
