@@ -113,8 +113,8 @@ def review_page(
         workspace=workspace, commit=deploy.commit, kind="preview", state__in=LIVE_STATES
     ).first()
     summary["when"] = datetime.fromtimestamp(summary["authored_at"], tz=UTC)
-    # htmx: the head alone, asked for again at each move of the deploy (its socket).
-    template = "deploys/review.html#deploy-head" if is_htmx(request) else "deploys/review.html"
+    # htmx: what a move changes, asked for again at each move of the deploy (its socket).
+    template = "deploys/review.html#deploy-moves" if is_htmx(request) else "deploys/review.html"
     response = render(
         request,
         template,

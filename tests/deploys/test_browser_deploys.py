@@ -142,9 +142,10 @@ def test_an_agent_asks_for_a_deploy_and_bob_approves_it_in_the_browser(
         assert seen[-1] == "live" and set(seen) <= {"approved", "building", "releasing", "live"}
         assert "building" in seen, seen
         assert "apps.localhost" in page.inner_text("#deploy-live")
-        # Live, and opened again: the page says what shipped, against what was live
+        # Live, still never reloaded: the page says what shipped, against what was live
         # before it (nothing).
-        page.reload()
+        page.locator("#review-diff h2", has_text="What shipped").wait_for()
+        assert page.evaluate("window.notReloaded") is True
         diff = page.inner_text("#review-diff")
         assert page.locator("#review-diff h2").inner_text() == "What shipped"
         assert "Release 1 went live with this commit" in diff
