@@ -187,6 +187,19 @@ def search_files(
     return SearchOut.model_validate({"ref": ref or w.default_branch, **found})
 
 
+def _commit_one(
+    request: HttpRequest,
+    w: Workspace,
+    change: Change,
+    message: str,
+    branch: str | None,
+    base_commit: str | None,
+) -> CommitOut:
+    """One change as one commit: the single-file and folder doors."""
+    result = actions.commit_changes(w, actor_of(request), [change], message, branch, base_commit)
+    return CommitOut.of(result)
+
+
 @router.put(
     "/workspaces/{slug}/files/{path:path}",
     response=answers(CommitOut, 403, 404, 409, 422),
@@ -195,15 +208,10 @@ def search_files(
 def write_file(request: HttpRequest, slug: str, path: str, body: FileIn) -> CommitOut:
     w = workspace_for(request, slug, "workspace:write")
     content = actions.decode_content(body.content, body.encoding, path)
-    result = actions.commit_changes(
-        w,
-        actor_of(request),
-        [Change("write", path, content)],
-        body.message or f"Update {path}",
-        body.branch,
-        body.base_commit,
+    change = Change("write", path, content)
+    return _commit_one(
+        request, w, change, body.message or f"Update {path}", body.branch, body.base_commit
     )
-    return CommitOut.of(result)
 
 
 @router.delete(
@@ -220,15 +228,8 @@ def delete_file(
     base_commit: str | None = None,
 ) -> CommitOut:
     w = workspace_for(request, slug, "workspace:write")
-    result = actions.commit_changes(
-        w,
-        actor_of(request),
-        [Change("delete", path, kind="file")],
-        message or f"Delete {path}",
-        branch,
-        base_commit,
-    )
-    return CommitOut.of(result)
+    change = Change("delete", path, kind="file")
+    return _commit_one(request, w, change, message or f"Delete {path}", branch, base_commit)
 
 
 @router.post(
@@ -238,15 +239,9 @@ def delete_file(
 )
 def rename_folder(request: HttpRequest, slug: str, body: FolderRenameIn) -> CommitOut:
     w = workspace_for(request, slug, "workspace:write")
-    result = actions.commit_changes(
-        w,
-        actor_of(request),
-        [Change("rename", body.path, to=body.to, kind="folder")],
-        body.message or f"Rename folder {body.path} to {body.to}",
-        body.branch,
-        body.base_commit,
-    )
-    return CommitOut.of(result)
+    change = Change("rename", body.path, to=body.to, kind="folder")
+    message = body.message or f"Rename folder {body.path} to {body.to}"
+    return _commit_one(request, w, change, message, body.branch, body.base_commit)
 
 
 @router.delete(
@@ -263,15 +258,8 @@ def delete_folder(
     base_commit: str | None = None,
 ) -> CommitOut:
     w = workspace_for(request, slug, "workspace:write")
-    result = actions.commit_changes(
-        w,
-        actor_of(request),
-        [Change("delete", path, kind="folder")],
-        message or f"Delete folder {path}",
-        branch,
-        base_commit,
-    )
-    return CommitOut.of(result)
+    change = Change("delete", path, kind="folder")
+    return _commit_one(request, w, change, message or f"Delete folder {path}", branch, base_commit)
 
 
 @router.post(
