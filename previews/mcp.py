@@ -5,6 +5,7 @@ import asyncio
 
 from channels.db import database_sync_to_async
 
+from accounts.access import Actor
 from accounts.auth import actor_of
 from core.errors import Conflict, Invalid
 from core.mcp import Ctx, tool
@@ -42,6 +43,18 @@ def _reload(public_id: str) -> Preview:
     )
 
 
+async def _settled_answer(public_id: str, actor: Actor, wait_seconds: int) -> AgentPreview:
+    """The preview once settled (or wait_seconds on), with a short-lived link if live."""
+    await _wait_settled(public_id, max(0, min(wait_seconds, MAX_WAIT_S)))
+
+    def answer() -> AgentPreview:
+        preview = _reload(public_id)
+        link = ticket_url(preview, actor, "")[0] if preview.is_live else None
+        return AgentPreview.of_preview(preview, link)
+
+    return await database_sync_to_async(answer)()
+
+
 @tool()
 async def start_preview(
     ctx: Ctx, workspace: str, ref: str | None = None, wait_seconds: int = 60
@@ -60,14 +73,7 @@ async def start_preview(
         return actions.start_preview(w, actor, ref).public_id
 
     public_id = await database_sync_to_async(start)()
-    await _wait_settled(public_id, max(0, min(wait_seconds, MAX_WAIT_S)))
-
-    def answer() -> AgentPreview:
-        preview = _reload(public_id)
-        link = ticket_url(preview, actor, "")[0] if preview.is_live else None
-        return AgentPreview.of_preview(preview, link)
-
-    return await database_sync_to_async(answer)()
+    return await _settled_answer(public_id, actor, wait_seconds)
 
 
 @tool()
@@ -90,14 +96,7 @@ async def preview_session(
         return of_sessions.preview_session(found, actor, port, health_path).public_id
 
     public_id = await database_sync_to_async(start)()
-    await _wait_settled(public_id, max(0, min(wait_seconds, MAX_WAIT_S)))
-
-    def answer() -> AgentPreview:
-        preview = _reload(public_id)
-        link = ticket_url(preview, actor, "")[0] if preview.is_live else None
-        return AgentPreview.of_preview(preview, link)
-
-    return await database_sync_to_async(answer)()
+    return await _settled_answer(public_id, actor, wait_seconds)
 
 
 @tool()
