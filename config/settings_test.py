@@ -28,6 +28,15 @@ if not os.environ.get("TEST_PREVIEW_PORT"):
         os.environ["TEST_PREVIEW_PORT"] = str(_s.getsockname()[1])
 os.environ["PREVIEW_PORT"] = os.environ["TEST_PREVIEW_PORT"]
 
+# The sandbox image of this checkout's own recipe (`berth-sandbox:bookworm-<hash>`, which
+# `make test` builds), not whatever the shared `berth-sandbox:bookworm` alias points at:
+# checkouts whose in-image files differ (sandbox/in_image) share one engine, and each
+# must run its own exec channel. The recipe is plain module constants (no settings read).
+if "SANDBOX_IMAGE" not in os.environ:
+    from sandbox.images import REPOSITORY, recipe_tag
+
+    os.environ["SANDBOX_IMAGE"] = f"{REPOSITORY}:{recipe_tag()}"
+
 from config.settings import *  # noqa: E402,F403
 from config.settings import DATA_DIR, DATABASES  # noqa: E402
 

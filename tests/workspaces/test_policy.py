@@ -6,6 +6,7 @@ import html
 import platform
 
 import pytest
+from django.conf import settings
 
 from accounts.models import Activity, Team
 from tests.support.api import bearer
@@ -293,7 +294,8 @@ def messages(before: str | None, after: str | None) -> list[str]:
 def test_contract_absent_and_empty_files_are_the_defaults():
     assert contract.changes(None, None) == []
     assert contract.changes(None, "") == []
-    assert contract.changes(None, '[sandbox]\nimage = "berth-sandbox:bookworm"\n') == []
+    default = f'[sandbox]\nimage = "{settings.SANDBOX_IMAGE}"\n'
+    assert contract.changes(None, default) == []
     assert contract.changes("# a comment\n", "[setup]\ncommand = 'make'\n") == []
 
 
@@ -304,7 +306,7 @@ def test_contract_lists_every_sandbox_and_network_key_that_changed():
         '[network]\negress = ["a.example", "b.example:443"]\n'
     )
     assert messages(before, after) == [
-        '[sandbox] image: "berth-sandbox:bookworm" (default) → "other:1"',
+        f'[sandbox] image: "{settings.SANDBOX_IMAGE}" (default) → "other:1"',
         "[sandbox] cpus: 1.0 → 2",
         "[sandbox] timeout_s: 600 (default) → 60",
         '[network] egress: ["a.example"] → ["a.example", "b.example:443"]',
