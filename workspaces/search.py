@@ -55,7 +55,7 @@ SNIPPET_BEFORE = 80  # characters of a long line shown before a match
 SNIPPET_CHARS = 300
 BINARY_PROBE = 8000
 # Bytes x program instructions one engine call may cover: ~0.1 s when RE2's DFA gives up
-# and it steps its NFA (~5 ns per byte and instruction measured here). An ordinary
+# and it steps its NFA (2-5 ns per byte and instruction measured here). An ordinary
 # pattern (tens of instructions) gets chunks of a megabyte, the whole file.
 CHUNK_WORK = 1 << 24
 MAX_CHUNK = 1 << 20
