@@ -324,19 +324,22 @@ def _cut(data: bytes, found: Found) -> bytes:
     """The file with each line past SEARCH_MAX_LINE_BYTES cut there (at a character's
     start), counted in `found.lines_cut`; the file itself when no line is that long."""
     cap = settings.SEARCH_MAX_LINE_BYTES
-    if len(data) <= cap:
-        return data
-    # Python's re on a pattern of ours, anchored at line starts: linear, no tenant input.
-    long_line = re.compile(rb"^[^\n]{%d}" % (cap + 1), re.MULTILINE)
-    pieces, kept = [], 0
-    for m in long_line.finditer(data):
-        start = m.start()
-        stop = start + cap
-        while stop > start and data[stop] & 0xC0 == 0x80:  # not inside a character
+    size = len(data)
+    pieces, kept, pos = [], 0, 0
+    # A line is long when no newline comes within cap bytes of its start. Short lines are
+    # stepped over a window at a time (the last newline in it), so a file costs about
+    # size / cap calls, not one per line.
+    while pos + cap < size:
+        newline = data.rfind(b"\n", pos, pos + cap + 1)
+        if newline != -1:
+            pos = newline + 1
+            continue
+        stop = pos + cap
+        while stop > pos and data[stop] & 0xC0 == 0x80:  # not inside a character
             stop -= 1
         pieces.append(data[kept:stop])
-        end = data.find(b"\n", start)
-        kept = len(data) if end == -1 else end
+        end = data.find(b"\n", pos + cap)
+        kept = pos = size if end == -1 else end
         found.lines_cut += 1
     if not pieces:
         return data
