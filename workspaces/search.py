@@ -19,7 +19,8 @@ Whatever a tenant sends, one search is bounded (settings, SEARCH_*):
   included.
 Patterns (the query and the globs) run on RE2 (google-re2), not a backtracking engine:
 matching is linear in the text, so `(a|aa)+$` simply completes, and building a pattern
-is bounded by SEARCH_REGEX_MAX_BYTES (RE2's max_mem: program and DFA cache together).
+is bounded by SEARCH_REGEX_MAX_BYTES (RE2's max_mem: program and DFA cache together;
+`re2.compile` keeps 128 patterns, so a process holds at most 128 times that).
 The `regex` package Berth used before expanded counted repeats when it compiled, with no
 timeout over that: `(?:(?:a{100}){100}){30}` (23 characters) took 88 MB, 42 characters
 23 GB. RE2 refuses repeats that multiply past 1,000 and programs past max_mem at parse

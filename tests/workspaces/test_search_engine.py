@@ -144,6 +144,12 @@ def test_what_re2_has_not_is_invalid_and_says_so(agent, shop):
     word = quote(r"\bna\w*")
     words = agent.get(f"/workspaces/shop/search?q={word}&regex=true&paths=notes.txt").json()
     assert [m["text"][m["match_start"] : m["match_end"]] for m in words["matches"]] == ["na"]
+    # A match never crosses a line: "abab\nabba" has no "b\sa", one line has "ab".
+    across = agent.get(f"/workspaces/shop/search?q={quote(r'b\sa')}&regex=true").json()
+    assert across["matches"] == []
+    assert lines_of(agent.get("/workspaces/shop/search?q=b%24&regex=true").json()) == [
+        ("echo.txt", 1)
+    ]
     # A glob of many stars matches in linear time, as a pattern does.
     stars = quote("*a" * 40 + "*.py,*.py")
     assert lines_of(agent.get(f"/workspaces/shop/search?q=def&paths={stars}").json()) == [
