@@ -278,8 +278,12 @@ WORKSPACE_MAX_TREE_BYTES = envint("WORKSPACE_MAX_TREE_MB", 2048) * 1024 * 1024
 # Search over a commit (workspaces.search): what one search may cost, whatever is asked.
 # Files past SEARCH_MAX_FILE_KB are skipped and named; a search stops (and says so) at
 # SEARCH_MAX_MATCHES lines, SEARCH_MAX_SCAN_MB read or SEARCH_TIME_S, a regex included.
+# A line past SEARCH_MAX_LINE_BYTES is searched as if it ended there; a pattern (RE2) may
+# take SEARCH_REGEX_MAX_KB to build and match (its max_mem), or is refused.
 SEARCH_MAX_QUERY_CHARS = envint("SEARCH_MAX_QUERY_CHARS", 256)
 SEARCH_MAX_FILE_BYTES = envint("SEARCH_MAX_FILE_KB", 1024) * 1024
+SEARCH_MAX_LINE_BYTES = envint("SEARCH_MAX_LINE_BYTES", 4096)
+SEARCH_REGEX_MAX_BYTES = envint("SEARCH_REGEX_MAX_KB", 1024) * 1024
 SEARCH_MAX_MATCHES = envint("SEARCH_MAX_MATCHES", 500)
 SEARCH_MAX_SCAN_BYTES = envint("SEARCH_MAX_SCAN_MB", 256) * 1024 * 1024
 SEARCH_TIME_S = float(os.environ.get("SEARCH_TIME_S", "5"))

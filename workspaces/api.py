@@ -162,11 +162,14 @@ def read_file(
     "/workspaces/{slug}/search",
     response=answers(SearchOut, 403, 404, 413, 422),
     summary="Search the files of a commit",
-    description="Literal text by default, a regular expression with `regex=true`; `case` "
+    description="Literal text by default, a regular expression with `regex=true` (RE2's "
+    "syntax: no backreferences or lookaround, `\\w` `\\d` `\\b` ASCII; 422 `invalid_regex`, "
+    "or `regex_too_large` for counted repeats past 1,000); `case` "
     "smart (insensitive unless the query has a capital), sensitive or insensitive; `paths`: "
     "comma-separated globs (`*.py`, `src/`, `docs/**/*.md`). One line per match, in tree "
     "order. Binary files and files past `limits.max_file_bytes` are skipped and named; a "
-    "search stops at `limit` lines, its scan bound or its time bound with `truncated`.",
+    "search stops at `limit` lines, its scan bound or its time bound with `truncated`. A "
+    "line past `limits.max_line_bytes` is searched up to there (`lines_cut`).",
 )
 def search_files(
     request: HttpRequest,

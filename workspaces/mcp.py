@@ -127,7 +127,8 @@ async def search_files(
     limit: int | None = None,
 ) -> SearchOut:
     """Find lines in the files of a branch, tag or commit (default: the default branch's
-    head), on the server: literal text, or a regular expression with regex=true; case
+    head), on the server: literal text, or a regular expression with regex=true (RE2: no
+    backreferences or lookaround, \\w \\d \\b ASCII, counted repeats up to 1,000); case
     "smart" (insensitive unless the query has a capital), "sensitive" or "insensitive";
     paths: comma-separated globs ("*.py", "src/", "docs/**/*.md"). One result per line,
     with path, line and column. Binary and large files are skipped and named; a search

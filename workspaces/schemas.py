@@ -349,6 +349,7 @@ class SearchLimits(Out):
     limit: int = Field(description="the most lines this search would return")
     max_query_chars: int
     max_file_bytes: int = Field(description="larger files are skipped, and named")
+    max_line_bytes: int = Field(description="a longer line is searched as if it ended there")
     max_matches: int
     max_scan_bytes: int
     time_s: float
@@ -367,6 +368,9 @@ class SearchOut(Out):
     files_scanned: int
     files_matched: int
     bytes_scanned: int
+    lines_cut: int = Field(
+        description="lines past `limits.max_line_bytes`, searched only up to that bound"
+    )
     skipped: list[SearchSkipped] = Field(description="the first files skipped (50 at most)")
     skipped_count: int
     truncated: bool = Field(description="the search stopped early: `stopped` says why")

@@ -146,15 +146,31 @@ def test_every_bound_stops_the_search_and_says_so(agent, shop, cast, settings):
     scanned = agent.get("/workspaces/shop/search?q=zzz").json()
     assert scanned["stopped"] == "scan_limit" and scanned["files_scanned"] == 1
 
-    # A pattern that backtracks for ever on a short line stops at the time bound.
+    # A pattern that backtracks for ever under a backtracking engine simply completes on
+    # RE2: matching is linear in the text.
     settings.SEARCH_MAX_SCAN_BYTES = 2**30
     settings.SEARCH_TIME_S = 0.5
+    settings.SEARCH_MAX_FILE_BYTES = 1 << 20
     actions.commit_changes(
         shop, Actor(cast.carol), [Change("write", "aaa.txt", b"a" * 40 + b"!\n")], "Add aaa"
     )
     started = time.monotonic()
-    slow = agent.get("/workspaces/shop/search?q=(a|aa)%2B$&regex=true").json()
+    done = agent.get(f"/workspaces/shop/search?q={quote('(a|aa)+$')}&regex=true").json()
     assert time.monotonic() - started < 3
+    assert done["truncated"] is False and done["matches"] == []
+
+    # A pattern whose program is large costs bytes x instructions when RE2's DFA gives
+    # up: it stops at the time bound, the clock read between chunks of lines.
+    actions.commit_changes(
+        shop,
+        Actor(cast.carol),
+        [Change("write", "wide.txt", (b"a" * 4000 + b"\n") * 200)],
+        "Add wide",
+    )
+    heavy = "(?:x|.{200})" + ".{200}" * 7 + "b"
+    started = time.monotonic()
+    slow = agent.get(f"/workspaces/shop/search?q={quote(heavy)}&regex=true").json()
+    assert time.monotonic() - started < 5
     assert slow["truncated"] is True and slow["stopped"] == "time_limit"
 
 
@@ -203,6 +219,9 @@ def test_the_pages_search_panel_and_quick_open_list_read_the_same_commit(signed_
 
     bad = carol.get("/t/team-a/w/shop/search/?q=(&regex=1", HTTP_HX_REQUEST="true")
     assert bad.status_code == 422 and 'data-code="invalid_regex"' in bad.content.decode()
+    bomb = quote("(?:(?:a{100}){100}){30}")
+    big = carol.get(f"/t/team-a/w/shop/search/?q={bomb}&regex=1", HTTP_HX_REQUEST="true")
+    assert big.status_code == 422 and 'data-code="regex_too_large"' in big.content.decode()
 
     listed = carol.get("/t/team-a/w/shop/files/all/?ref=main").json()
     assert listed["truncated"] is False and len(listed["commit"]) == 40

@@ -14,28 +14,18 @@ from dulwich.objects import Commit, Tree
 from accounts.access import Actor
 from tests.support.api import bearer
 from tests.support.git import git, url
+from tests.support.memory import PEAK_RSS_BOUND_MB, peak_rss_mb
 from tests.support.runs import Agent, approve_contract, no_container_left
 from workspaces import actions, treesize
 from workspaces.gitstore import MODE_FILE, MODE_TREE
 from workspaces.store import open_store
 
-# Peak resident memory any Berth process may reach through these tests. Each one alone
-# sits near 100-200 MB here; expanding any of these trees would take gigabytes.
-PEAK_RSS_BOUND_MB = 600
 BLOB_MB = 4
 
 
 @pytest.fixture
 def shop(cast):
     return actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http")
-
-
-def peak_rss_mb(pid: int) -> float:
-    """The process's high-water mark of resident memory since it started (VmHWM)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmHWM for {pid}")
 
 
 def git_out(work: Path, *args: str, stdin: str | bytes = "") -> str:
