@@ -60,7 +60,7 @@ def open_session(request: HttpRequest, slug: str, body: SessionIn) -> Status:
 def list_sessions(request: HttpRequest, slug: str, limit: int = 50) -> list[SessionOut]:
     workspace = workspace_for(request, slug, "run")
     rows = Session.objects.filter(workspace=workspace).select_related(
-        "workspace", "run", "requested_by", "token"
+        "workspace__team", "run", "requested_by", "token"
     )
     return [SessionOut.of(s) for s in rows.order_by("-pk")[: max(1, min(limit, 200))]]
 
