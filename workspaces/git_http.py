@@ -263,7 +263,11 @@ def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) 
             branch = ref["ref"].removeprefix("refs/heads/")
             followers = announce_branch_moved(workspace, branch, ref["new"], actor)
             lines += [push_report.follower_line(f) for f in followers]
-            held = push_report.held_contract(workspace, actor, branch, ref["new"])
+            try:
+                held = push_report.held_contract(workspace, actor, branch, ref["new"])
+            except Exception:  # the push happened: a report that failed must not undo it
+                log.exception("no contract report for %s of %s", branch, workspace)
+                held = None
             if held:
                 lines.append(held)
     return lines
