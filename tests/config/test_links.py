@@ -7,6 +7,8 @@ No sandbox runs here: a link is in the answer whatever the state (the rows are q
 for a worker that is not there), so these tests need no engine."""
 
 import asyncio
+import json
+import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,6 +20,7 @@ from django.test import Client
 from accounts.access import Actor
 from accounts.models import Activity
 from config.asgi import application
+from tests.support import servers
 from tests.support.api import Api, assert_error
 from tests.support.git import git
 from tests.support.git import url as git_url
@@ -200,3 +203,27 @@ def test_a_pushed_widening_names_its_review_as_a_full_url(berth_server, cast, sh
     again = git("push", "origin", "main", cwd=work)
     assert page in again.stderr
     assert ContractReview.objects.filter(workspace=shop, state="pending").count() == 1
+
+
+def test_an_agent_follows_a_link_of_an_mcp_answer(berth_server, cast, shop):
+    """On a Berth whose APP_URL is where it serves, the link in an answer is one the
+    agent fetches as it is, with nothing of the answer's origin to add."""
+    _, secret = cast.token(cast.carol, SCOPES)
+    port = servers.free_port()
+    with servers.daphne(
+        env={"APP_URL": f"http://localhost:{port}"},
+        port=port,
+        gateway_port=servers.free_port(),
+        name="daphne-links",
+    ) as server:
+
+        async def body(agent: Agent) -> dict:
+            return await agent("run_command", workspace="shop", command="true", wait_seconds=0)
+
+        run = connect(server, secret, body)
+        assert run["log_url"] == f"{server.url}/api/v1/runs/{run['id']}/logs"
+        asked = urllib.request.Request(
+            run["log_url"], headers={"Authorization": f"Bearer {secret}"}
+        )
+        with urllib.request.urlopen(asked, timeout=30) as r:
+            assert r.status == 200 and "entries" in json.loads(r.read())
