@@ -12,12 +12,14 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts import feed, socket_access
+from accounts import feed, socket_access, targets
 from accounts.access import Actor
 from accounts.egress import BadEntry, check_entries
 from accounts.models import Activity, ApiToken, Invitation, Membership, Role, Team
 from accounts.slugs import validate_slug
 from core.errors import Conflict, Invalid
+
+PATH_MAX = 300  # Activity.path's length
 
 
 def record(
@@ -27,6 +29,9 @@ def record(
     # A name a door accepts (a branch of 200 characters) with its kind's prefix can be
     # longer than the column: the row keeps its start (PostgreSQL would refuse it whole).
     target = target[: Activity._meta.get_field("target").max_length]
+    path = targets.path_of(team.slug, workspace, target)
+    if len(path) > PATH_MAX:  # a page of its own it cannot name whole: none
+        path = ""
     row = Activity.objects.create(
         team=team,
         user=actor.user if actor else None,
@@ -35,6 +40,7 @@ def record(
         target=target,
         workspace=workspace,
         detail=detail,
+        path=path,
     )
     # Watchers of the team's feed hear of it once it is committed (and only then).
     transaction.on_commit(lambda: _signal_safely(team.pk, row.pk))

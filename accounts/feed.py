@@ -27,6 +27,7 @@ def entry(row: Activity) -> dict[str, Any]:
         "verb": row.verb,
         "words": row.words,
         "target": row.target,
+        "url": row.link or None,  # the target's page, under APP_URL
         "workspace": row.workspace,
     }
 

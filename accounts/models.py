@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from accounts import verbs
 from core.ids import new_id
+from core.links import absolute
 
 
 class Team(models.Model):
@@ -243,6 +244,9 @@ class Activity(models.Model):
     target = models.CharField(max_length=200, blank=True)
     workspace = models.CharField(max_length=30, blank=True)
     detail = models.JSONField(default=dict, blank=True)
+    # The target's page as a path (accounts.targets), never a full URL: it is rendered
+    # under APP_URL when shown (`link`), so a later APP_URL moves every row's link.
+    path = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -256,6 +260,11 @@ class Activity(models.Model):
     def words(self) -> str:
         """What the verb says, for a person (accounts.verbs)."""
         return verbs.words(self.verb)
+
+    @property
+    def link(self) -> str:
+        """The target's page as a full URL ("" for a target with no page)."""
+        return absolute(self.path) if self.path else ""
 
     @property
     def actor_label(self) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import cast
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import lazy
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -331,9 +332,23 @@ BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 # Previews (previews/): how long a preview may take to answer its health check, how
 # long it may sit with no proxied request, and the proxy's caps (request bodies arrive
 # whole from daphne, so their cap is also a memory bound).
-# Where the app is, for links from a preview host back to it; empty: localhost on the
-# port the request came in on (right for the default *.localhost PREVIEW_DOMAIN).
-APP_URL = os.environ.get("APP_URL", "")
+# Where Berth's app is. Every link in an answer (the API, MCP, `git push`'s remote:
+# lines, Activity) is absolute under it, so an agent can follow one from wherever it
+# runs. Unset: where `make run` serves, http://<BERTH_HOST>:<BERTH_PORT>, localhost for
+# a loopback or wildcard host (as make run says). It must be absolute (http/https).
+# A preview host's links back to the app and its framing rule use it only when it was
+# given (APP_URL_GIVEN); without it they name localhost on the port the request came
+# in on (right for the default *.localhost PREVIEW_DOMAIN behind any port).
+APP_URL_GIVEN = os.environ.get("APP_URL", "").strip().rstrip("/")
+if APP_URL_GIVEN and not APP_URL_GIVEN.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"APP_URL must be an absolute http(s) URL, not {APP_URL_GIVEN!r}")
+_berth_host = os.environ.get("BERTH_HOST", "127.0.0.1")
+if _berth_host in ("", "127.0.0.1", "::1", "0.0.0.0", "::", "localhost"):  # noqa: S104
+    _berth_host = "localhost"
+elif ":" in _berth_host:
+    _berth_host = f"[{_berth_host}]"
+APP_URL = APP_URL_GIVEN or f"http://{_berth_host}:{os.environ.get('BERTH_PORT', '8000')}"
+
 # The port preview and release hosts are served on: the preview gateway's (`manage.py
 # preview_gateway`, started by `make run`), the only process that connects into
 # sandboxes. Empty: the port of the request that asks (an edge in front of Berth then

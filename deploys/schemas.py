@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
+from core.links import absolute
 from core.schemas import In, Out, Timestamp
 from deploys.actions import release_url
 from deploys.models import DeployRequest, Release, Route
@@ -82,8 +83,9 @@ def _deploy_fields(deploy: DeployRequest, port: str) -> dict[str, Any]:
         "approvals_required": deploy.workspace.team.approvals_required,
         "build_run": deploy.build_run.public_id if deploy.build_run else None,
         "release": release.number if release else None,
-        "url": f"/t/{deploy.workspace.team.slug}/w/{deploy.workspace.slug}/deploys/"
-        f"{deploy.public_id}/",
+        "url": absolute(
+            f"/t/{deploy.workspace.team.slug}/w/{deploy.workspace.slug}/deploys/{deploy.public_id}/"
+        ),
         "release_url": release_url(deploy.workspace, port),
         "timings": {k: iso(getattr(deploy, k)) for k in DeployTimings.model_fields},
     }

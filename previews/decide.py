@@ -345,7 +345,7 @@ def _cookies(scope: dict[str, Any]) -> dict[str, str]:
 def app_url(scope: dict[str, Any]) -> str:
     """Where Berth's app is, for links from a preview host: APP_URL, else localhost on
     the port this request came in on (the default PREVIEW_DOMAIN is a *.localhost)."""
-    if settings.APP_URL:
+    if settings.APP_URL_GIVEN:
         return str(settings.APP_URL).rstrip("/")
     port = (scope.get("server") or ("", 80))[1]
     return f"{scope.get('scheme', 'http')}://localhost" + (f":{port}" if port != 80 else "")

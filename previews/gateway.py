@@ -151,7 +151,7 @@ class Gateway:
         # Who may frame a non-public target: Berth's pages, on the web process's port
         # unless APP_URL says where Berth is (as previews.decide's app_url does).
         self.frames = berth_origins(
-            settings.APP_URL.rstrip("/") if settings.APP_URL else f"http://localhost:{app[1]}"
+            settings.APP_URL.rstrip("/") if settings.APP_URL_GIVEN else f"http://localhost:{app[1]}"
         )
 
     # -- deciding ----------------------------------------------------------------------

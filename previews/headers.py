@@ -218,7 +218,7 @@ def berth_origins(app_url: str) -> bytes:
     127.0.0.1 on the port given (app_url is then http://localhost:<port>)."""
     scheme, _, rest = app_url.partition("://")
     origin = f"{scheme}://{rest.split('/', 1)[0]}"
-    if settings.APP_URL:
+    if settings.APP_URL_GIVEN:
         return origin.encode()
     return f"{origin} {origin.replace('://localhost', '://127.0.0.1', 1)}".encode()
 

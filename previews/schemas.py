@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
+from core.links import absolute
 from core.schemas import In, Out, Timestamp
 from logs import logstore
 from previews.models import Preview, PreviewState
@@ -156,7 +157,7 @@ def _preview_fields(preview: Preview, port: str) -> dict[str, Any]:
         "egress": EgressOut.of(run) if run else None,
         "warnings": run.warnings if run else [],
         "restarts": preview.restarts,
-        "log_url": f"/api/v1/previews/{preview.public_id}/logs",
+        "log_url": absolute(f"/api/v1/previews/{preview.public_id}/logs"),
         "requested_by": RequestedBy.of(preview.requested_by, preview.token),
         "created_at": iso(preview.created_at),
         "session": preview.session.public_id if preview.session else None,

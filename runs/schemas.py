@@ -8,6 +8,7 @@ from django.utils import timezone
 from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
+from core.links import absolute
 from core.schemas import In, Out, Timestamp
 from logs import logstore
 from runs import quotas
@@ -118,7 +119,7 @@ class EgressOut(Out):
             "denied": run.egress_denied,
             "bytes_up": run.egress_bytes_up,
             "bytes_down": run.egress_bytes_down,
-            "events_url": f"/api/v1/runs/{run.public_id}/egress",
+            "events_url": absolute(f"/api/v1/runs/{run.public_id}/egress"),
         }
 
 
@@ -221,7 +222,7 @@ class ContractDecision(Out):
             source=review.source,
             decided_by=review.decided_by.get_username() if review.decided_by else None,
             self_approved=review.self_approved,
-            url=review.url,
+            url=absolute(review.url),
         )
 
 
@@ -320,14 +321,14 @@ def _run_fields(run: Run) -> dict[str, Any]:
             "bytes": run.log_bytes,
             "expired": run.outputs_expired_at is not None,
         },
-        "log_url": f"/api/v1/runs/{run.public_id}/logs",
+        "log_url": absolute(f"/api/v1/runs/{run.public_id}/logs"),
         "egress": EgressOut.of(run),
         "secrets": run.secret_names,
         "contract_review": ContractDecision.of(run.contract_review),
         "setup": SetupOut.of(run),
         "network_failure": NetworkFailure.of(run),
         "artifacts": [
-            {**a, "url": f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}"}
+            {**a, "url": absolute(f"/api/v1/runs/{run.public_id}/artifacts/{a['path']}")}
             for a in run.artifacts
         ]
         if not run.outputs_expired_at
@@ -396,8 +397,9 @@ class AgentRun(RunOut):
                 "done": not run.is_active,
                 "log_tail": tail,
                 "cursor": tail[-1]["seq"] if tail else count,
-                "web_url": f"/t/{run.workspace.team.slug}/w/{run.workspace.slug}/runs/"
-                f"{run.public_id}/",
+                "web_url": absolute(
+                    f"/t/{run.workspace.team.slug}/w/{run.workspace.slug}/runs/{run.public_id}/"
+                ),
             }
         )
 

@@ -18,8 +18,10 @@ def covers(actor: Actor, session: Session) -> bool:
 
 def access_session(actor: Actor, public_id: str, scope: str = "run", use: bool = True) -> Session:
     """A session of the actor's team (anything else is 404). With `use` (exec, output,
-    commit, terminal), a session whose execs were granted secrets needs an actor whose
-    grants cover them: 403 `secret_grant_required` otherwise."""
+    its files, commit, terminal, keep-alive, start, stop, delete: anything but reading
+    its state), a session whose execs were granted secrets needs an actor whose grants
+    cover them: 403 `secret_grant_required` otherwise. A stop or a delete is a use: it
+    ends the work, or takes the uncommitted files, of those who may use it."""
     session = (
         Session.objects.select_related("workspace__team", "run__sandbox", "requested_by", "token")
         .filter(public_id=public_id)
@@ -33,8 +35,9 @@ def access_session(actor: Actor, public_id: str, scope: str = "run", use: bool =
     if use and not covers(actor, session):
         raise Forbidden(
             "Execs in this session were granted secrets "
-            f"({', '.join(session.secret_names)}), so using it (exec, output, commit, "
-            "terminal) needs a token whose secret list includes them; ask an admin for one.",
+            f"({', '.join(session.secret_names)}), so using it (exec, output, files, "
+            "commit, terminal, stop, delete) needs a token whose secret list includes "
+            "them; ask an admin for one.",
             {"secrets": session.secret_names},
             code="secret_grant_required",
         )

@@ -60,7 +60,7 @@ def open_session(request: HttpRequest, slug: str, body: SessionIn) -> Status:
 def list_sessions(request: HttpRequest, slug: str, limit: int = 50) -> list[SessionOut]:
     workspace = workspace_for(request, slug, "run")
     rows = Session.objects.filter(workspace=workspace).select_related(
-        "workspace", "run", "requested_by", "token"
+        "workspace__team", "run", "requested_by", "token"
     )
     return [SessionOut.of(s) for s in rows.order_by("-pk")[: max(1, min(limit, 200))]]
 
@@ -187,7 +187,9 @@ def start_session(request: HttpRequest, session_id: str) -> Status:
 )
 def stop_session(request: HttpRequest, session_id: str) -> Status:
     actor = actor_of(request)
-    session = access_session(actor, session_id, use=False)
+    # A stop ends what a covering actor is doing in it (its execs, its terminals): a
+    # use, as a delete is (docs/security.md 35).
+    session = access_session(actor, session_id)
     return Status(202, SessionOut.of(actions.stop_session(session, actor)))
 
 
@@ -198,7 +200,7 @@ def stop_session(request: HttpRequest, session_id: str) -> Status:
 )
 def delete_session(request: HttpRequest, session_id: str) -> Status:
     actor = actor_of(request)
-    session = access_session(actor, session_id, use=False)
+    session = access_session(actor, session_id)
     return Status(202, SessionOut.of(actions.delete_session(session, actor)))
 
 

@@ -185,7 +185,8 @@ async def close_session(ctx: Ctx, session: str, delete: bool = False) -> Session
     actor = await actor_of(ctx)
 
     def close() -> SessionOut:
-        found = access_session(actor, session, use=False)
+        # Stopping or deleting it is a use of it, as an exec is (docs/security.md 35).
+        found = access_session(actor, session)
         done = (
             actions.delete_session(found, actor) if delete else actions.stop_session(found, actor)
         )

@@ -6,6 +6,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from accounts.schemas import RequestedBy
+from core.links import absolute
 from core.schemas import In, Out, Timestamp
 from logs import logstore
 from runs.schemas import RefusedOut, RunChanges, WithheldOut
@@ -132,6 +133,7 @@ class SessionOut(Out):
         "the session has them; a commit of its changes refuses to undo the branch's"
     )
     requested_by: RequestedBy
+    web_url: str = Field(description="its page in Berth, where a person sees it")
     next: str = Field(description="the next useful call")
 
     @classmethod
@@ -180,6 +182,10 @@ class SessionOut(Out):
             deps_stale=session.deps_stale,
             conflicts=sorted(session.sync_conflicts or {}),
             requested_by=RequestedBy.of(session.requested_by, session.token),
+            web_url=absolute(
+                f"/t/{session.workspace.team.slug}/w/{session.workspace.slug}/sessions/"
+                f"{session.public_id}/"
+            ),
             next=next_call(session),
         )
 
@@ -277,7 +283,7 @@ class ExecOut(Out):
                 ended_at=_iso(row.ended_at),
             ),
             log_entries=count,
-            log_url=f"/api/v1/execs/{row.public_id}/logs",
+            log_url=absolute(f"/api/v1/execs/{row.public_id}/logs"),
             output=[OutputLine(seq=e["seq"], stream=e["stream"], text=e["text"]) for e in lines],
             output_truncated=count > len(lines) and with_output,
             next=(

@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 
 from core import fanout
 from core.errors import NotFound
@@ -68,7 +69,9 @@ def on_branch_moved(
             settings.SESSION_SYNC_WAIT_S,
             RECHECK_S,
         )
-    found = SessionSync.objects.select_related("session").in_bulk([r.pk for r in rows.values()])
+    found = SessionSync.objects.select_related("session__workspace__team").in_bulk(
+        [r.pk for r in rows.values()]
+    )
     return [report(found[rows[s.pk].pk]) for s in sessions]
 
 
@@ -76,8 +79,11 @@ def report(row: SessionSync) -> Follower:
     """What the write's answer says of one session, as things are now."""
     session = row.session
     sid = session.public_id
+    page = reverse(
+        "workspace-session", args=[session.workspace.team.slug, session.workspace.slug, sid]
+    )
     if row.state == SyncState.APPLIED:
-        return Follower("session", sid, "applied", "applied: an exec started now sees it")
+        return Follower("session", sid, "applied", "applied: an exec started now sees it", url=page)
     if row.state == SyncState.CONFLICT:
         paths = [c["path"] for c in row.conflicts]
         return Follower(
@@ -89,17 +95,21 @@ def report(row: SessionSync) -> Follower:
             f"session's version (POST /api/v1/sessions/{sid}/commit refuses overlaps), or "
             "make the session's copy match the branch's.",
             row.conflicts,
+            url=page,
         )
     if session.state in (SessionState.FREEZING, SessionState.FROZEN):
-        return Follower("session", sid, "frozen", "frozen: applied on resume")
+        return Follower("session", sid, "frozen", "frozen: applied on resume", url=page)
     if session.state == SessionState.STARTING:
-        return Follower("session", sid, "starting", "starting: applied before its first exec")
+        return Follower(
+            "session", sid, "starting", "starting: applied before its first exec", url=page
+        )
     return Follower(
         "session",
         sid,
         "pending",
         f"not applied within {settings.SESSION_SYNC_WAIT_S} s (the runner agent is busy or "
         "down): applied before the session's next exec",
+        url=page,
     )
 
 

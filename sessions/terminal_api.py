@@ -6,6 +6,7 @@ from ninja import Router, Status
 from pydantic import Field
 
 from accounts.schemas import RequestedBy
+from core.links import absolute, websocket
 from core.schemas import Out, Timestamp, answers
 from sessions import terminals
 from sessions.access import access_session, access_terminal
@@ -26,7 +27,7 @@ class TerminalOut(Out):
     reason: str | None
     exit_code: int | None
     socket: str = Field(
-        description="the WebSocket path: send {type: input, data} and {type: resize, cols, "
+        description="the WebSocket's URL: send {type: input, data} and {type: resize, cols, "
         "rows}; receive output (base64) with `end`, and reconnect with ?after=<end>"
     )
     transcript: str = Field(description="its output so far, masked, as text")
@@ -43,8 +44,8 @@ class TerminalOut(Out):
             state=term.state,
             reason=term.reason or None,
             exit_code=term.exit_code,
-            socket=f"/ws/terminals/{term.public_id}",
-            transcript=f"/api/v1/terminals/{term.public_id}/transcript",
+            socket=websocket(f"/ws/terminals/{term.public_id}"),
+            transcript=absolute(f"/api/v1/terminals/{term.public_id}/transcript"),
             requested_by=RequestedBy.of(term.opened_by, term.token),
             created_at=term.created_at.isoformat(),
             ended_at=term.ended_at.isoformat() if term.ended_at else None,

@@ -308,7 +308,9 @@ def act(
     if action not in ACTIONS:
         raise Http404("No such action.")
     actor = Actor(membership.user)
-    session = session_of(membership, workspace, session_id, use=action in ("keep-alive", "start"))
+    # Each is a use of the session (a stop ends its execs, a delete its files), as on
+    # the API's doors (docs/security.md 35).
+    session = session_of(membership, workspace, session_id, use=True)
     error = ""
     try:
         if action == "keep-alive":

@@ -45,7 +45,7 @@ def workspace_for(request: HttpRequest, slug: str, scope: str) -> Workspace:
 
 
 def workspace_out(request: HttpRequest, w: Workspace) -> WorkspaceOut:
-    return WorkspaceOut.of(w, request.build_absolute_uri("/")[:-1])
+    return WorkspaceOut.of(w)
 
 
 def to_change(c: ChangeIn) -> Change:

@@ -23,8 +23,6 @@ from django.views.decorators.csrf import csrf_exempt
 from dulwich.protocol import (
     CAPABILITY_SIDE_BAND,
     CAPABILITY_SIDE_BAND_64K,
-    SIDE_BAND_CHANNEL_PROGRESS,
-    pkt_line,
 )
 from dulwich.server import Backend, ReceivePackHandler, UploadPackHandler
 from dulwich.web import HTTPGitApplication
@@ -34,11 +32,12 @@ from accounts.actions import record
 from accounts.auth import authenticate_bearer
 from accounts.models import Team
 from core.errors import BerthError, NotFound
+from workspaces import push_report
 from workspaces.access import access_workspace
 from workspaces.gitstore import GitStore
 from workspaces.models import Workspace
 from workspaces.pushcheck import PushCheck
-from workspaces.signals import Follower, announce_branch_moved
+from workspaces.signals import announce_branch_moved
 
 log = logging.getLogger(__name__)
 
@@ -230,28 +229,17 @@ async def git_http(request: HttpRequest, team: str, slug: str, rest: str) -> Htt
         GIT_POOL, _serve, workspace, environ, push
     )
     if push and before != after:
-        followers = await sync_to_async(_record_push)(workspace, actor, before, after)
+        lines = await sync_to_async(_record_push)(workspace, actor, before, after)
         if sideband:
-            content = _with_report(content, followers)
+            content = push_report.with_report(content, lines)
     response = HttpResponse(content, status=int(status.split(" ", 1)[0]))
     for key, value in headers:
         response[key] = value
     return response
 
 
-def _with_report(content: bytes, followers: list[Follower]) -> bytes:
-    """The push's answer with what each session following a pushed branch did, as
-    progress lines before the closing flush (git prints them as `remote: …`, as it does
-    a post-receive hook's output, which also comes after the ref report)."""
-    if not followers or not content.endswith(b"0000"):
-        return content
-    # Within the 1000-byte packets of the older side-band too.
-    lines = [f"{f.kind} {f.id}: {f.message}"[:900].encode() + b"\n" for f in followers]
-    progress = b"".join(pkt_line(bytes([SIDE_BAND_CHANNEL_PROGRESS]) + line) for line in lines)
-    return content[:-4] + progress + b"0000"
-
-
-def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) -> list[Follower]:
+def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) -> list[str]:
+    """The push's Activity, then what its answer says (workspaces.push_report)."""
     refs = [
         {
             "ref": ref.decode(),
@@ -269,10 +257,17 @@ def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) 
         workspace.slug,
         refs=refs,
     )
-    followers: list[Follower] = []
+    lines: list[str] = []
     for ref in refs:
         if ref["new"] and ref["ref"].startswith("refs/heads/"):
-            followers += announce_branch_moved(
-                workspace, ref["ref"].removeprefix("refs/heads/"), ref["new"], actor
-            )
-    return followers
+            branch = ref["ref"].removeprefix("refs/heads/")
+            followers = announce_branch_moved(workspace, branch, ref["new"], actor)
+            lines += [push_report.follower_line(f) for f in followers]
+            try:
+                held = push_report.held_contract(workspace, actor, branch, ref["new"])
+            except Exception:  # the push happened: a report that failed must not undo it
+                log.exception("no contract report for %s of %s", branch, workspace)
+                held = None
+            if held:
+                lines.append(held)
+    return lines

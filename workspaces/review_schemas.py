@@ -6,6 +6,7 @@ from typing import Any
 from pydantic import Field
 
 from accounts.schemas import RequestedBy
+from core.links import absolute
 from core.schemas import Out, Timestamp
 from workspaces.models import ContractReview
 
@@ -64,7 +65,7 @@ class ContractReviewOut(Out):
                 "note": review.note,
                 "self_approved": review.self_approved,
                 "created_at": review.created_at.isoformat(),
-                "url": review.url,
+                "url": absolute(review.url),
                 "next": _next(review),
             }
         )
@@ -73,8 +74,8 @@ class ContractReviewOut(Out):
 def _next(review: ContractReview) -> str:
     if review.state == "pending":
         return (
-            f"A reviewer or admin must approve it at {review.url} (no token can); ask your "
-            "person to, then try again. Or revert the change to workspace.toml."
+            f"A reviewer or admin must approve it at {absolute(review.url)} (no token can); "
+            "ask your person to, then try again. Or revert the change to workspace.toml."
         )
     if review.state == "rejected":
         return "Rejected: revert the change to workspace.toml, or ask without the override."

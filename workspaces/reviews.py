@@ -17,6 +17,7 @@ from accounts.access import Actor, human_reviewer
 from accounts.actions import record
 from accounts.models import Membership, Role
 from core.errors import Conflict, Forbidden
+from core.links import absolute
 from workspaces import config as workspace_config
 from workspaces import contract
 from workspaces.models import (
@@ -133,16 +134,17 @@ def refusal(review: ContractReview, widened: list[contract.Widening]) -> Contrac
     ceiling = (
         f" (the team's egress ceiling would drop {', '.join(dropped)} today)" if dropped else ""
     )
+    link = absolute(review.url)
     details: dict[str, Any] = {
         "review": review.public_id,
-        "url": review.url,
+        "url": absolute(review.url),
         "state": review.state,
         "widened": [w.as_dict() for w in widened],
     }
     if review.state == ReviewState.REJECTED:
         who = review.decided_by.username if review.decided_by else "a reviewer"
         return ContractHeld(
-            f"{who} rejected this sandbox contract ({items}{ceiling}); see {review.url}. "
+            f"{who} rejected this sandbox contract ({items}{ceiling}); see {link}. "
             "Revert the change to workspace.toml, or ask without the override, to run "
             "under the approved contract.",
             details,
@@ -150,7 +152,7 @@ def refusal(review: ContractReview, widened: list[contract.Widening]) -> Contrac
         )
     return ContractHeld(
         f"This asks for more than workspace {review.workspace.slug}'s approved sandbox "
-        f"contract: {items}{ceiling}. A reviewer or admin must approve it at {review.url}; "
+        f"contract: {items}{ceiling}. A reviewer or admin must approve it at {link}; "
         "or revert the change to workspace.toml (or ask without the override).",
         details,
         code="contract_change_pending",
@@ -163,7 +165,7 @@ def _reviewer(review: ContractReview, actor: Actor, verb: str) -> Membership:
         actor,
         review.workspace.team,
         f"{verb} a sandbox contract",
-        f"Only a signed-in person may {verb} a sandbox contract: open {review.url} in "
+        f"Only a signed-in person may {verb} a sandbox contract: open {absolute(review.url)} in "
         "Berth. API tokens and MCP can read a review, never decide it.",
         {"review": review.public_id},
         "No such contract review.",

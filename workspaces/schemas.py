@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from core.links import absolute
 from core.schemas import ErrorObject, In, Out
 from workspaces.actions import CommitResult
 from workspaces.models import Workspace
@@ -126,9 +127,7 @@ class WorkspaceOut(Out):
     web_url: str = Field(description="where a person sees it in Berth")
 
     @classmethod
-    def of(cls, w: Workspace, base: str = "") -> "WorkspaceOut":
-        """`base`: the origin the URLs start with (the request's; none for MCP, whose
-        client knows the server it speaks to)."""
+    def of(cls, w: Workspace) -> "WorkspaceOut":
         with open_store(w) as store:
             head = store.branch_head(w.default_branch)
         return cls(
@@ -140,8 +139,10 @@ class WorkspaceOut(Out):
             template=w.template or None,
             head=head,
             created_at=w.created_at,
-            git_url=f"{base}/git/{w.team.slug}/{w.slug}.git",
-            web_url=f"{base}/t/{w.team.slug}/w/{w.slug}/",
+            # Under APP_URL, not the asking request's origin: the same on every door
+            # (MCP's answers name no origin), and right behind a proxy.
+            git_url=absolute(f"/git/{w.team.slug}/{w.slug}.git"),
+            web_url=absolute(f"/t/{w.team.slug}/w/{w.slug}/"),
         )
 
 
@@ -204,6 +205,7 @@ class FollowerOut(Out):
     )
     message: str
     conflicts: list[PathConflict]
+    url: str | None = Field(description="its page in Berth")
 
     @classmethod
     def of(cls, follower: Follower) -> "FollowerOut":
@@ -212,6 +214,7 @@ class FollowerOut(Out):
             id=follower.id,
             state=follower.state,
             message=follower.message,
+            url=absolute(follower.url) if follower.url else None,
             conflicts=[PathConflict.model_validate(c) for c in follower.conflicts],
         )
 

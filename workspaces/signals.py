@@ -21,6 +21,7 @@ class Follower:
     state: str
     message: str
     conflicts: list[dict[str, str]] = field(default_factory=list)  # [{path, why}]
+    url: str = ""  # its page's path (a push's remote: line and an answer link it absolute)
 
 
 def announce_branch_moved(

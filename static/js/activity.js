@@ -25,7 +25,11 @@
     }
     who.append(entry.who);
     // In words; the code stays on the row for whoever needs it (title, data-verb).
-    const verb = document.createElement("span");
+    // A link to its target's page when it has one (`url`: absolute, under APP_URL;
+    // only ever http(s), whatever a row says).
+    const link = /^https?:\/\//.test(entry.url || "") ? entry.url : "";
+    const verb = document.createElement(link ? "a" : "span");
+    if (link) verb.href = link;
     verb.className = "verb";
     verb.dataset.verb = entry.verb;
     verb.title = entry.verb;

@@ -142,3 +142,25 @@ def test_processes_starting_at_once_share_one_generated_secret_key(tmp_path):
     keys = {out.strip() for out, _ in outs}
     assert len(keys) == 1 and len(keys.pop()) > 40
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret_key"]  # no temp left
+
+
+def test_app_url_defaults_to_where_make_run_serves_and_must_be_absolute(tmp_path):
+    """Every link Berth hands out is under APP_URL (docs/security.md 38)."""
+    base = {"DATA_DIR": str(tmp_path), "BERTH_PORT": "9000"}
+    assert settings_value("APP_URL", **base) == "http://localhost:9000"
+    assert settings_value("APP_URL", **base, BERTH_HOST="0.0.0.0") == "http://localhost:9000"
+    named = settings_value("APP_URL", **base, BERTH_HOST="berth.internal")
+    assert named == "http://berth.internal:9000"
+    given = settings_value("APP_URL", **base, APP_URL="https://berth.example.com/")
+    assert given == "https://berth.example.com"
+    assert settings_value("APP_URL_GIVEN", **base) == ""
+    code = "import django; django.setup()"
+    relative = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**base, "APP_URL": "/berth", "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True,
+        text=True,
+    )
+    assert relative.returncode != 0
+    assert "APP_URL must be an absolute http(s) URL, not '/berth'" in relative.stderr

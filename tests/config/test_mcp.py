@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from django.conf import settings
 
 from accounts.access import Actor
 from accounts.models import Activity
@@ -161,7 +162,8 @@ def test_an_agent_fixes_a_failing_test_previews_it_and_asks_for_a_deploy(
         assert page["status"] == 200 and "Ahoy, world!" in page["body"]
         asked = await agent("request_deploy", workspace="shop", note="greets with ahoy")
         assert asked["state"] == "requested" and asked["commit"] == fixed["commit"]
-        assert asked["review_url"] == f"/t/team-a/w/shop/deploys/{asked['id']}/"
+        # A full URL, under APP_URL (docs/security.md 38): MCP's answers name no origin.
+        assert asked["review_url"] == f"{settings.APP_URL}/t/team-a/w/shop/deploys/{asked['id']}/"
         return asked
 
     asked = connect(berth_server, secret, body)

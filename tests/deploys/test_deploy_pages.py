@@ -126,7 +126,8 @@ def test_the_api_asks_lists_and_cancels_but_never_approves(client, cast, shop):
     )
     assert r.status_code == 201, r.content
     deploy = r.json()
-    assert deploy["url"] == f"{PAGE}{deploy['id']}/" and deploy["approvals_required"] == 1
+    assert deploy["url"] == f"{settings.APP_URL}{PAGE}{deploy['id']}/"
+    assert deploy["approvals_required"] == 1
     listed = client.get("/api/v1/workspaces/shop/deploys", **bearer(secret)).json()
     assert [d["id"] for d in listed] == [deploy["id"]]
     r = client.post(f"/api/v1/deploys/{deploy['id']}/approve", **bearer(secret))

@@ -5,6 +5,7 @@ session has it and reported; a frozen session gets the write on resume. Real sta
 both runtimes."""
 
 import pytest
+from django.conf import settings
 
 from sessions.models import Session
 from tests.support.git import git, url
@@ -160,8 +161,11 @@ def test_a_git_push_reaches_the_session_before_it_answers(
     git("commit", "-m", "Pushed", cwd=work)
     pushed = git("push", "origin", "main", cwd=work)
 
-    # git prints what each session following the branch did, as a hook's output.
+    # git prints what each session following the branch did, as a hook's output, with
+    # the session's page as a full URL (docs/security.md 38).
     assert f"remote: session {session['id']}: applied" in pushed.stderr
+    page = f"{settings.APP_URL}/t/team-a/w/shop/sessions/{session['id']}/"
+    assert f"({page})" in pushed.stderr
     assert agent.cat(session, "pushed.txt") == "from git"
     assert agent.cat(session, "app.py") == "print('pushed')"
     head = git("rev-parse", "HEAD", cwd=work).stdout.strip()

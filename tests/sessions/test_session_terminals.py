@@ -5,6 +5,7 @@ missed when it comes back, and the transcript keeps it all, masked."""
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from core.links import websocket
 from sessions.models import Session
 from sessions.transcripts import transcript_dir
 from tests.support.api import assert_error
@@ -32,7 +33,7 @@ def test_a_terminal_runs_a_shell_and_a_viewer_coming_back_gets_what_it_missed(
     r = agent.post(f"/sessions/{session['id']}/terminals")
     assert r.status_code == 201, r.content
     term = r.json()
-    assert term["state"] == "open" and term["socket"] == f"/ws/terminals/{term['id']}"
+    assert term["state"] == "open" and term["socket"] == websocket(f"/ws/terminals/{term['id']}")
 
     with open_socket(berth_server, term["id"], secret_of(agent)) as ws:
         screen = Screen(ws)

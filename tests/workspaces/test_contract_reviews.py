@@ -7,6 +7,7 @@ import importlib
 
 import pytest
 from django.apps import apps
+from django.conf import settings
 
 from accounts.access import Actor
 from accounts.models import Activity
@@ -88,7 +89,7 @@ def test_a_tokens_egress_widening_is_held_with_its_review_until_a_reviewer_appro
     sha = agent.write(BASE.replace('"pypi.org"', '"pypi.org", "index.test:8443"'))
     error = held(agent.run())
     review = ContractReview.objects.get(public_id=error["details"]["review"])
-    url = f"/t/team-a/w/shop/contract-reviews/{review.public_id}/"
+    url = f"{settings.APP_URL}/t/team-a/w/shop/contract-reviews/{review.public_id}/"
     assert error["details"]["url"] == url and url in error["message"]
     assert "egress to index.test:8443" in error["message"]
     assert "A reviewer or admin must approve it" in error["message"]
@@ -271,7 +272,7 @@ def test_no_token_can_decide_through_any_door(agent, cast, client, berth_server)
     review = ContractReview.objects.get(public_id=review_id)
     # The API reads a review, never decides it.
     seen = agent.get(f"/contract-reviews/{review_id}").json()
-    assert seen["state"] == "pending" and seen["url"] == review.url
+    assert seen["state"] == "pending" and seen["url"] == settings.APP_URL + review.url
     assert "reviewer or admin must approve it" in seen["next"]
     for verb in ("approve", "reject"):
         assert agent.post(f"/contract-reviews/{review_id}/{verb}").status_code in (404, 405)
