@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 from accounts.access import Actor
 from accounts.models import Membership
 from core.errors import BerthError, NotFound
-from workspaces import contract, reviews
+from workspaces import contract, review_lapses, reviews
 from workspaces.models import ContractReview, ReviewState, Workspace
 from workspaces.review_access import access_review
 from workspaces.views import clone_url, urls_of, workspace_page
@@ -136,7 +136,7 @@ def decide(
             reviews.reject(review, _actor(request), note)
             messages.success(request, "Rejected: asks for this contract stay refused.")
         elif action == "revoke":
-            reviews.revoke(review, _actor(request), note)
+            review_lapses.revoke(review, _actor(request), note)
             messages.success(
                 request,
                 "Revoked: asks for this contract wait for a review again, and what ran "

@@ -4,8 +4,8 @@ Every run, preview and release build asks for a contract (workspaces.contract.as
 `admit` lets it through when that exact contract was approved for the workspace, or
 when it asks for nothing the last approved contract did not allow; otherwise it opens
 (or finds) a review and refuses, typed, naming what widened and the review's page.
-Only a signed-in reviewer or admin decides, on that page (`approve`, `reject`,
-`revoke`); no token does, through any door. Approvals are per workspace: one covers
+Only a signed-in reviewer or admin decides, on that page (`approve`, `reject`;
+`review_lapses.revoke`); no token does, through any door. Approvals are per workspace: one covers
 its contract on every branch.
 
 What a reviewer or admin types into the editor (`written_on_page`, the page's save
@@ -17,6 +17,7 @@ push) approves nothing. A lapsed approval no longer counts (`contract_lapsed` st
 what still runs under it: workspaces.signals).
 """
 
+import contextlib
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -36,7 +37,7 @@ from workspaces.models import (
     ReviewState,
     Workspace,
 )
-from workspaces.signals import contract_lapsed
+from workspaces.review_lapses import supersede_wider
 from workspaces.store import open_store
 
 
@@ -362,7 +363,9 @@ def written_on_page(
                 )
         review.compare_with(baseline, [w.as_dict() for w in widened])
     if workspace.team.allow_self_approval and not review.approvals.filter(user=actor.user):
-        approve(review, actor, "Typed in the editor by its author.", confirm_own=True)
+        # Decided meanwhile (a Conflict): the save stands either way.
+        with contextlib.suppress(Conflict):
+            approve(review, actor, "Typed in the editor by its author.", confirm_own=True)
         review.refresh_from_db()
     return review
 
@@ -418,65 +421,6 @@ def _narrowed(
         )
         supersede_wider(review, actor)
     return review
-
-
-def supersede_wider(review: ContractReview, actor: Actor) -> list[ContractReview]:
-    """Every other approval of the workspace that lets a sandbox do something `review`
-    does not (`widenings(review, other)` not empty) lapses; what still runs under one
-    and is no longer admitted is stopped (contract_lapsed)."""
-    workspace = review.workspace
-    lapsed = []
-    others = ContractReview.objects.filter(workspace=workspace, state=ReviewState.APPROVED)
-    for other in others.exclude(pk=review.pk):
-        if contract.widenings(review.values, other.values, []) and other.lapse(
-            ReviewState.SUPERSEDED,
-            actor.user,
-            f"Wider than {review.public_id}, the contract {actor.user} wrote in the editor.",
-        ):
-            lapsed.append(other)
-    if lapsed:
-        record(
-            workspace.team,
-            actor,
-            "contract.superseded",
-            f"contract-review:{review.public_id}",
-            workspace.slug,
-            superseded=[r.public_id for r in lapsed],
-        )
-        _announce_lapsed(workspace, lapsed, actor)
-    return lapsed
-
-
-def revoke(review: ContractReview, actor: Actor, note: str = "") -> ContractReview:
-    """A reviewer or admin takes an approval back: asks for its contract are held for
-    review again, and what still runs under it and is no longer admitted is stopped."""
-    _reviewer(review, actor, "revoke")
-    with transaction.atomic():
-        if not review.lapse(ReviewState.REVOKED, actor.user, note.strip()[:5000]):
-            review.refresh_from_db()
-            raise Conflict(
-                f"Only an approved contract can be revoked; this one is {review.state}.",
-                {"state": review.state},
-            )
-        record(
-            review.workspace.team,
-            actor,
-            "contract.revoked",
-            f"contract-review:{review.public_id}",
-            review.workspace.slug,
-            note=review.lapse_note[:200],
-        )
-        _announce_lapsed(review.workspace, [review], actor)
-    return review
-
-
-def _announce_lapsed(workspace: Workspace, lapsed: list[ContractReview], actor: Actor) -> None:
-    ids = [r.pk for r in lapsed]
-    transaction.on_commit(
-        lambda: contract_lapsed.send(
-            Workspace, workspace=workspace, review_ids=ids, who=actor.label
-        )
-    )
 
 
 def approve_initial(workspace: Workspace, text: str | None) -> None:
