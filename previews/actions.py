@@ -452,4 +452,4 @@ def on_contract_lapsed(
     for run in lapses.unadmitted(workspace, review_ids, (Purpose.PREVIEW, Purpose.RELEASE)):
         preview = Preview.objects.select_related("workspace__team").filter(run=run).first()
         if preview is not None and preview.is_live:
-            stop_preview(preview, None, reason=lapses.REASON, who=who)
+            stop_preview(preview, None, reason=lapses.REASON, by=who)

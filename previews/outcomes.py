@@ -69,7 +69,7 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
         "Restart it to use it again.",
         "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
         "contract_lapsed": "Stopped by Berth: the approval of its sandbox contract lapsed "
-        f"({f.get('who', 'a reviewer')} narrowed or revoked it), and today's approved "
+        f"({f.get('by', 'a reviewer')} narrowed or revoked it), and today's approved "
         f"contract does not cover what it ran with. {again.capitalize()} (a wider "
         "contract waits for a review).",
         "superseded": "A newer release took over; this process was stopped once requests "

@@ -1,5 +1,6 @@
-"""What runs under an approval that lapses (issue 32, item 5): a session whose contract
-today's approvals no longer admit is stopped, said why, its files kept; one that asks
+"""What runs under an approval that lapses (issue 32, item 5): a session, a preview and
+a run whose contract today's approvals no longer admit are stopped, said why (the session's
+files kept); a session that asks
 for no more than what is still approved goes on (runs.lapses says why stopping is the
 choice). And a session's commit approves nothing (item 6): a reviewer committing what
 an agent wrote into workspace.toml leaves its widening held. Real stack, runc: the
@@ -11,18 +12,20 @@ import pytest
 from runs.models import Run
 from sessions.models import Session
 from tests.support.contracts import Token, held
+from tests.support.previews import PreviewAgent
 from tests.support.servers import wait_for
 from workspaces.models import ContractReview, ReviewState
 
 pytestmark = pytest.mark.docker
 
 STARTER_SANDBOX = '[sandbox]\nruntime = "runc"\nmemory_mb = 512\ntimeout_s = 300\n'
-WIDE = STARTER_SANDBOX + '\n[network]\negress = ["*.example.com"]\n'
+PREVIEW = '\n[preview]\ncommand = "python3 -m http.server 8000"\nport = 8000\n'
+WIDE = STARTER_SANDBOX + '\n[network]\negress = ["*.example.com"]\n' + PREVIEW
 NARROW = STARTER_SANDBOX.replace("memory_mb = 512", "memory_mb = 256")
 
 
-def test_a_revoked_approval_stops_the_session_it_no_longer_admits_and_keeps_the_other(
-    agent, cast, client, signed_in
+def test_a_revoked_approval_stops_what_it_no_longer_admits_not_the_other_session(
+    agent, cast, client, signed_in, berth_server
 ):
     # The wider contract is held for the session, then approved by bob on its page.
     agent.write("workspace.toml", WIDE)
@@ -38,6 +41,15 @@ def test_a_revoked_approval_stops_the_session_it_no_longer_admits_and_keeps_the_
     small = agent.ready(runtime="runc", ref="small")
     runs = {s["id"]: Session.objects.get(public_id=s["id"]).run for s in (wide, small)}
     assert {run.contract_review_id for run in runs.values()} == {review.pk}
+    # A preview of the wide contract runs under the same approval.
+    _, secret = cast.token(cast.carol)
+    previews = PreviewAgent(client, secret, "shop")
+    preview = previews.wait(previews.start(), {"ready"}, timeout=180)
+    # And a run, going on.
+    r = Token(client, secret).post("/workspaces/shop/runs", {"command": "sleep 300"})
+    assert r.status_code == 202, r.content
+    long_run = Run.objects.get(public_id=r.json()["id"])
+    assert long_run.contract_review_id == review.pk
 
     r = signed_in(cast.bob).post(review.url + "revoke/", {"note": "no wildcard"})
     assert r.status_code == 302
@@ -47,6 +59,16 @@ def test_a_revoked_approval_stops_the_session_it_no_longer_admits_and_keeps_the_
         "approval of its sandbox contract lapsed (bob narrowed or revoked it)"
         in (stopped["message"])
     )
+    ended = previews.wait(preview, {"stopped"})
+    assert ended["reason"] == "contract_lapsed", ended
+    assert "approval of its sandbox contract lapsed (bob narrowed" in ended["message"]
+    cancelled = wait_for(
+        lambda: Run.objects.filter(pk=long_run.pk, state="cancelled").first(),
+        120,
+        what="the run under the revoked approval to end",
+    )
+    assert cancelled.reason == "contract_lapsed", (cancelled.reason, cancelled.message)
+    assert "approval of its sandbox contract lapsed (bob narrowed" in cancelled.message
     run = wait_for(
         lambda: Run.objects.filter(pk=runs[wide["id"]].pk, state="cancelled").first(),
         60,
