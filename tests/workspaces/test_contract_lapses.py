@@ -10,6 +10,7 @@ import pytest
 
 from accounts.access import Actor
 from accounts.models import Activity
+from runs.models import Run
 from tests.support.contracts import Token, approve_on_page, held, type_in_editor
 from workspaces import actions as workspace_actions
 from workspaces.models import ContractReview, ReviewState, Workspace
@@ -37,15 +38,21 @@ def agent(client, cast, shop) -> Token:
 
 
 def test_a_reviewers_narrowing_supersedes_the_wider_approval_for_the_whole_workspace(
-    agent, cast, signed_in, shop
+    agent, cast, signed_in, shop, django_capture_on_commit_callbacks
 ):
     """The issue's scenario: narrowed to api.example.com on the page, a member's token
     that adds evil.example.com is held, not admitted under the old, wider approval."""
     wide = ContractReview.objects.get(state=ReviewState.APPROVED, values__egress=["*.example.com"])
     agent.write(WIDE.replace('"*.example.com"', '"a.example.com", "b.example.com"'))
-    assert agent.run().status_code == 202  # within *.example.com: it runs
+    queued = agent.run()
+    assert queued.status_code == 202  # within *.example.com: it is admitted
     # bob narrows on the page: the new baseline, approved at once (asking for less).
-    answer = type_in_editor(signed_in(cast.bob), shop, NARROW)["contract_review"]
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = type_in_editor(signed_in(cast.bob), shop, NARROW)["contract_review"]
+    # The run admitted under the wider approval, still queued, is stopped, said why.
+    run = Run.objects.get(public_id=queued.json()["id"])
+    assert (run.state, run.reason) == ("cancelled", "contract_lapsed")
+    assert "approval of its sandbox contract lapsed (bob narrowed" in run.message
     narrow = ContractReview.objects.get(public_id=answer["id"])
     assert (narrow.state, narrow.source, narrow.decided_by) == (
         ReviewState.APPROVED,
