@@ -114,3 +114,24 @@ def test_a_member_of_a_team_sees_the_notice_but_no_toggle(cast, signed_in):
     members = signed_in(cast.carol).get("/t/team-a/members/").content.decode()
     assert 'id="self-approval-needed"' in members
     assert "An admin can allow self-approval here" in members
+
+
+def test_an_admins_mcp_write_approves_nothing(cast, berth_server):
+    """MCP's write_files commits through workspaces/actions.commit_changes: an admin's
+    token writing a wider contract there is held like anyone's."""
+    from tests.support.mcp import connect
+
+    workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
+    _, secret = cast.token(cast.alice)
+
+    async def body(mcp):
+        write = {"op": "write", "path": TOML, "content": WIDER}
+        await mcp("write_files", workspace="shop", changes=[write], message="more memory")
+        error = await mcp.error("run_command", workspace="shop", command="true", wait_seconds=0)
+        assert error["code"] == "contract_change_pending", error
+        assert "memory_mb raised from 1024 to 3000" in error["message"]
+
+    connect(berth_server, secret, body)
+    (review,) = ContractReview.objects.filter(state=ReviewState.PENDING)
+    assert (review.requested_by, review.source) == (cast.alice, "asked")
+    assert not review.approvals.exists()
