@@ -24,7 +24,8 @@ def supersede_wider(review: ContractReview, actor: Actor) -> list[ContractReview
         if contract.widenings(review.values, other.values, []) and other.lapse(
             ReviewState.SUPERSEDED,
             actor.user,
-            f"Wider than {review.public_id}, the contract {actor.user} wrote in the editor.",
+            f"Wider than {review.public_id}, the contract "
+            f"{review.requested_by or 'a reviewer'} typed in the editor.",
         ):
             lapsed.append(other)
     if lapsed:
