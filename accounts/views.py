@@ -104,6 +104,9 @@ def members(request: HttpRequest, membership: Membership) -> HttpResponse:
         "create_form": CreateUserForm(initial={"role": Role.MEMBER}),
         "invite_form": InviteForm(initial={"role": Role.MEMBER}),
         "roles": Role.choices,
+        # Reviewers and admins: one who wrote a widening cannot approve it, so with no
+        # more of them than the approvals needed, nobody's own widening can pass.
+        "deciders": team.memberships.filter(role__in=(Role.REVIEWER, Role.ADMIN)).count(),
     }
     return render(request, "accounts/members.html", ctx)
 

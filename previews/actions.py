@@ -30,7 +30,7 @@ from previews.models import (
 )
 from previews.outcomes import describe, last_lines
 from runs import actions as runner_actions
-from runs import services
+from runs import lapses, services
 from runs.models import Purpose, Run
 from runs.quotas import Limits
 from workspaces.models import ContractReview, Workspace
@@ -441,3 +441,15 @@ def on_branch_moved(
             # The branch asks for a contract a person has not approved: the preview
             # stops, saying so, rather than keep serving a commit it no longer follows.
             stop_preview(preview, None, reason=e.code, run_message=e.message)
+
+
+def on_contract_lapsed(
+    sender: object, workspace: Workspace, review_ids: list[int], who: str, **_: object
+) -> None:
+    """A preview or a release under an approval that lapsed, and not admitted by today's
+    approvals, stops (runs.lapses says why not kept). A session's preview follows its
+    session."""
+    for run in lapses.unadmitted(workspace, review_ids, (Purpose.PREVIEW, Purpose.RELEASE)):
+        preview = Preview.objects.select_related("workspace__team").filter(run=run).first()
+        if preview is not None and preview.is_live:
+            stop_preview(preview, None, reason=lapses.REASON, by=who)

@@ -11,11 +11,12 @@ class PreviewsConfig(AppConfig):
         from runs import quotas
         from runs.models import run_finished
         from sessions.lifecycle import register_served, session_moved
-        from workspaces.signals import branch_moved
+        from workspaces.signals import branch_moved, contract_lapsed
 
         quotas.USAGE_PARTS["previews"] = usage
         run_finished.connect(actions.on_run_finished, dispatch_uid="previews.run_finished")
         branch_moved.connect(actions.on_branch_moved, dispatch_uid="previews.branch_moved")
+        contract_lapsed.connect(actions.on_contract_lapsed, dispatch_uid="previews.lapsed")
         # Previews of a session follow it, and its freeze is told to the gateways first.
         session_moved.connect(of_sessions.on_session_moved, dispatch_uid="previews.sessions")
         register_served(of_sessions.served)

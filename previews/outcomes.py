@@ -68,6 +68,10 @@ def describe(reason: str, preview: Preview, **f: Any) -> str:
         "idle": f"Stopped after {idle_min} min with no request, to free its resources. "
         "Restart it to use it again.",
         "stopped_by_user": f"Stopped by {f.get('who', 'a user')}. Restart it to use it again.",
+        "contract_lapsed": "Stopped by Berth: the approval of its sandbox contract lapsed "
+        f"({f.get('by', 'a reviewer')} narrowed or revoked it), and today's approved "
+        f"contract does not cover what it ran with. {again.capitalize()} (a wider "
+        "contract waits for a review).",
         "superseded": "A newer release took over; this process was stopped once requests "
         "to it had drained.",
         "stopped_for_quota": "Stopped to make room: the team reached its limit of "

@@ -54,6 +54,12 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
             RunState.CANCELLED,
             f"Stopped with its preview ({f.get('who', 'a user')}).",
         ),
+        "contract_lapsed": (
+            RunState.CANCELLED,
+            "Stopped: the approval of its sandbox contract lapsed "
+            f"({f.get('who', 'a reviewer')} narrowed or revoked it). Ask again: a "
+            "contract wider than today's approved one waits for a review.",
+        ),
         "session_stopped": (
             RunState.CANCELLED,
             f"Stopped with its session ({f.get('who', 'a user')}).",

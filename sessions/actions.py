@@ -31,7 +31,7 @@ from sessions.models import (
 )
 from sessions.outcomes import describe_exec, describe_session
 from workspaces import contract, reviews
-from workspaces.models import Workspace
+from workspaces.models import ContractReview, Workspace
 from workspaces.store import open_store
 
 TIMERS = ("idle_freeze_s", "idle_stop_s", "lifetime_s", "retention_s")
@@ -110,6 +110,7 @@ def open_session(
                 code="unknown_branch",
             )
     chosen = _timers(workspace.team, timers)
+    admitted = _admit(workspace, actor, ref, runtime or "")
     with transaction.atomic():
         Team.objects.select_for_update().filter(pk=workspace.team_id).first()
         _check_room(workspace.team)
@@ -122,7 +123,7 @@ def open_session(
             token=actor.token,
             **chosen,
         )
-        _start(session, actor)
+        _start(session, actor, admitted)
         record(
             workspace.team,
             actor,
@@ -135,20 +136,30 @@ def open_session(
     return session
 
 
-def _start(session: Session, actor: Actor) -> None:
-    """Its branch head's contract admitted, and a run of purpose "session" queued."""
-    workspace = session.workspace
+def _admit(
+    workspace: Workspace, actor: Actor, ref: str, runtime: str
+) -> tuple[str, ContractReview | None]:
+    """Its branch head and the contract review it runs under, or the typed refusal.
+    Called before the caller's transaction: a review opened by a refusal must outlive
+    it, or the refusal would name a review nobody can find, let alone approve."""
     with open_store(workspace) as store:
-        commit = store.resolve(session.ref)
+        commit = store.resolve(ref)
     config = load_config(workspace, commit)
     review = reviews.admit(
         workspace,
         actor,
-        contract.asked(config, session.runtime or None, None),
+        contract.asked(config, runtime or None, None),
         commit=commit,
-        ref=session.ref,
-        asked_for="a session" + (f" with runtime={session.runtime}" if session.runtime else ""),
+        ref=ref,
+        asked_for="a session" + (f" with runtime={runtime}" if runtime else ""),
     )
+    return commit, review
+
+
+def _start(session: Session, actor: Actor, admitted: tuple[str, ContractReview | None]) -> None:
+    """Its admitted commit (`_admit`), and a run of purpose "session" queued."""
+    workspace = session.workspace
+    commit, review = admitted
     now = timezone.now()
     if session.pk is None:
         session.base_commit = commit
@@ -186,6 +197,7 @@ def start_again(session: Session, actor: Actor) -> Session:
             {"state": session.state},
             code="session_deleted" if session.is_deleted else "session_not_stopped",
         )
+    admitted = _admit(session.workspace, actor, session.ref, session.runtime)
     with transaction.atomic():
         Team.objects.select_for_update().filter(pk=session.workspace.team_id).first()
         _check_room(session.workspace.team)
@@ -205,7 +217,7 @@ def start_again(session: Session, actor: Actor) -> Session:
             deps_stale=False,  # a start mounts the cache of its own key again
         ):
             raise Conflict("The session changed meanwhile; look at it again.", code="conflict")
-        _start(session, actor)
+        _start(session, actor, admitted)
         record(
             session.workspace.team,
             actor,

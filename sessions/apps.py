@@ -17,13 +17,15 @@ class SessionsConfig(AppConfig):
         from runs.models import run_finished
         from sandbox.models import SandboxKind
         from sessions.follow import SessionFollower
-        from sessions.lifecycle import on_run_finished
+        from sessions.lifecycle import on_contract_lapsed, on_run_finished
         from sessions.policy import usage
         from sessions.sync import on_branch_moved
-        from workspaces.signals import branch_moved
+        from workspaces.signals import branch_moved, contract_lapsed
 
         FOLLOWERS[SandboxKind.SESSION] = SessionFollower
         quotas.USAGE_PARTS["sessions"] = usage
         run_finished.connect(on_run_finished, dispatch_uid="sessions.run_finished")
         # A write on a branch answers once the sessions following it have it.
         branch_moved.connect(on_branch_moved, dispatch_uid="sessions.branch_moved")
+        # An approval that lapsed stops the sessions it no longer admits.
+        contract_lapsed.connect(on_contract_lapsed, dispatch_uid="sessions.contract_lapsed")

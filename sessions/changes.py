@@ -39,8 +39,6 @@ from runs.outputs import describe_changes, flatten
 from sessions import snapstore
 from sessions.actions import host_of, nudge, require_usable
 from sessions.models import Session, SessionState, Snapshot, SnapshotState
-from workspaces import config as workspace_config
-from workspaces import reviews
 from workspaces.changes import TreeEditor
 from workspaces.gitstore import MODE_SUBMODULE, MODE_TREE, GitStore
 from workspaces.paths import clean_path
@@ -139,11 +137,9 @@ def commit(
         sha = store.make_commit(tree, [head], author_of(actor), message)
         store.advance(branch, head, sha)
     result = SessionCommit(sha, branch, head, files, row.withheld, row.skipped)
-    if workspace_config.FILENAME in files:
-        with open_store(workspace) as store:
-            text = _text_at(store, sha, workspace_config.FILENAME)
-        if text is not None:
-            reviews.approve_written(workspace, actor, sha, branch, text)
+    # Committing a session's files approves nothing, whoever commits: its workspace.toml
+    # may be what an agent wrote there (workspaces.reviews.written_on_page is the
+    # editor's alone); a widening is held when something asks for it.
     record(
         workspace.team,
         actor,

@@ -13,6 +13,7 @@ from django.utils import timezone
 from accounts.actions import record
 from core import fanout
 from logs import logstore
+from runs import lapses
 from runs.models import Purpose, Run, RunState
 from runs.services import stop_service
 from sandbox.engine import engine
@@ -29,6 +30,7 @@ from sessions.models import (
 )
 from sessions.outcomes import describe_exec, describe_session
 from sessions.transcripts import remove_transcripts
+from workspaces.models import Workspace
 
 log = logging.getLogger("berth.sessions")
 
@@ -203,3 +205,14 @@ def expire(session: Session) -> bool:
         remove_volume(session)
         changed(session)
     return done
+
+
+def on_contract_lapsed(
+    sender: object, workspace: Workspace, review_ids: list[int], who: str, **_: object
+) -> None:
+    """A session under an approval that lapsed, and not admitted by today's approvals,
+    stops (runs.lapses says why not kept): its files stay on its volume."""
+    for run in lapses.unadmitted(workspace, review_ids, (Purpose.SESSION,)):
+        session = Session.objects.select_related("workspace__team").filter(run=run).first()
+        if session is not None:
+            ask_stop(session, lapses.REASON, who)

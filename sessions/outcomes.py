@@ -76,6 +76,11 @@ SESSION_ENDS: dict[str, str] = {
         "Stopped at its maximum lifetime of {lifetime_s} s. Its files are kept until it "
         "is deleted; start it again."
     ),
+    "contract_lapsed": (
+        "Stopped by Berth: the approval of its sandbox contract lapsed ({who} narrowed or "
+        "revoked it), and today's approved contract does not cover what it ran with. Its "
+        "files are kept; start it again (a wider contract waits for a review)."
+    ),
     "retention": "Its files were deleted {retention_s} s after it stopped (retention).",
     "deleted": "Deleted by {who}, with its uncommitted files.",
     "process_ended": ("Its process ended on its own ({run_reason}): {run_message} Start it again."),

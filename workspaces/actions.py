@@ -193,9 +193,9 @@ def commit_changes(
                 workspace_config.parse(text)
             except workspace_config.ConfigError as e:
                 result.warnings.append(e.as_dict()["error"])
-            # A reviewer's or an admin's own change, signed in: its widening is approved
-            # by its author, recorded as such (workspaces.reviews).
-            reviews.approve_written(workspace, actor, sha, branch, text)
+    # No approval here: only what a person typed in the editor is theirs (edits.save,
+    # workspaces.reviews.written_on_page); a write through the API, MCP or another page
+    # door is held when something asks for it.
     record(
         workspace.team,
         actor,

@@ -24,7 +24,8 @@ from django_htmx.http import HttpResponseClientRedirect
 from accounts.access import Actor
 from accounts.models import Membership
 from core.errors import BerthError, Conflict, Invalid, NotFound
-from workspaces import actions
+from workspaces import actions, reviews
+from workspaces import config as workspace_config
 from workspaces.changes import Change
 from workspaces.forms import FileActionForm, NewBranchForm
 from workspaces.models import Workspace
@@ -65,6 +66,7 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
         path = clean_path(body["path"])
         message = str(body.get("message") or "").strip() or f"Update {path}"
         change = Change("write", path, actions.decode_content(body["content"], "utf-8", path))
+        typed = change.content or b""  # a merge below replaces change.content
         result = actions.commit_changes(
             workspace,
             Actor(membership.user),
@@ -76,6 +78,18 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
         )
         with open_store(workspace) as store:
             _, blob = store.lookup(result.sha, path)
+        review = None
+        if path == workspace_config.FILENAME and not result.merged:
+            # What a reviewer typed here is theirs: a narrowing is the new baseline, a
+            # widening their approval where the team allows it (workspaces.reviews).
+            # Merged with lines the branch got since, it is not all theirs: nothing.
+            review = reviews.written_on_page(
+                workspace,
+                Actor(membership.user),
+                result.sha,
+                result.branch,
+                typed.decode("utf-8", "replace"),
+            )
     except BerthError as e:
         return JsonResponse(e.as_dict(), status=e.status)
     answer = {
@@ -88,6 +102,11 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
         "merged": bool(result.merged),
         # The saved file's blob: the base a draft typed after this save keeps.
         "blob": blob.decode(),
+        "contract_review": (
+            {"id": review.public_id, "state": review.state, "url": review.url}
+            if review is not None
+            else None
+        ),
     }
     if result.merged:
         # What was committed: the editor shows it, their lines with the person's.

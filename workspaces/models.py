@@ -76,19 +76,28 @@ class ReviewState(models.TextChoices):
     PENDING = "pending", "Waiting for a reviewer"
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
+    # An approval that lapsed: a reviewer's narrower contract, written on a page, took
+    # its place (superseded), or a reviewer took it back (revoked). It no longer counts.
+    SUPERSEDED = "superseded", "Superseded"
+    REVOKED = "revoked", "Revoked"
+
+
+# The states of a review that still decide asks for its contract (one per contract).
+LIVE_REVIEW_STATES = (ReviewState.PENDING, ReviewState.APPROVED, ReviewState.REJECTED)
 
 
 class ReviewSource(models.TextChoices):
     ASKED = "asked", "Asked for by a run, preview or release build"
-    PAGE = "page", "Written on a page by a reviewer or admin"
+    PAGE = "page", "Typed in the editor by a reviewer or admin"
     INITIAL = "initial", "The workspace's contract when reviews began"
 
 
 class ContractReview(models.Model):
     """One sandbox contract of a workspace (workspaces.contract.asked) and the decision
     on it. Keyed by the contract's content: an approval covers that contract on every
-    branch, after a merge or a revert. The last approved one is what a new ask is
-    compared with (workspaces.reviews)."""
+    branch of the workspace, after a merge or a revert. The last approved one is what a
+    new ask is compared with (workspaces.reviews). A lapsed one (superseded, revoked)
+    stays as history; asking for its contract again opens a new review."""
 
     public_id = models.CharField(max_length=12, unique=True, default=new_id, editable=False)
     workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="contract_reviews")
@@ -115,11 +124,22 @@ class ContractReview(models.Model):
     note = models.TextField(blank=True)
     # The decider is the asker (a team that allows it, confirmed) or wrote it on a page.
     self_approved = models.BooleanField(default=False)
+    # Who ended an approval (superseded, revoked), when, and why.
+    lapsed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    lapsed_at = models.DateTimeField(null=True, blank=True)
+    lapse_note = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint("workspace", "content_hash", name="one_review_per_contract")
+            models.UniqueConstraint(
+                "workspace",
+                "content_hash",
+                condition=models.Q(state__in=LIVE_REVIEW_STATES),
+                name="one_live_review_per_contract",
+            )
         ]
         ordering = ["-created_at", "-id"]
 
@@ -139,6 +159,15 @@ class ContractReview(models.Model):
             decided_at=timezone.now(),
             note=note,
             self_approved=self_approved,
+        )
+        if updated:
+            self.refresh_from_db()
+        return bool(updated)
+
+    def lapse(self, to: str, user: Any, note: str) -> bool:
+        """A conditional UPDATE: only an approved review lapses, once."""
+        updated = ContractReview.objects.filter(pk=self.pk, state=ReviewState.APPROVED).update(
+            state=to, lapsed_by=user, lapsed_at=timezone.now(), lapse_note=note
         )
         if updated:
             self.refresh_from_db()

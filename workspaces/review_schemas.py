@@ -25,10 +25,15 @@ class WidenedOut(Out):
 class ContractReviewOut(Out):
     id: str
     workspace: str
-    state: str = Field(description="pending (waiting for a reviewer), approved or rejected")
+    state: str = Field(
+        description="pending (waiting for a reviewer), approved, rejected, or an approval "
+        "that no longer counts: superseded (a reviewer typed a narrower contract) or "
+        "revoked"
+    )
     source: str = Field(
-        description="asked (a run, preview or release build asked for it), page (a "
-        "reviewer's own change on a page) or initial (the contract when reviews began)"
+        description="asked (a run, preview or release build asked for it), page (typed in "
+        "the editor by a reviewer or admin) or initial (the contract when the workspace "
+        "was created, or when reviews began)"
     )
     contract: dict[str, Any] = Field(description="the contract asked for")
     widened: list[WidenedOut]
@@ -41,6 +46,8 @@ class ContractReviewOut(Out):
     decided_at: Timestamp | None
     note: str
     self_approved: bool
+    lapsed_by: str | None = Field(description="who superseded or revoked the approval")
+    lapsed_at: Timestamp | None
     created_at: Timestamp
     url: str = Field(description="the page where a reviewer or admin decides it")
     next: str = Field(description="what to do next")
@@ -64,6 +71,8 @@ class ContractReviewOut(Out):
                 "decided_at": review.decided_at.isoformat() if review.decided_at else None,
                 "note": review.note,
                 "self_approved": review.self_approved,
+                "lapsed_by": review.lapsed_by.get_username() if review.lapsed_by else None,
+                "lapsed_at": review.lapsed_at.isoformat() if review.lapsed_at else None,
                 "created_at": review.created_at.isoformat(),
                 "url": absolute(review.url),
                 "next": _next(review),
@@ -79,6 +88,12 @@ def _next(review: ContractReview) -> str:
         )
     if review.state == "rejected":
         return "Rejected: revert the change to workspace.toml, or ask without the override."
+    if review.state in ("superseded", "revoked"):
+        return (
+            f"This approval no longer counts ({review.state}): an ask for this contract "
+            "opens a new review, which a reviewer or admin must approve; or ask for no "
+            "more than the workspace's approved contract."
+        )
     return "Approved: runs, previews and release builds asking for this contract go ahead."
 
 

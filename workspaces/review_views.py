@@ -1,6 +1,7 @@
 """The contract review pages: what waits, and one review's before/after table with
-approve and reject. Deciding exists only here, behind a session and CSRF: a bearer
-token is not a session, so these views never see a token's actor."""
+approve and reject, and revoke for an approved one. Deciding exists only here, behind a
+session and CSRF: a bearer token is not a session, so these views never see a token's
+actor."""
 
 from typing import Any
 
@@ -13,7 +14,7 @@ from django.views.decorators.http import require_POST
 from accounts.access import Actor
 from accounts.models import Membership
 from core.errors import BerthError, NotFound
-from workspaces import contract, reviews
+from workspaces import contract, review_lapses, reviews
 from workspaces.models import ContractReview, ReviewState, Workspace
 from workspaces.review_access import access_review
 from workspaces.views import clone_url, urls_of, workspace_page
@@ -124,7 +125,7 @@ def decide(
     review_id: str,
     action: str,
 ) -> HttpResponse:
-    """Approve or reject, as the signed-in person; the action checks the rules."""
+    """Approve, reject or revoke, as the signed-in person; the action checks the rules."""
     review = _review(request, workspace, review_id)
     note = request.POST.get("note", "")
     try:
@@ -134,6 +135,13 @@ def decide(
         elif action == "reject":
             reviews.reject(review, _actor(request), note)
             messages.success(request, "Rejected: asks for this contract stay refused.")
+        elif action == "revoke":
+            review_lapses.revoke(review, _actor(request), note)
+            messages.success(
+                request,
+                "Revoked: asks for this contract wait for a review again, and what ran "
+                "under it that today's approved contract does not cover is being stopped.",
+            )
         else:
             raise Http404("No such action.")
     except BerthError as e:

@@ -4,14 +4,24 @@ Every run, preview and release build asks for a contract (workspaces.contract.as
 `admit` lets it through when that exact contract was approved for the workspace, or
 when it asks for nothing the last approved contract did not allow; otherwise it opens
 (or finds) a review and refuses, typed, naming what widened and the review's page.
-Only a signed-in reviewer or admin decides, on that page (`approve`, `reject`); no
-token does, through any door. A reviewer's own change written on a page approves
-itself (`approve_written`), recorded as such.
+Only a signed-in reviewer or admin decides, on that page (`approve`, `reject`;
+`review_lapses.revoke`); no token does, through any door. Approvals are per workspace: one covers
+its contract on every branch.
+
+What a reviewer or admin types into the editor (`written_on_page`, the page's save
+door only) is theirs: narrower, it becomes the baseline at once and approvals wider
+than it lapse (superseded); wider, it is a review like any other, which their typing
+approves only where the team allows self-approval, and which is approved with the
+team's N-th approver. A commit of anything else (a session's files, an API write, a
+push) approves nothing. A lapsed approval no longer counts (`contract_lapsed` stops
+what still runs under it: workspaces.signals).
 """
 
+import contextlib
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from accounts.access import Actor, human_reviewer
 from accounts.actions import record
@@ -21,12 +31,14 @@ from core.links import absolute
 from workspaces import config as workspace_config
 from workspaces import contract
 from workspaces.models import (
+    LIVE_REVIEW_STATES,
     ContractApproval,
     ContractReview,
     ReviewSource,
     ReviewState,
     Workspace,
 )
+from workspaces.review_lapses import supersede_wider
 from workspaces.store import open_store
 
 
@@ -45,10 +57,31 @@ def last_approved(workspace: Workspace) -> ContractReview | None:
     )
 
 
+def live_review(workspace: Workspace, digest: str) -> ContractReview | None:
+    """The review that decides asks for this contract (a lapsed one decides nothing)."""
+    return ContractReview.objects.filter(
+        workspace=workspace, content_hash=digest, state__in=LIVE_REVIEW_STATES
+    ).first()
+
+
 def baseline_of(workspace: Workspace) -> tuple[ContractReview | None, contract.Values]:
-    """The approved contract a new ask is compared with (the defaults before any)."""
+    """The approved contract a new ask is compared with (the defaults before any).
+
+    Against the contract a workspace was created with (a template's, or the one it had
+    when reviews began), Berth's own limits are no widening: a template that starts
+    narrower than the defaults (python-http's 512 MB) must not turn a file without its
+    [sandbox] lines into a review, when a workspace without any file gets the defaults
+    unasked. Only the limits: the runtime and egress of the template still hold, and a
+    reviewer's approval or narrowing (any later baseline) is taken as it stands."""
     review = last_approved(workspace)
-    return review, review.values if review else contract.default_values()
+    if review is None:
+        return None, contract.default_values()
+    values = dict(review.values)
+    if review.source == ReviewSource.INITIAL:
+        defaults = contract.default_values()
+        for key in contract.LIMIT_KEYS:
+            values[key] = max(values[key], defaults[key])
+    return review, values
 
 
 def admit(
@@ -71,7 +104,7 @@ def admit(
     Called outside the caller's transaction, so the opened review outlives the refusal.
     """
     digest = contract.content_hash(values)
-    review = ContractReview.objects.filter(workspace=workspace, content_hash=digest).first()
+    review = live_review(workspace, digest)
     if review is not None and review.state == ReviewState.APPROVED:
         return review
     approved, baseline = baseline_of(workspace)
@@ -83,6 +116,16 @@ def admit(
     if review.state == ReviewState.PENDING:
         review.compare_with(baseline, [w.as_dict() for w in widened])
     raise refusal(review, widened)
+
+
+def admits(workspace: Workspace, values: contract.Values) -> bool:
+    """Whether today's approvals would admit this contract, without opening a review
+    (what still runs under a lapsed approval is checked with it)."""
+    review = live_review(workspace, contract.content_hash(values))
+    if review is not None and review.state == ReviewState.APPROVED:
+        return True
+    _, baseline = baseline_of(workspace)
+    return not contract.widenings(baseline, values, [])
 
 
 def _open(
@@ -123,7 +166,9 @@ def _open(
                 asked_for=asked_for,
             )
     except IntegrityError:  # asked at the same moment by another request
-        return ContractReview.objects.get(workspace=workspace, content_hash=digest)
+        found = live_review(workspace, digest)
+        assert found is not None  # the unique constraint is over live reviews
+        return found
     return review
 
 
@@ -223,6 +268,10 @@ def approve(
             )
             return review
         _decide(review, actor, ReviewState.APPROVED, note, own, "contract.approved")
+        if review.source == ReviewSource.PAGE:
+            # A reviewer's typed contract, approved: the approvals wider than it lapse,
+            # as they would have had it narrowed alone.
+            supersede_wider(review, actor)
     return review
 
 
@@ -251,12 +300,19 @@ def _decide(
         )
 
 
-def approve_written(
+def written_on_page(
     workspace: Workspace, actor: Actor, commit: str, ref: str, text: str
 ) -> ContractReview | None:
-    """A signed-in reviewer or admin wrote a `workspace.toml` on a page: a widening it
-    makes is approved by its author at once, and recorded as such. Anyone else's write
-    (a member, any token, a push) is only held when something asks for it."""
+    """A `workspace.toml` a signed-in reviewer or admin typed in the editor and saved
+    (edits.save, the only caller): what they wrote is what they mean.
+
+    1. It widens nothing of the approved contract but narrows it: it is the new
+       baseline at once (approved, nobody's approval needed to ask for less), and the
+       approvals wider than it lapse (`supersede_wider`).
+    2. It widens: its review is opened (or found) with the author as the asker. Their
+       typing is their approval only where the team allows self-approval; it is
+       approved with the team's N-th approver (`approve`), like any other.
+    Anyone else's save (a member) is only held when something asks for it."""
     if not actor.is_human:
         return None
     membership = Membership.objects.filter(team=workspace.team_id, user=actor.user).first()
@@ -267,40 +323,105 @@ def approve_written(
     except workspace_config.ConfigError:
         return None  # runs of an invalid file are refused anyway
     digest = contract.content_hash(values)
-    review = ContractReview.objects.filter(workspace=workspace, content_hash=digest).first()
-    if review is not None and review.state != ReviewState.PENDING:
-        return review  # approved already, or rejected: a decision stands until reverted
-    _, baseline = baseline_of(workspace)
+    current, baseline = baseline_of(workspace)
     widened = contract.widenings(baseline, values, workspace.team.egress_ceiling)
     if not widened:
-        return None
+        if not contract.widenings(values, baseline, []):
+            return current  # the same contract: nothing to decide
+        return _narrowed(workspace, actor, values, digest, baseline, commit, ref)
+    review = live_review(workspace, digest)
+    if review is not None and review.state != ReviewState.PENDING:
+        return review  # approved already, or rejected: a decision stands until reverted
     with transaction.atomic():
         if review is None:
-            review = ContractReview.objects.create(
-                workspace=workspace,
-                content_hash=digest,
-                values=values,
-                baseline=baseline,
-                widened=[w.as_dict() for w in widened],
-                state=ReviewState.PENDING,
-                source=ReviewSource.PAGE,
-                commit=commit,
-                commit_author=str(actor.user),
-                ref=ref,
-                asked_for="written on a page",
-                requested_by=actor.user,
+            try:
+                with transaction.atomic():
+                    review = ContractReview.objects.create(
+                        workspace=workspace,
+                        content_hash=digest,
+                        values=values,
+                        state=ReviewState.PENDING,
+                        source=ReviewSource.PAGE,
+                        commit=commit,
+                        commit_author=str(actor.user),
+                        ref=ref[:200],
+                        asked_for="typed in the editor",
+                        requested_by=actor.user,
+                    )
+            except IntegrityError:  # asked for at the same moment
+                review = live_review(workspace, digest)
+                assert review is not None
+                if review.state != ReviewState.PENDING:
+                    return review
+            else:
+                record(
+                    workspace.team,
+                    actor,
+                    "contract.review_opened",
+                    f"contract-review:{review.public_id}",
+                    workspace.slug,
+                    commit=commit,
+                    asked_for="typed in the editor",
+                )
+        review.compare_with(baseline, [w.as_dict() for w in widened])
+    if workspace.team.allow_self_approval and not review.approvals.filter(user=actor.user):
+        # Decided meanwhile (a Conflict): the save stands either way.
+        with contextlib.suppress(Conflict):
+            approve(review, actor, "Typed in the editor by its author.", confirm_own=True)
+        review.refresh_from_db()
+    return review
+
+
+def _narrowed(
+    workspace: Workspace,
+    actor: Actor,
+    values: contract.Values,
+    digest: str,
+    baseline: contract.Values,
+    commit: str,
+    ref: str,
+) -> ContractReview:
+    """The reviewer's narrower contract as the workspace's baseline, approved by them."""
+    with transaction.atomic():
+        same = live_review(workspace, digest)
+        if same is not None and same.state == ReviewState.APPROVED:
+            # Approved before, under an older baseline: this write makes it the current
+            # one again, as a new approval (the old row stays as history).
+            same.lapse(ReviewState.SUPERSEDED, actor.user, "Typed again in the editor.")
+        elif same is not None:
+            # Pending or rejected: the reviewer's own typing decides it.
+            ContractReview.objects.filter(pk=same.pk).update(
+                state=ReviewState.SUPERSEDED,
+                lapsed_by=actor.user,
+                lapsed_at=timezone.now(),
+                lapse_note="Typed in the editor by a reviewer, as a narrowing.",
             )
-        review.decide(ReviewState.APPROVED, actor.user, "Written by its reviewer on a page.", True)
+        review = ContractReview.objects.create(
+            workspace=workspace,
+            content_hash=digest,
+            values=values,
+            baseline=baseline,
+            state=ReviewState.APPROVED,
+            source=ReviewSource.PAGE,
+            commit=commit,
+            commit_author=str(actor.user),
+            ref=ref[:200],
+            asked_for="typed in the editor (a narrowing)",
+            requested_by=actor.user,
+            decided_by=actor.user,
+            decided_at=timezone.now(),
+            note="Narrowed by a reviewer in the editor: the workspace's baseline now.",
+        )
         record(
             workspace.team,
             actor,
-            "contract.approved",
+            "contract.narrowed",
             f"contract-review:{review.public_id}",
             workspace.slug,
-            note="written by its reviewer on a page",
-            self_approved=True,
-            widened=[w.key for w in widened],
+            commit=commit,
+            narrowed=[w.key for w in contract.widenings(values, baseline, [])],
         )
+        supersede_wider(review, actor)
     return review
 
 

@@ -40,3 +40,10 @@ def announce_branch_moved(
         elif isinstance(result, list):
             reports.extend(r for r in result if isinstance(r, Follower))
     return reports
+
+
+# Sent after the commit that made approvals lapse (superseded by a reviewer's narrower
+# contract, or revoked): kwargs workspace, review_ids (ContractReview pks), who (a
+# label). Runs, sessions, previews and releases under one that today's approvals no
+# longer admit are stopped by their apps' receivers.
+contract_lapsed = Signal()

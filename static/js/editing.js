@@ -222,6 +222,14 @@
     if (followers.length) {
       html += '<ul class="followers">' + followers.map((f) => `<li>Session <span class="mono">${escape(f.id)}</span>: ${escape(f.message)}</li>`).join("") + "</ul>";
     }
+    // A sandbox contract typed here: a narrowing is the baseline now; a widening waits
+    // for the team's approvers (docs/security.md 29, 30).
+    const review = data.contract_review;
+    if (review && review.state === "pending") {
+      html += ` The wider sandbox contract waits for review: <a href="${escape(review.url)}">contract review ${escape(review.id)}</a>.`;
+    } else if (review && review.state === "approved") {
+      html += ` The sandbox contract is approved: <a href="${escape(review.url)}">contract review ${escape(review.id)}</a>.`;
+    }
     const conflicted = followers.some((f) => f.state === "conflict");
     if ((data.warnings && data.warnings.length) || conflicted) {
       html += '<ul class="warnings">' + (data.warnings || []).map((w) => `<li>${escape(w.message)}</li>`).join("") + "</ul>";

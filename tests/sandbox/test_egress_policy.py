@@ -14,8 +14,8 @@ from sandbox.egress import policy
 from sandbox.egress.attempts import Attempt, Budget, Refused
 from sandbox.egress.policy import BadEntry, Rule
 from sandbox.egress.proxy import Proxy
+from tests.support.runs import set_toml
 from workspaces import actions as workspace_actions
-from workspaces.changes import Change
 
 
 @pytest.mark.parametrize(
@@ -207,13 +207,8 @@ def test_a_replay_is_bounded_by_todays_ceiling(cast):
     shop = workspace_actions.create_workspace(
         cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
     )
-    # Written by the team's admin, signed in: the egress it adds is approved by her.
-    workspace_actions.commit_changes(
-        shop,
-        Actor(cast.alice),
-        [Change("write", "workspace.toml", b'[network]\negress = ["pypi.org", "files.test:81"]\n')],
-        "egress",
-    )
+    # Written by the team's admin, approved by a reviewer (a write approves nothing).
+    set_toml(shop, cast, '[network]\negress = ["pypi.org", "files.test:81"]\n')
     cast.team_a.egress_ceiling = ["pypi.org", "*.test:81"]
     cast.team_a.save()
     first = run_actions.start_run(shop, Actor(cast.carol), "true")

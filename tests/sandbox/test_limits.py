@@ -18,7 +18,7 @@ from sandbox.engine import engine
 from tests.support.deploys import Requester, app, approve
 from tests.support.mcp import connect
 from tests.support.previews import PROBE_APP, PreviewAgent, write
-from tests.support.runs import Agent, wait_for_output
+from tests.support.runs import Agent, set_toml, wait_for_output
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 
@@ -105,7 +105,7 @@ def test_a_runs_limits_read_back_from_its_cgroup(agent, shop, cast, settings, ru
     toml, operator, applied, nofile = case
     for name, value in operator.items():
         setattr(settings, name, value)
-    write(shop, cast.alice, {"workspace.toml": f'[sandbox]\nruntime = "{runtime}"\n{toml}'})
+    set_toml(shop, cast, f'[sandbox]\nruntime = "{runtime}"\n{toml}')
     run = agent.run("ulimit -n; echo started; exec sleep 300")
     assert wait_for_output(agent, run, "started", timeout=120)
     container = Run.objects.get(public_id=run["id"]).container_name

@@ -4,9 +4,12 @@ what a run gives back."""
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.utils import timezone
 
+from accounts import actions as account_actions
 from accounts.access import Actor
+from accounts.models import Role
 from runs import actions as run_actions
 from runs.models import TERMINAL_STATES, Run, RunState
 from sandbox.engine import engine
@@ -70,26 +73,36 @@ class Agent:
 
 
 def set_toml(shop, cast, text: str) -> None:
-    """The workspace's contract as its team's admin writes it, signed in: what it widens
-    is approved by them at once (workspaces.reviews), so the agent's runs may use it."""
+    """The workspace's contract as its team's admin writes it, then approved by another
+    reviewer (approve_contract), so the agent's runs may use it: a write approves
+    nothing by itself (workspaces.reviews)."""
     admin = cast.charlie if shop.team_id == cast.team_b.pk else cast.alice
     workspace_actions.commit_changes(
         shop, Actor(admin), [Change("write", "workspace.toml", text.encode())], "toml"
     )
+    approve_contract(shop, cast, shop.default_branch)
 
 
 def approve_contract(workspace, cast, ref: str) -> None:
-    """What `ref` asks for, approved by bob (a reviewer) on its review, as on its page."""
+    """What `ref` asks for, approved by a reviewer who did not ask for it, on its review,
+    as on its page (team A: carol asks, bob approves; team B: charlie asks, dana, a
+    reviewer made for it, approves)."""
     with open_store(workspace) as store:
         commit = store.resolve(ref)
     values = contract.asked(run_actions.load_config(workspace, commit))
-    try:
-        reviews.admit(
-            workspace, Actor(cast.carol), values, commit=commit, ref=ref, asked_for="a run"
+    if workspace.team_id == cast.team_b.pk:
+        asker = cast.charlie
+        approver = (
+            User.objects.filter(username="dana").first()
+            or account_actions.create_user(cast.team_b, "dana", Role.REVIEWER, None)[0]
         )
+    else:
+        asker, approver = cast.carol, cast.bob
+    try:
+        reviews.admit(workspace, Actor(asker), values, commit=commit, ref=ref, asked_for="a run")
     except reviews.ContractHeld as e:
         review = ContractReview.objects.get(public_id=e.details["review"])
-        reviews.approve(review, Actor(cast.bob))
+        reviews.approve(review, Actor(approver))
 
 
 def no_container_left(run: dict, timeout: float = 20) -> bool:

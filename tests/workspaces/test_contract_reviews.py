@@ -13,60 +13,28 @@ from accounts.access import Actor
 from accounts.models import Activity
 from runs.models import Run
 from tests.support.api import bearer
+from tests.support.contracts import TOML, Token, approve_on_page, held, type_in_editor
 from tests.support.git import git
 from tests.support.git import url as git_url
 from tests.support.runs import Agent as RunAgent
 from workspaces import actions as workspace_actions
-from workspaces.changes import Change
 from workspaces.models import ContractReview, ReviewState
 
-TOML = "workspace.toml"
 BASE = (
     '[sandbox]\nruntime = "gvisor"\nmemory_mb = 512\ntimeout_s = 300\n\n'
     '[network]\negress = ["pypi.org", "*.files.test"]\n'
 )
 
 
-class Token:
-    """An agent on team A's `shop` through the JSON API."""
-
-    def __init__(self, client, secret: str) -> None:
-        self.client, self.headers = client, bearer(secret)
-
-    def write(self, text: str, path: str = TOML) -> str:
-        head = self.get("/workspaces/shop").json()["head"]
-        r = self.client.post(
-            "/api/v1/workspaces/shop/commits",
-            {
-                "message": "contract",
-                "base_commit": head,
-                "changes": [{"op": "write", "path": path, "content": text}],
-            },
-            content_type="application/json",
-            **self.headers,
-        )
-        assert r.status_code == 201, r.content
-        return r.json()["commit"]
-
-    def post(self, path: str, body: dict | None = None):
-        return self.client.post(
-            f"/api/v1{path}", body or {}, content_type="application/json", **self.headers
-        )
-
-    def run(self, **body):
-        return self.post("/workspaces/shop/runs", {"command": "true", **body})
-
-    def get(self, path: str):
-        return self.client.get(f"/api/v1{path}", **self.headers)
-
-
 @pytest.fixture
-def shop(cast):
-    """Team A's workspace, its contract written by alice (admin) on a page: approved."""
+def shop(cast, signed_in):
+    """Team A's workspace, its contract typed by alice (admin) in the editor: a widening
+    of the defaults, so a review that another reviewer (bob) approves on its page (the
+    team's default policy: nobody approves their own change)."""
     workspace = workspace_actions.create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
-    workspace_actions.commit_changes(
-        workspace, Actor(cast.alice), [Change("write", TOML, BASE.encode())], "contract"
-    )
+    review = type_in_editor(signed_in(cast.alice), workspace, BASE)["contract_review"]
+    assert review["state"] == ReviewState.PENDING
+    approve_on_page(signed_in(cast.bob), review)
     return workspace
 
 
@@ -74,13 +42,6 @@ def shop(cast):
 def agent(client, cast, shop) -> Token:
     _, secret = cast.token(cast.carol)
     return Token(client, secret)
-
-
-def held(r, code: str = "contract_change_pending") -> dict:
-    assert r.status_code == 409, r.content
-    error = r.json()["error"]
-    assert error["code"] == code, error
-    return error
 
 
 def test_a_tokens_egress_widening_is_held_with_its_review_until_a_reviewer_approves(
@@ -202,43 +163,45 @@ def test_an_entry_outside_the_team_ceiling_still_counts_and_the_review_says_so(a
     assert "ceiling would drop other.test" in error["message"]
 
 
-def test_a_reviewers_own_change_on_a_page_applies_at_once_and_is_recorded(agent, cast, signed_in):
-    page = signed_in(cast.bob)
-    head = agent.get("/workspaces/shop").json()["head"]
-    r = page.post(
-        "/t/team-a/w/shop/save/",
-        {
-            "path": TOML,
-            "content": BASE.replace("memory_mb = 512", "memory_mb = 2048"),
-            "branch": "main",
-            "base_commit": head,
-        },
-        content_type="application/json",
-    )
-    assert r.status_code == 200, r.content
+def test_a_reviewers_typed_widening_waits_for_another_reviewer_and_a_members_too(
+    agent, cast, signed_in, shop
+):
+    """Issue 32, item 6: typing a widening in the editor is the author's approval only
+    where the team allows self-approval (not by default): it waits for another."""
+    bob = signed_in(cast.bob)
+    answer = type_in_editor(bob, shop, BASE.replace("memory_mb = 512", "memory_mb = 2048"))
     review = ContractReview.objects.get(values__memory_mb=2048)
-    assert (review.state, review.source, review.decided_by, review.self_approved) == (
-        ReviewState.APPROVED,
+    assert answer["contract_review"] == {
+        "id": review.public_id,
+        "state": "pending",
+        "url": review.url,
+    }
+    assert (review.state, review.source, review.requested_by) == (
+        ReviewState.PENDING,
         "page",
         cast.bob,
-        True,
     )
-    assert Activity.objects.filter(verb="contract.approved", user=cast.bob).exists()
+    assert review.asked_for == "typed in the editor"
+    assert not review.approvals.exists()
+    held(agent.run())
+    # bob's own approval is refused (his change), alice's decides it.
+    assert "another reviewer must approve it" in bob.get(review.url).content.decode()
+    bob.post(review.url + "approve/")
+    review.refresh_from_db()
+    assert review.state == ReviewState.PENDING
+    approve_on_page(signed_in(cast.alice), review)
+    review.refresh_from_db()
+    assert (review.state, review.decided_by, review.self_approved) == (
+        ReviewState.APPROVED,
+        cast.alice,
+        False,
+    )
     assert agent.run().status_code == 202
-    # A member's change on the same page is not approved by being written.
-    page = signed_in(cast.carol)
-    head = agent.get("/workspaces/shop").json()["head"]
-    r = page.post(
-        "/t/team-a/w/shop/save/",
-        {
-            "path": TOML,
-            "content": BASE.replace("memory_mb = 512", "memory_mb = 4096"),
-            "branch": "main",
-            "base_commit": head,
-        },
-        content_type="application/json",
+    # A member's change on the same page is not approved by being written, nor opened.
+    answer = type_in_editor(
+        signed_in(cast.carol), shop, BASE.replace("memory_mb = 512", "memory_mb = 4096")
     )
-    assert r.status_code == 200
+    assert answer["contract_review"] is None
     held(agent.run())
 
 
