@@ -15,6 +15,7 @@ receives, daphne's consumers, the terminal relay, the runner agent's, goes throu
 import logging
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,13 @@ def layer_key() -> str:
 
 def _written_by_another(path: Path) -> str:
     """The key another process is writing: it writes 43 characters at once, so an
-    empty read is only the instant between its open and its write."""
-    for _ in range(1000):
-        if key := path.read_text().strip():
-            return key
-    raise RuntimeError(f"{path} stays empty; remove it and start Berth again")
+    empty read is only the moment between its open and its write."""
+    deadline = time.monotonic() + 5
+    while not (key := path.read_text().strip()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} stays empty; remove it and start Berth again")
+        time.sleep(0.01)
+    return key
 
 
 class SealedRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]  # untyped base
