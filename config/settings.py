@@ -91,8 +91,9 @@ SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
 SANDBOX_HOST = os.environ.get("BERTH_SANDBOX_HOST", "local")
 SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/tmp"))  # noqa: S108 (root-only build)
 
-# Redis asks for a password (docs/security.md 28): kept in a root-owned 0600 file outside
-# any checkout, written by `scripts/host-setup redis`, and used when REDIS_URL names none
+# Redis asks for a password (docs/security.md 28): kept in a 0600 file outside any
+# checkout, owned by the user that runs Berth (root by default), written by
+# `scripts/host-setup redis`, and used when REDIS_URL names none
 # (an external Redis takes its password in REDIS_URL). No file, no password: a Redis
 # started by an older host-setup, until host-setup restarts it with one.
 REDIS_PASSWORD_FILE = Path(os.environ.get("REDIS_PASSWORD_FILE", "/etc/berth/redis.password"))

@@ -88,7 +88,8 @@ class SealedRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]  # untyp
             except UnsealedMessage as e:
                 log.warning(
                     "dropped a message on channel %s that this instance's key did not "
-                    "seal (%s): forged, or sent with another BERTH_CHANNEL_LAYER_KEY",
+                    "seal (%s): forged, sent with another BERTH_CHANNEL_LAYER_KEY, or "
+                    "older than the layer's expiry",
                     channel,
                     e,
                 )
