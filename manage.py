@@ -13,10 +13,14 @@ class Utility(ManagementUtility):
         # --settings option is honoured).
         from django.conf import settings
 
-        Path(settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
+        Path(settings.DATA_DIR).mkdir(mode=0o700, parents=True, exist_ok=True)
         return super().fetch_command(subcommand)
 
 
 if __name__ == "__main__":
+    # What any command writes (the database, keys, repositories, transcripts, logs) is
+    # for Berth's own user only: other local users must not read DATA_DIR
+    # (docs/security.md 28). Daphne and Celery get the same from scripts/supervise.
+    os.umask(0o077)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     Utility(sys.argv).execute()

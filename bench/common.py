@@ -12,6 +12,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def redis_url(db: int) -> str:
+    """Database `db` of the Redis REDIS_URL names (the local one by default): its
+    password, when it has none in the URL, comes from REDIS_PASSWORD_FILE through the
+    settings, as for Berth itself (docs/security.md 28)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    return urlunsplit(url._replace(path=f"/{db}"))
+
+
 def start_daphne(port: int) -> subprocess.Popen:
     """A daphne on 127.0.0.1:`port` with the caller's environment, once it answers."""
     proc = subprocess.Popen(

@@ -27,10 +27,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-egress"
 sys.path.insert(0, str(ROOT))
+from bench.common import redis_url  # noqa: E402
+
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
     DATA_DIR=str(DATA_DIR),
-    REDIS_URL="redis://127.0.0.1:6379/8",
+    REDIS_URL=redis_url(8),
     PYTHONUNBUFFERED="1",
     EGRESS_HOSTS="files.test=127.0.0.1",
     EGRESS_ALLOWED_ADDRESSES="127.0.0.1",

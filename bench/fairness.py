@@ -24,10 +24,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-fairness"
 sys.path.insert(0, str(ROOT))
+from bench.common import redis_url  # noqa: E402
+
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
     DATA_DIR=str(DATA_DIR),
-    REDIS_URL="redis://127.0.0.1:6379/6",
+    REDIS_URL=redis_url(6),
     PYTHONUNBUFFERED="1",
 )
 

@@ -36,10 +36,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-previews"
 sys.path.insert(0, str(ROOT))
+from bench.common import redis_url  # noqa: E402
+
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
     DATA_DIR=str(DATA_DIR),
-    REDIS_URL="redis://127.0.0.1:6379/7",
+    REDIS_URL=redis_url(7),
     PYTHONUNBUFFERED="1",
 )
 

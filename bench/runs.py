@@ -22,14 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-runs"
 sys.path.insert(0, str(ROOT))
 
-from bench.common import p95, start_daphne  # noqa: E402
+# After those imports: bench.run_logs sets its own DATA_DIR when imported.
+from bench.common import (  # noqa: E402
+    p95,
+    redis_url,
+    start_daphne,
+)
 from bench.run_logs import messages, websocket  # noqa: E402
 
-# After those imports: bench.run_logs sets its own DATA_DIR when imported.
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
     DATA_DIR=str(DATA_DIR),
-    REDIS_URL="redis://127.0.0.1:6379/8",
+    REDIS_URL=redis_url(8),
     PYTHONUNBUFFERED="1",
 )
 

@@ -12,6 +12,7 @@ import secrets
 import tempfile
 from pathlib import Path
 from typing import cast
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -90,7 +91,38 @@ SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
 SANDBOX_HOST = os.environ.get("BERTH_SANDBOX_HOST", "local")
 SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/tmp"))  # noqa: S108 (root-only build)
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Redis asks for a password (docs/security.md 28): kept in a 0600 file outside any
+# checkout, owned by the user that runs Berth (root by default), written by
+# `scripts/host-setup redis`, and used when REDIS_URL names none
+# (an external Redis takes its password in REDIS_URL). No file, no password: a Redis
+# started by an older host-setup, until host-setup restarts it with one.
+REDIS_PASSWORD_FILE = Path(os.environ.get("REDIS_PASSWORD_FILE", "/etc/berth/redis.password"))
+
+
+def _with_password(url: str, password_file: Path) -> str:
+    parts = urlsplit(url)
+    if parts.password is not None:
+        return url
+    try:
+        password = password_file.read_text().strip()
+    except FileNotFoundError:
+        return url
+    except PermissionError:
+        raise ImproperlyConfigured(
+            f"{password_file} (Redis's password) is not readable by this user: run Berth "
+            "as the user `scripts/host-setup redis` made it for, or put the password in "
+            "REDIS_URL (redis://:PASSWORD@host:port/db)"
+        ) from None
+    if not password:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{parts.username or ''}:{quote(password, safe='')}@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+REDIS_URL = _with_password(
+    os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), REDIS_PASSWORD_FILE
+)
 
 INSTALLED_APPS = [
     "daphne",
@@ -210,9 +242,15 @@ if envbool("BEHIND_TLS_PROXY"):
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# Every channel-layer message is sealed (encrypted and authenticated) with a key of its
+# own, not derived from SECRET_KEY: from the environment (every host of an instance
+# shares it), else generated once into DATA_DIR. One that does not open is logged and
+# dropped (core.channel_layer).
+CHANNEL_LAYER_KEY = os.environ.get("BERTH_CHANNEL_LAYER_KEY", "")
+CHANNEL_LAYER_KEY_FILE = DATA_DIR / "channel_layer.key"
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "core.channel_layer.SealedRedisChannelLayer",
         # socket_timeout None: channels_redis waits for messages with a 5 s blocking
         # pop, and redis-py 8's default 5 s read timeout would otherwise end every
         # quiet WebSocket (a log with no output for 5 s) with a 1011 (channels_redis#422).

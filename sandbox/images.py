@@ -112,6 +112,9 @@ DEBIAN_SUITES = frozenset(
     | {"oldoldstable", "oldstable", "stable", "testing", "unstable"}
 )
 
+# The modes the image's files get where the recipe names none: Debian's own.
+BUILD_UMASK = 0o022
+
 # debootstrap takes about 71 s here; a slow mirror may take many times that.
 DEBOOTSTRAP_TIMEOUT_S = 30 * 60
 
@@ -289,11 +292,7 @@ def _build(versioned: str, log: Callable[[str], None]) -> None:
             timeout=DEBOOTSTRAP_TIMEOUT_S,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
         )
-        _run(
-            ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."],
-            work / "tar.log",
-            timeout=600,
-        )
+        _tar(rootfs, tarball, work / "tar.log")
         log(f"Importing as {versioned}...")
         changes = [*CHANGES, f"LABEL berth.recipe={recipe_hash()}"]
         repository, tag = versioned.split(":")
@@ -307,6 +306,17 @@ def _build(versioned: str, log: Callable[[str], None]) -> None:
         log(f"Built {versioned}.")
     finally:
         _remove(work, log)
+
+
+def _tar(rootfs: Path, tarball: Path, logfile: Path) -> None:
+    """The root filesystem as the image's one layer. Its root is 0755 whoever made the
+    folder: the tar's `.` entry becomes the image's `/`."""
+    rootfs.chmod(0o755)
+    _run(
+        ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."],
+        logfile,
+        timeout=600,
+    )
 
 
 def _tool(name: str) -> str:
@@ -335,6 +345,11 @@ def _run(
                 timeout=timeout,
                 env=env,
                 check=False,
+                # Every step with the same umask, whatever the caller's: a root shell or
+                # a `make` under umask 077 (Berth's own processes run so) would make the
+                # setup's `mkdir /usr/local/lib/berth`, debootstrap's files and the root
+                # itself unreadable to the sandbox user, under the very same recipe tag.
+                umask=BUILD_UMASK,
             )
             failure = f"exited with {result.returncode}" if result.returncode else ""
         except subprocess.TimeoutExpired:

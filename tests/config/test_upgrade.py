@@ -10,6 +10,7 @@ runner agent's reconcile removes nothing.
 
 import os
 import sqlite3
+import stat
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -181,6 +182,8 @@ def test_an_install_made_before_the_rooms_moved_upgrades_keeping_rows_and_sandbo
         # git pull && make run: Ctrl-C, then this checkout's `manage.py prepare` and
         # supervisord on the same data.
         assert stack.interrupt() == 0
+        db = stack.data_dir / "berth.sqlite3"
+        assert db.stat().st_mode & 0o044, "the old checkout wrote it readable by others"
         stack.code = ROOT
         subprocess.run(
             [str(ROOT / ".venv/bin/python"), "manage.py", "prepare"],
@@ -190,6 +193,9 @@ def test_an_install_made_before_the_rooms_moved_upgrades_keeping_rows_and_sandbo
             capture_output=True,
             timeout=300,
         )
+        # prepare made the install private (docs/security.md 28).
+        assert stat.S_IMODE(stack.data_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE(db.stat().st_mode) == 0o600
         stack.start()
         # A run that ends after the restart: the agent's first reconcile is behind it.
         run = stack.wait_run(stack.run("shop", "echo upgraded"), timeout=180)

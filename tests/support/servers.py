@@ -149,6 +149,8 @@ def running(
             env={**subprocess_env(), **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
+            # As scripts/supervise runs them: what they create is 0600 (docs/security.md 28).
+            umask=0o077,
         )
     try:
 

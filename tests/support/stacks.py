@@ -12,6 +12,7 @@ reconcile intervals so recoveries take seconds.
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import sqlite3
@@ -44,20 +45,40 @@ print("TOKEN", secret)
 
 class RedisServer:
     """A redis-server of the test's own, which it may stop and start again (same port,
-    no persistence: a restart comes back empty, as a crashed broker without its data)."""
+    no persistence: a restart comes back empty, as a crashed broker without its data).
+    It asks for a password, as `scripts/host-setup redis` has it: kept in a 0600 file
+    the stack is pointed at (REDIS_PASSWORD_FILE), handed to the server in a 0600
+    config file, never on its command line."""
 
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.workdir = workdir
+        self.password = secrets.token_urlsafe(32)
+        self.password_file = workdir / "redis.password"
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url_with_password(self) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis(port=self.port, password=self.password, **kwargs)
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        conf = self.workdir / "redis.conf"
+        for path, text in (
+            (self.password_file, self.password),
+            (conf, f"requirepass {self.password}\n"),
+        ):
+            path.touch(mode=0o600)
+            path.write_text(text)
         with open(self.workdir / "redis.log", "ab") as log:
             self.proc = subprocess.Popen(
                 [
                     "redis-server",
+                    str(conf),
                     "--port",
                     str(self.port),
                     "--bind",
@@ -72,7 +93,7 @@ class RedisServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        client = self.client(socket_connect_timeout=1)
 
         def answers() -> bool:
             with suppress(redis.RedisError):
@@ -116,7 +137,10 @@ class Stack:
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "DATA_DIR": str(self.data_dir),
             "BERTH_INSTANCE": self.instance,
-            "REDIS_URL": self.redis.url,
+            # An older checkout (an upgrade's) reads no password file: it gets the
+            # password in REDIS_URL, as an operator's Redis gives it.
+            "REDIS_URL": self.redis.url if self.code == ROOT else self.redis.url_with_password,
+            "REDIS_PASSWORD_FILE": str(self.redis.password_file),
             "BERTH_HOST": "127.0.0.1",
             "BERTH_PORT": str(self.port),
             "PREVIEW_PORT": str(self.preview_port),
@@ -131,7 +155,8 @@ class Stack:
     def prepare(self) -> None:
         """What `manage.py prepare` does for `make run` (the image is the suite's), and a
         team, a member and her token."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # 0700, as manage.py makes it (and `manage.py prepare` makes an older one).
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         out = self.shell(SETUP)
         self.token = re.search(r"^TOKEN (\S+)$", out, re.M).group(1)  # type: ignore[union-attr]
         self.session.headers["Authorization"] = f"Bearer {self.token}"

@@ -1,7 +1,10 @@
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+
+from core.datadir import secure
 
 
 class Command(BaseCommand):
@@ -11,6 +14,9 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # First: an install from before umask 077 has a 0755 DATA_DIR and a 0644 database.
+        if changed := secure(settings.DATA_DIR):
+            self.stdout.write(f"Made {changed} files and folders in {settings.DATA_DIR} private.")
         call_command("build_sandbox_image")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("ensure_demo")
