@@ -132,6 +132,11 @@ class Stack:
             for k, v in os.environ.items()
             if not k.startswith("TEST_") and k not in ("DATABASE_URL",)
         }
+        if self.code != ROOT:
+            # An older checkout runs the image its own `make run` would: the default
+            # alias (its starters may name it), not this checkout's recipe tag
+            # (config.settings_test).
+            env.pop("SANDBOX_IMAGE", None)
         return {
             **env,
             "DJANGO_SETTINGS_MODULE": "config.settings",
