@@ -5,44 +5,17 @@ refused right after the revocation, well inside the viewer cache's time (the gat
 and daphne are told to drop their answers; PREVIEW_VIEWER_TTL_S is only the backstop).
 Revocations go through the pages people use."""
 
-import http.client
 import time
 
 import pytest
 from django.test import Client
 
-from tests.support.previews import Browser
+from tests.support.previews import Browser, KeptAlive, cookie_header
 from tests.support.servers import wait_for
 
 pytestmark = pytest.mark.docker
 
 PROMPTLY_S = 2.0  # the old viewer cache served a revoked cookie for up to 30 s
-
-
-class KeptAlive:
-    """One connection to the gateway, kept open between requests (as a browser's)."""
-
-    def __init__(self, port: int, host: str, cookie: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.headers = {"Host": host, "Cookie": cookie, "Accept": "application/json"}
-        self.sock = None
-
-    def get(self, path: str = "/") -> int:
-        self.conn.request("GET", path, headers=self.headers)
-        r = self.conn.getresponse()
-        r.read()
-        if self.sock is None:
-            self.sock = self.conn.sock
-        # The same connection every time: a reconnect would not be a kept-alive request.
-        assert self.conn.sock is not None and self.conn.sock is self.sock
-        return r.status
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-def cookie_of(browser: Browser) -> str:
-    return "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
 
 
 def viewing(berth_server, ready: dict, link: str) -> tuple[Browser, KeptAlive]:
@@ -51,17 +24,16 @@ def viewing(berth_server, ready: dict, link: str) -> tuple[Browser, KeptAlive]:
     browser = Browser(berth_server)
     browser.open(link)
     assert browser.get(ready["url"]).status_code == 200
-    kept = KeptAlive(berth_server.gateway_port, f"{ready['id']}.preview.localhost", "")
-    kept.headers["Cookie"] = cookie_of(browser)
-    assert kept.get() == 200
-    assert kept.get() == 200  # again on the same connection: the gateway's own road
+    kept = KeptAlive(berth_server.gateway_port, ready, cookie_header(browser))
+    assert kept.get()[0] == 200
+    assert kept.get()[0] == 200  # again on the same connection: the gateway's own road
     return browser, kept
 
 
 def refused_promptly(browser: Browser, kept: KeptAlive, ready: dict, since: float) -> None:
     """Both the kept-alive connection and a new one are refused within PROMPTLY_S."""
     wait_for(
-        kept.get,
+        lambda: kept.get()[0],
         PROMPTLY_S,
         interval=0.05,
         what="the kept-alive request to be refused",
@@ -72,7 +44,7 @@ def refused_promptly(browser: Browser, kept: KeptAlive, ready: dict, since: floa
     assert fresh.json()["error"]["code"] == "preview_sign_in_required"
     assert time.monotonic() - since < PROMPTLY_S + 1
     # And it stays refused.
-    assert kept.get() in (401, 403)
+    assert kept.get()[0] in (401, 403)
 
 
 def test_a_revoked_tokens_preview_cookie_is_refused_at_once(agent, ready, berth_server, cast):

@@ -8,7 +8,6 @@ cannot be made public, and a session whose preview is public takes no grant."""
 
 import asyncio
 import base64
-import http.client
 
 import pytest
 
@@ -16,7 +15,7 @@ from tests.previews.test_preview_tunnel_access import closed_within, echoes, tun
 from tests.support.api import assert_error
 from tests.support.logs import open_socket
 from tests.support.mcp import Agent, connect
-from tests.support.previews import PROBE_APP, Browser
+from tests.support.previews import PROBE_APP, Browser, KeptAlive, cookie_header
 from tests.support.secrets import VALUE
 from tests.support.servers import wait_for
 from tests.support.sessions import SERVE, SessionAgent
@@ -79,27 +78,6 @@ def viewer(berth_server, agent: SessionAgent, preview: dict) -> Browser:
     return browser
 
 
-def cookie_of(browser: Browser) -> str:
-    return "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
-
-
-class KeptAlive:
-    """One connection to the gateway, kept open between requests (as a browser's)."""
-
-    def __init__(self, port: int, preview: dict, cookie: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.headers = {"Host": f"{preview['id']}.preview.localhost", "Cookie": cookie, **JSON}
-        self.sock = None
-
-    def get(self, path: str) -> tuple[int, str]:
-        self.conn.request("GET", path, headers=self.headers)
-        r = self.conn.getresponse()
-        body = r.read().decode(errors="replace")
-        self.sock = self.sock or self.conn.sock
-        assert self.conn.sock is self.sock, "a new connection: not a kept-alive request"
-        return r.status, body
-
-
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_the_gateway_stops_serving_a_session_to_a_token_without_its_new_grant(
     granter, stranger, berth_server, runtime
@@ -110,7 +88,7 @@ def test_the_gateway_stops_serving_a_session_to_a_token_without_its_new_grant(
     # The stranger's cookie and a connection of theirs, from before any grant: served.
     browser = viewer(berth_server, stranger, preview)
     assert browser.get(preview["url"] + "hi.txt").status_code == 200
-    kept = KeptAlive(berth_server.gateway_port, preview, cookie_of(browser))
+    kept = KeptAlive(berth_server.gateway_port, preview, cookie_header(browser))
     assert kept.get("/hi.txt") == (200, "hello from the session\n")
     assert kept.get("/hi.txt")[0] == 200  # again: the gateway's own road, no asking
 
@@ -133,7 +111,7 @@ def test_the_gateway_stops_serving_a_session_to_a_token_without_its_new_grant(
         assert VALUE not in body, "the gateway served the granted value"
         assert status == 403 and '"secret_grant_required"' in body, body
         assert "API_KEY" in body
-    kept.conn.close()
+    kept.close()
 
     # A token that covers the grant is still served (what the app does with it is its own).
     covering = viewer(berth_server, granter, preview)
@@ -161,7 +139,7 @@ def test_every_door_of_a_granted_sessions_preview_refuses_a_token_without_it(
     assert admin.post(f"/previews/{preview['id']}/public", {"public": False}).status_code == 200
 
     # A tunnel of the stranger's into the session's app, opened before the grant.
-    cookie = cookie_of(viewer(berth_server, stranger, probe))
+    cookie = cookie_header(viewer(berth_server, stranger, probe))
 
     async def open_tunnel():
         ws = await tunnel(berth_server.gateway_port, probe, cookie)
