@@ -10,6 +10,7 @@ import asyncio
 import base64
 
 import pytest
+from django.test import Client
 
 from tests.previews.test_preview_tunnel_access import closed_within, echoes, tunnel
 from tests.support.api import assert_error
@@ -162,6 +163,13 @@ def test_every_door_of_a_granted_sessions_preview_refuses_a_token_without_it(
         "session_granted_secrets",
     )
     assert "API_KEY" in error["message"] and "link" in error["message"]
+    # The page door: no "Make public" for it, and a forged form changes nothing.
+    page = Client()
+    page.force_login(cast.alice)
+    shown = page.get(f"/previews/{preview['id']}/").content.decode()
+    assert "data-stays-private" in shown and "Make public" not in shown
+    assert page.post(f"/previews/{preview['id']}/public/", {"public": "1"}).status_code == 302
+    assert granter.get(f"/previews/{preview['id']}").json()["public"] is False
 
     # The stranger: the answer of the session's own exec door, on every preview door.
     pid = preview["id"]
