@@ -8,8 +8,10 @@ cannot be made public, and a session whose preview is public takes no grant."""
 
 import asyncio
 import base64
+from collections.abc import Iterator
 
 import pytest
+import requests
 from django.test import Client
 
 from tests.previews.test_preview_tunnel_access import closed_within, echoes, tunnel
@@ -33,6 +35,25 @@ PROBE = (
     "until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8081))' "
     "2>/dev/null; do sleep 0.1; done"
 )
+
+
+async def close_code(ws, seconds: float) -> int | None:
+    """The code an in-process WebSocket closes with within `seconds` (what it sends
+    before, such as a state, is passed over)."""
+    async with asyncio.timeout(seconds):
+        while True:
+            out = await ws.receive_output(timeout=seconds)
+            if out["type"] == "websocket.close":
+                return out.get("code")
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """One loop for every in-process socket of a test: this process's channel layer
+    receives on one loop only."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
 
 
 class TokenAgent(SessionAgent):
@@ -121,7 +142,7 @@ def test_the_gateway_stops_serving_a_session_to_a_token_without_its_new_grant(
 
 
 def test_every_door_of_a_granted_sessions_preview_refuses_a_token_without_it(
-    granter, stranger, berth_server, client, cast
+    granter, stranger, berth_server, client, cast, loop
 ):
     session = granter.ready()
     assert granter.exec(session, SERVE)["exit_code"] == 0
@@ -147,14 +168,30 @@ def test_every_door_of_a_granted_sessions_preview_refuses_a_token_without_it(
         assert await echoes(ws)
         return ws
 
-    loop = asyncio.new_event_loop()
-    try:
-        ws = loop.run_until_complete(open_tunnel())
-        assert granter.exec(session, "true", secrets=["API_KEY"])["exit_code"] == 0
-        # The tunnel is checked again at the grant's signal: closed as a refusal (403).
-        assert loop.run_until_complete(closed_within(ws, 5)) == 4403
-    finally:
-        loop.close()
+    async def open_sockets() -> list:
+        opened = []
+        for path in (
+            f"/ws/previews/{probe['id']}/state",
+            f"/ws/previews/{probe['id']}/navigations",
+        ):
+            opened.append(await open_socket(path, secret=stranger.secret))
+        return opened
+
+    ws = loop.run_until_complete(open_tunnel())
+    sockets_before = loop.run_until_complete(open_sockets())
+    # Through daphne: this process's channel layer is the open sockets' loop's now.
+    granted = requests.post(
+        f"{berth_server.url}/api/v1/sessions/{session['id']}/exec",
+        json={"command": "true", "secrets": ["API_KEY"]},
+        headers={"Authorization": f"Bearer {granter.secret}"},
+        timeout=120,
+    )
+    assert granted.status_code == 200 and granted.json()["exit_code"] == 0, granted.text
+    # The tunnel is checked again at the grant's signal: closed as a refusal (403);
+    # the preview's state and navigation sockets too.
+    assert loop.run_until_complete(closed_within(ws, 5)) == 4403
+    for socket_before in sockets_before:
+        assert loop.run_until_complete(close_code(socket_before, 5)) == 4403
 
     # Granted: no longer made public.
     error = assert_error(
@@ -199,7 +236,7 @@ def test_every_door_of_a_granted_sessions_preview_refuses_a_token_without_it(
         assert (await ws.receive_json_from(timeout=10))["state"] == "ready"
         await ws.disconnect()
 
-    asyncio.run(sockets())
+    loop.run_until_complete(sockets())
 
     async def refused_by_mcp(agent: Agent) -> None:
         for tool in ("fetch_preview", "get_preview", "stop_preview"):
