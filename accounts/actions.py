@@ -16,6 +16,7 @@ from accounts import feed, socket_access, targets
 from accounts.access import Actor
 from accounts.egress import BadEntry, check_entries
 from accounts.models import Activity, ApiToken, Invitation, Membership, Role, Team
+from accounts.signals import announce_access_lost
 from accounts.slugs import validate_slug
 from core.errors import Conflict, Invalid
 
@@ -138,9 +139,13 @@ def remove_member(membership: Membership, by: Actor) -> None:
         )
         membership.delete()
         record(membership.team, by, "member.removed", f"user:{membership.user}")
-        # Their open WebSockets (feed, logs; by session or token) end too.
+        # Their open WebSockets (feed, logs; by session or token) end too, and what
+        # caches their access (preview viewer answers) forgets it.
         transaction.on_commit(
             lambda: socket_access.signal_changed(membership.team_id, membership.user_id)
+        )
+        transaction.on_commit(
+            lambda: announce_access_lost(membership.team_id, membership.user_id, None)
         )
 
 
@@ -334,5 +339,8 @@ def revoke_token(token: ApiToken, by: Actor) -> ApiToken:
             # Sockets it opened stream on until they hear: tell them after commit.
             transaction.on_commit(
                 lambda: socket_access.signal_changed(token.team_id, token.user_id)
+            )
+            transaction.on_commit(
+                lambda: announce_access_lost(token.team_id, token.user_id, token.pk)
             )
     return token

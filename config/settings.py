@@ -448,6 +448,11 @@ PREVIEW_MAX_WS_MESSAGE_BYTES = envint("PREVIEW_MAX_WS_MESSAGE_MB", 4) * 1024 * 1
 PREVIEW_IDLE_CONNECTION_S = envint("PREVIEW_IDLE_CONNECTION_S", 300)
 PREVIEW_TICKET_S = envint("PREVIEW_TICKET_S", 60)
 PREVIEW_COOKIE_S = envint("PREVIEW_COOKIE_S", 12 * 3600)
+# How long the preview gateway and the web process trust a cached answer about a
+# preview cookie's holder. A revoked token, a removed member or a session's new grant
+# drops the answers at once (previews.lookups.Lookups.drop); this bounds the time a lost
+# signal (a channel layer away, or its sender's queue full) leaves one served.
+PREVIEW_VIEWER_TTL_S = float(os.environ.get("PREVIEW_VIEWER_TTL_S", "5"))
 # A private preview or release refuses other sites' requests and frames (previews/
 # headers.py, "what a private target takes from other sites"). Always on: it is no
 # environment setting. Only the tests turn it off (config.settings_test), to show the

@@ -33,6 +33,7 @@ from runs import actions as runner_actions
 from runs import lapses, services
 from runs.models import Purpose, Run
 from runs.quotas import Limits
+from sessions.models import Session
 from workspaces.models import ContractReview, Workspace
 from workspaces.reviews import ContractHeld
 from workspaces.store import open_store
@@ -282,8 +283,22 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
 
 def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
     """Only a team admin may call this (the door checks): anyone with the URL can then
-    open the preview; Berth's cookies are still stripped before the app sees a request."""
+    open the preview; Berth's cookies are still stripped before the app sees a request.
+    Never a preview of a session granted secrets: its app could serve them to anyone."""
     with transaction.atomic():
+        if public and preview.session_id is not None:
+            # Under the session's row lock, as a grant is (sessions.actions.exec_in).
+            session = Session.objects.select_for_update().get(pk=preview.session_id)
+            if session.secret_names:
+                raise Invalid(
+                    f"Execs in session {session.public_id} were granted secrets "
+                    f"({', '.join(session.secret_names)}), and its app could serve them "
+                    "to anyone with the address: a preview of it stays private. Share it "
+                    f"with a link (POST /api/v1/previews/{preview.public_id}/link), or "
+                    "preview a session without grants.",
+                    {"session": session.public_id, "secrets": session.secret_names},
+                    code="session_granted_secrets",
+                )
         Preview.objects.filter(pk=preview.pk).update(public=public)
         preview.refresh_from_db()
         record(
@@ -301,6 +316,32 @@ def visibility_changed(public_ids: list[str]) -> None:
     """After commit, the open WebSockets of these previews (or release processes)
     check their viewers again (previews.tunnel_access)."""
     _signal_moved(public_ids)
+
+
+def forget_viewers(
+    previews: list[str] | None = None, user: int | None = None, token: int | None = None
+) -> None:
+    """Every preview gateway and web process drops its cached viewer answers about
+    these previews, or about the cookies of this person or token (previews.lookups):
+    their next request is decided anew, on a kept-alive connection too."""
+    message: dict[str, object] = {"type": "viewers.drop"}
+    if previews:
+        message["previews"] = previews
+    if user is not None:
+        message["user"] = user
+    if token is not None:
+        message["token"] = token
+    fanout.group_send(gate.VIEWERS_GROUP, message)
+
+
+def on_access_lost(
+    sender: object, team_id: int, user_id: int, token_id: int | None, **_: object
+) -> None:
+    """A token was revoked (its cookies go), or a member removed (all of theirs)."""
+    if token_id is not None:
+        forget_viewers(token=token_id)
+    else:
+        forget_viewers(user=user_id)
 
 
 def _signal_moved(public_ids: list[str]) -> None:

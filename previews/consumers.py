@@ -53,6 +53,10 @@ class PreviewStateConsumer(PreviewAccess, StateConsumer):
 
     async def preview_moved(self, message: dict[str, Any]) -> None:
         self.wake.set()
+        # A move may be its session's new grant, which this viewer may not cover.
+        event = getattr(self, "access_event", None)
+        if event is not None:
+            event.set()
 
     def state_now(self) -> Mapping[str, Any] | None:
         row = (

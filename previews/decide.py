@@ -63,8 +63,16 @@ class Decider:
 
     def __init__(self) -> None:
         self.lookups = Lookups()
+        self.following: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self.following is None:
+            # Its viewer answers are dropped when told, as the gateways' are (a grant, a
+            # revocation): else a gateway that forgot one would be told "serve it" again
+            # from here. Started with the first request: daphne has no start-up hook.
+            self.following = asyncio.ensure_future(
+                self.lookups.follow((gate.VIEWERS_GROUP,), self.heard)
+            )
         host = _header(scope, b"host").lower()
         if scope["type"] != "http" or not scope.get("berth.gateway"):
             await self.misdirected(scope, send)
@@ -88,6 +96,10 @@ class Decider:
                 )
                 return
         await self.decide(scope, receive, send, public_id)
+
+    async def heard(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "viewers.drop":
+            self.lookups.told(message)
 
     async def decide(self, scope: dict[str, Any], receive: Any, send: Any, public_id: str) -> None:
         websocket = bool(scope.get("berth.upgrade"))
@@ -258,8 +270,20 @@ class Decider:
 
     async def refuse(self, scope: dict[str, Any], send: Any, t: gate.Target) -> None:
         """No cookie that lets this viewer in: a browser is sent to sign in, a script
-        told how to get a link."""
+        told how to get a link. A token's cookie that does not cover the secrets granted
+        to the preview's session gets the session's own answer (sessions.access)."""
         open_url = f"{app_url(scope)}/previews/{t.public_id}/open"
+        cookie = viewer_cookie(_cookies(scope))
+        if cookie and self.lookups.refused.get((t.public_id, cookie)) == gate.CLOSE_GRANT:
+            message = (
+                f"Execs in session {t.session} were granted secrets ({', '.join(t.secrets)}), "
+                "and its preview serves what the session runs: seeing it needs a token whose "
+                "secret list includes them (ask an admin for one), or open it from Berth "
+                f"signed in ({open_url})."
+            )
+            title = "This preview needs the session's secret grants"
+            await _reply(send, *self.refused(scope, 403, "secret_grant_required", message, title))
+            return
         json_wanted = pages.wants_json(dict(scope["headers"]))
         browser = not scope.get("berth.upgrade") and not json_wanted
         if browser and scope["method"] in ("GET", "HEAD"):

@@ -61,6 +61,9 @@ class Target:
     # frozen one is resumed first by the web process (previews.decide).
     session: str = ""
     session_state: str = ""
+    # The secrets the session's execs were granted: a token viewer must cover them
+    # (sessions.access.covers), since the session's app can read them.
+    secrets: tuple[str, ...] = ()
 
     @cached_property  # asked of every request to the preview: a Target never changes
     def ready(self) -> bool:
@@ -92,7 +95,8 @@ class Target:
     def of_verdict(cls, value: bytes) -> "Target":
         fields = json.loads(value)
         ns = fields.pop("ns")
-        return cls(**fields, ns=Namespace(ns["pid"], ns["inode"]) if ns else None)
+        secrets = tuple(fields.pop("secrets", ()))
+        return cls(**fields, ns=Namespace(ns["pid"], ns["inode"]) if ns else None, secrets=secrets)
 
 
 def gateway_key() -> bytes:
@@ -157,6 +161,7 @@ def target(public_id: str) -> Target | None:
         p.run.public_id if p.run else None,
         p.session.public_id if p.session else "",
         p.session.state if p.session else "",
+        tuple(p.session.secret_names or ()) if p.session else (),
     )
 
 
@@ -175,17 +180,18 @@ def viewer_cookie_for(public_id: str, user_id: int, token_id: int | None) -> str
     return signing.dumps({"p": public_id, "u": user_id, "t": token_id}, salt=COOKIE_SALT)
 
 
-def viewer_allowed(cookie: str, t: Target) -> bool:
-    """Whether a preview cookie lets its holder see preview `t` now."""
-    return viewer_standing(cookie, t).code is None
-
-
 # What ends a viewer's access, as the close code a tunnel gets (the codes Berth's own
 # WebSockets use, accounts.socket_access): the cookie or its token no longer holds
-# (expired, revoked, or no cookie), or its person is no longer in the team (or the
-# preview is gone).
+# (expired, revoked, or no cookie), its token does not cover the secrets granted to
+# the preview's session (403 `secret_grant_required`, as on the session's own doors),
+# or its person is no longer in the team (or the preview is gone).
 CLOSE_CREDENTIALS = 4401
+CLOSE_GRANT = 4403
 CLOSE_NO_ACCESS = 4404
+# The gateways and the web process's deciding door hear here which cached viewer
+# answers to drop at once (previews.lookups.Lookups.drop): a session's grant (its
+# previews), a revoked token, a member removed.
+VIEWERS_GROUP = "preview_viewers"
 
 
 @dataclass(frozen=True)
@@ -199,14 +205,25 @@ class Standing:
 
 def cookie_user(cookie: str | None) -> int | None:
     """The person a preview cookie was issued to (its signature checked, no database)."""
+    return cookie_holder(cookie)[0]
+
+
+def cookie_holder(cookie: str | None) -> tuple[int | None, int | None]:
+    """Who is behind a preview cookie: its person and token ids (its signature checked,
+    no database); Nones for a cookie that is not one."""
     if not cookie:
-        return None
+        return None, None
     try:
         data = signing.loads(cookie, salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S)
     except signing.BadSignature:
-        return None
-    user = data.get("u") if isinstance(data, dict) else None
-    return user if isinstance(user, int) else None
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    user, token = data.get("u"), data.get("t")
+    return (
+        user if isinstance(user, int) else None,
+        token if isinstance(token, int) else None,
+    )
 
 
 def viewer_standing(cookie: str | None, t: Target) -> Standing:
@@ -234,6 +251,8 @@ def viewer_standing(cookie: str | None, t: Target) -> Standing:
         and token.allows_workspace(t.workspace)
         and token.has_scope("preview")
     ):
+        if not set(t.secrets) <= set(token.secret_names or ()):
+            return Standing(CLOSE_GRANT)
         return Standing(None, min(until, token.expires_at))
     return Standing(CLOSE_CREDENTIALS)
 

@@ -32,7 +32,6 @@ from typing import Any
 
 from django.conf import settings
 
-from core import fanout
 from previews import gate
 from previews.framing import Parsed
 from previews.headers import (
@@ -43,7 +42,7 @@ from previews.headers import (
     refusal,
     viewer_cookie,
 )
-from previews.lookups import TARGET_TTL_S, TOUCH_EVERY_S, VIEWER_TTL_S, Lookups
+from previews.lookups import TARGET_TTL_S, TOUCH_EVERY_S, Lookups
 from previews.nav_signal import navigated
 from sandbox.netns import Namespace, connect
 from sessions.lifecycle import GATEWAYS_GROUP
@@ -136,6 +135,7 @@ class Gateway:
         self.cookies: dict[bytes, str | None] = {}  # Cookie headers' preview cookies
         # Read once: Django's settings object costs a lookup per attribute per request.
         self.max_connections = settings.PREVIEW_MAX_CONNECTIONS
+        self.viewer_ttl = self.lookups.viewer_ttl
         self.max_body = settings.PREVIEW_MAX_BODY_BYTES
         self.too_large = Route(
             "answer",
@@ -197,7 +197,7 @@ class Gateway:
             if not value:
                 return APP
             seen = self.lookups.viewers.get((t.public_id, value))
-            if not seen or now - seen[0] >= VIEWER_TTL_S:
+            if not seen or now - seen[0] >= self.viewer_ttl:
                 return None
             if not seen[1]:
                 return APP
@@ -260,7 +260,7 @@ class Gateway:
             seen = viewer[1]
             if seen is None or lookups.viewers.get(viewer[0]) is not seen:
                 return None
-            if now - seen[0] >= VIEWER_TTL_S:
+            if now - seen[0] >= self.viewer_ttl:
                 return None
         if release is not None:
             cached = release[1]
@@ -308,7 +308,7 @@ class Gateway:
         self.lookups.remember_target(t, t.public_id, now)
         cookie = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
         if cookie and not t.public:
-            self.lookups.remember_viewer(t.public_id, cookie, True)
+            self.lookups.remember_viewer(t.public_id, cookie, None)
             self.frame_navigation(ex, t)
         return t
 
@@ -369,21 +369,23 @@ class Gateway:
     def closed(self, t: gate.Target) -> None:
         self.lookups.open[t.public_id] -= 1
 
-    # -- sessions being frozen (sessions.freeze) -----------------------------------------
+    # -- sessions being frozen (sessions.freeze), viewers losing access ------------------
 
-    async def follow_freezes(self, stop: asyncio.Event) -> None:
-        """Told of each session about to be paused, until `stop` (a lost signal costs
-        nothing worse than the lookup's second: the keeper waits longer than that)."""
-        while not stop.is_set():
-            try:
-                async with fanout.listening(GATEWAYS_GROUP) as next_signal:
-                    while not stop.is_set():
-                        message = await next_signal(1.0)
-                        if message and message.get("type") == "session.freezing":
-                            await self.session_freezing(str(message.get("session")))
-            except Exception as e:
-                log.warning("preview gateway: not told of freezes, again in 1 s: %r", e)
-                await asyncio.sleep(1)
+    async def follow_signals(self, stop: asyncio.Event) -> None:
+        """Told of each session about to be paused (a lost signal costs nothing worse
+        than the lookup's second: the keeper waits longer than that), and of viewer
+        answers to drop (a grant, a revocation: PREVIEW_VIEWER_TTL_S bounds a lost
+        one), until `stop`."""
+        await self.lookups.follow((GATEWAYS_GROUP, gate.VIEWERS_GROUP), self.heard, stop)
+
+    async def heard(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "session.freezing":
+            await self.session_freezing(str(message.get("session")))
+        elif message.get("type") == "viewers.drop":
+            # Requests on kept-alive connections are decided anew too (`again` finds
+            # their viewer entry gone).
+            for public_id in self.lookups.told(message):
+                self.routes.pop(public_id, None)
 
     async def session_freezing(self, session: str) -> None:
         """Nothing more goes into the session's container on what was cached (its

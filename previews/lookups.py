@@ -5,18 +5,23 @@ instance per process; nothing here opens a connection to a sandbox.
 """
 
 import asyncio
+import logging
 import re
 import time
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from core import fanout
 from previews import gate
 from previews.models import Preview
 from sessions.models import Session
 
+log = logging.getLogger("berth.previews")
+
 TARGET_TTL_S = 1.0
-VIEWER_TTL_S = 30.0
 TOUCH_EVERY_S = 1.0
 # A request to a preview of a session is the session's activity: written at most this
 # often per session (its idle clocks count in seconds to minutes).
@@ -39,7 +44,15 @@ class Lookups:
         self.routes: dict[tuple[str, str], tuple[float, str | None]] = {}
         self.targets: dict[str, tuple[float, gate.Target | None]] = {}
         self.pending: dict[str, asyncio.Future[gate.Target | None]] = {}
+        # (preview, cookie) -> (when looked up, whether it lets its holder in). Dropped
+        # at once when told (`drop`: a grant, a revocation, a member removed); the
+        # PREVIEW_VIEWER_TTL_S bound is the backstop for a signal that was lost.
         self.viewers: dict[tuple[str, str], tuple[float, bool]] = {}
+        # Who is behind each cookie in `viewers` (person, token), to drop theirs; and why
+        # a refused one is refused (gate's close codes).
+        self.holders: dict[str, tuple[int | None, int | None]] = {}
+        self.refused: dict[tuple[str, str], int] = {}
+        self.viewer_ttl = float(settings.PREVIEW_VIEWER_TTL_S)
         self.touched: dict[int, float] = {}
         self.sessions_touched: dict[str, float] = {}
         self.open: dict[str, int] = {}
@@ -89,23 +102,90 @@ class Lookups:
     def remember_target(self, t: gate.Target | None, public_id: str, now: float) -> None:
         if len(self.targets) > 10_000:
             self.targets.clear()
+        before = self.targets.get(public_id)
+        if t is not None and before and before[1] is not None and before[1].secrets != t.secrets:
+            # Its session was granted a secret since: every viewer answer was given
+            # against the old grants (a lost signal, or a lookup that raced the grant's).
+            self.drop(previews={public_id})
         self.targets[public_id] = (now, t)
 
     async def viewer(self, value: str | None, t: gate.Target) -> bool:
-        """Whether a preview cookie's holder may see `t` (cached VIEWER_TTL_S)."""
+        """Whether a preview cookie's holder may see `t` (cached PREVIEW_VIEWER_TTL_S)."""
         if not value:
             return False
         cached = self.viewers.get((t.public_id, value))
-        if cached and time.monotonic() - cached[0] < VIEWER_TTL_S:
+        if cached and time.monotonic() - cached[0] < self.viewer_ttl:
             return cached[1]
-        ok = await database_sync_to_async(gate.viewer_allowed)(value, t)
-        self.remember_viewer(t.public_id, value, ok)
-        return ok
+        standing = await database_sync_to_async(gate.viewer_standing)(value, t)
+        self.remember_viewer(t.public_id, value, standing.code)
+        return standing.code is None
 
-    def remember_viewer(self, public_id: str, value: str, ok: bool) -> None:
-        if len(self.viewers) > 10_000:
+    def remember_viewer(self, public_id: str, value: str, code: int | None) -> None:
+        """A viewer's answer: let in (`code` None), or refused with `code`."""
+        if len(self.viewers) > 10_000 or len(self.holders) > 10_000:
             self.viewers.clear()
-        self.viewers[(public_id, value)] = (time.monotonic(), ok)
+            self.holders.clear()
+            self.refused.clear()
+        key = (public_id, value)
+        self.viewers[key] = (time.monotonic(), code is None)
+        if value not in self.holders:
+            self.holders[value] = gate.cookie_holder(value)
+        if code is None:
+            self.refused.pop(key, None)
+        else:
+            self.refused[key] = code
+
+    def drop(
+        self, previews: Collection[str] = (), user: int | None = None, token: int | None = None
+    ) -> None:
+        """Forget the targets of `previews` and every viewer answer about them, and every
+        answer about a cookie of `user` or `token`: the next request is decided anew."""
+        for public_id in previews:
+            self.targets.pop(public_id, None)
+        cookies = {
+            value
+            for value, (u, tok) in self.holders.items()
+            if (user is not None and u == user) or (token is not None and tok == token)
+        }
+        for key in [k for k in self.viewers if k[0] in previews or k[1] in cookies]:
+            self.viewers.pop(key, None)
+            self.refused.pop(key, None)
+        for value in cookies:
+            self.holders.pop(value, None)
+
+    def told(self, message: dict[str, Any]) -> set[str]:
+        """A `viewers.drop` message heard on gate.VIEWERS_GROUP, applied; the previews
+        it named."""
+        previews = {str(p) for p in message.get("previews") or ()}
+        user, token = message.get("user"), message.get("token")
+        self.drop(
+            previews,
+            user if isinstance(user, int) else None,
+            token if isinstance(token, int) else None,
+        )
+        return previews
+
+    async def follow(
+        self,
+        groups: tuple[str, ...],
+        handle: Callable[[dict[str, Any]], Awaitable[None]],
+        stop: asyncio.Event | None = None,
+    ) -> None:
+        """Hand each message sent to `groups` to `handle`, until `stop`; a channel layer
+        that goes away is joined again a second later (what is missed meanwhile, the
+        caches' times bound)."""
+        while stop is None or not stop.is_set():
+            try:
+                async with fanout.listening(*groups) as next_signal:
+                    while stop is None or not stop.is_set():
+                        message = await next_signal(1.0)
+                        if message:
+                            await handle(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("previews: not hearing %s, again in 1 s: %r", groups, e)
+                await asyncio.sleep(1)
 
     async def touch(self, t: gate.Target) -> None:
         """The idle clock: at most one write a second per preview, and one every

@@ -12,11 +12,13 @@ from channels.db import database_sync_to_async
 from accounts.socket_access import AccessCheckedConsumer
 from core.errors import BerthError
 from previews.access import access_preview
+from previews.gate import moves_group
 from previews.nav_signal import group
 
 
 class NavigationConsumer(AccessCheckedConsumer):
     nav_group = ""
+    moves = ""
 
     def authorise(self) -> tuple[str, int, int]:
         actor = self.scope_actor()
@@ -32,8 +34,17 @@ class NavigationConsumer(AccessCheckedConsumer):
             return
         self.nav_group = group(preview_id, user_id)
         await self.channel_layer.group_add(self.nav_group, self.channel_name)
+        # Its preview's moves too: one may be its session's new grant, which this
+        # socket's token may not cover (checked again at once).
+        self.moves = moves_group(preview_id)
+        await self.channel_layer.group_add(self.moves, self.channel_name)
         await self.accept()
         await self.watch_access(team_id, user_id)
+
+    async def preview_moved(self, message: dict[str, Any]) -> None:
+        event = getattr(self, "access_event", None)
+        if event is not None:
+            event.set()
 
     async def preview_navigated(self, message: dict[str, Any]) -> None:
         await self.send_json({"type": "navigated", "path": message["path"]})
@@ -55,4 +66,6 @@ class NavigationConsumer(AccessCheckedConsumer):
     async def disconnect(self, code: int) -> None:
         if self.nav_group:
             await self.channel_layer.group_discard(self.nav_group, self.channel_name)
+        if self.moves:
+            await self.channel_layer.group_discard(self.moves, self.channel_name)
         await self.stop_watching_access()

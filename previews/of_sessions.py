@@ -19,7 +19,7 @@ from django.db import transaction
 from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Invalid
-from previews.actions import stop_preview
+from previews.actions import forget_viewers, stop_preview, visibility_changed
 from previews.models import LIVE_STATES, Preview
 from sandbox.egress.policy import PROXY_PORT
 from sessions.actions import require_usable, wake
@@ -95,6 +95,29 @@ def preview_session(
             port=port,
         )
     return preview
+
+
+def on_session_granted(sender: object, session: Session, names: list[str], **_: object) -> None:
+    """The session holds a secret it did not: what every gateway and web process
+    cached about its previews' viewers was decided without it (dropped at once), and
+    their open tunnels and state sockets check their viewer again (the moves group)."""
+    previews = list(
+        Preview.objects.filter(session=session, state__in=LIVE_STATES).values_list(
+            "public_id", flat=True
+        )
+    )
+    if previews:
+        forget_viewers(previews=previews)
+        visibility_changed(previews)
+
+
+def public_previews(session: Session) -> list[str]:
+    """The live public previews of the session (sessions.lifecycle.require_unpublished)."""
+    return list(
+        Preview.objects.filter(session=session, state__in=LIVE_STATES, public=True).values_list(
+            "public_id", flat=True
+        )
+    )
 
 
 def served(session: Session) -> bool:

@@ -9,8 +9,9 @@ the tunnel with. The gateway's hot path does no check of its own.
 
 A tunnel listens to its viewer's access group in the team (accounts.socket_access:
 removing a member and revoking a token signal it) and to the target's moves (made
-private, stopped). It checks at once (what let it in may be a cached answer up to
-VIEWER_TTL_S old), on each signal, when the cookie or its token expires, and every
+private, stopped, its session granted a secret its token does not cover). It checks at
+once (what let it in may be a cached answer up to PREVIEW_VIEWER_TTL_S old), on each
+signal, when the cookie or its token expires, and every
 WEBSOCKET_ACCESS_RECHECK_S anyway (a signal is only a wake-up and may be lost). Each
 check is one lookup, never one per message. A public target's tunnel is left alone
 while the target stays public.
@@ -84,7 +85,7 @@ async def watch(lookups: "Lookups", t: gate.Target, cookie: str | None) -> int:
                 return CHECK_FAILED
             if cookie:
                 # The HTTP requests of this process learn it too (their cache's entry).
-                lookups.remember_viewer(t.public_id, cookie, now.code is None)
+                lookups.remember_viewer(t.public_id, cookie, now.code)
             if now.code is not None:
                 log.info(
                     "preview %s: a tunnel's viewer lost access (%d): closing it",

@@ -32,16 +32,23 @@ def access_session(actor: Actor, public_id: str, scope: str = "run", use: bool =
     ):
         raise NotFound("No such session.")
     actor.require_scope(scope)
-    if use and not covers(actor, session):
+    if use:
+        require_cover(actor, session)
+    return session
+
+
+def require_cover(actor: Actor, session: Session) -> None:
+    """403 `secret_grant_required` unless the actor covers the session's grants: the
+    answer of every door that uses the session (its execs, terminals, previews)."""
+    if not covers(actor, session):
         raise Forbidden(
             "Execs in this session were granted secrets "
             f"({', '.join(session.secret_names)}), so using it (exec, output, files, "
-            "commit, terminal, stop, delete) needs a token whose secret list includes "
-            "them; ask an admin for one.",
-            {"secrets": session.secret_names},
+            "commit, terminal, stop, delete, its previews) needs a token whose secret list "
+            "includes them; ask an admin for one.",
+            {"secrets": session.secret_names, "session": session.public_id},
             code="secret_grant_required",
         )
-    return session
 
 
 def access_exec(actor: Actor, public_id: str) -> Exec:

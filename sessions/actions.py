@@ -19,7 +19,13 @@ from runs.models import Purpose
 from runs.services import start_service
 from sandbox.images import SESSION_INIT
 from sandbox.models import this_host
-from sessions.lifecycle import ask_stop, changed, remove_volume, signal_ended
+from sessions.lifecycle import (
+    ask_stop,
+    changed,
+    remove_volume,
+    require_unpublished,
+    signal_ended,
+)
 from sessions.models import (
     LIVE_STATES,
     RESTARTABLE_STATES,
@@ -302,7 +308,11 @@ def exec_in(
     with transaction.atomic():
         # Checked again under the row's lock: a stop that landed since the check above
         # waits for this exec's row, and so ends it (lifecycle.end_execs).
-        require_usable(Session.objects.select_for_update().get(pk=session.pk))
+        locked = Session.objects.select_for_update().get(pk=session.pk)
+        require_usable(locked)
+        if set(names) - set(locked.secret_names):
+            # Under the same lock as making a preview of it public (previews.actions).
+            require_unpublished(locked)
         if names and session.grant(names):
             changed(session)  # open log sockets check their access again
         row.save()

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from accounts.actions import record
 from core import fanout
+from core.errors import Conflict
 from logs import logstore
 from runs import lapses
 from runs.models import Purpose, Run, RunState
@@ -58,6 +59,31 @@ def register_served(served: Served) -> None:
 
 def is_served(session: Session) -> bool:
     return any(served(session) for served in _served)
+
+
+# The public previews serving from a session's container (registered by previews): a
+# session with one takes no secret grant, since anyone with its address sees what it
+# runs.
+Published = Callable[[Session], list[str]]
+_published: list[Published] = []
+
+
+def register_published(published: Published) -> None:
+    _published[:] = [published]
+
+
+def require_unpublished(session: Session) -> None:
+    """409 `session_preview_public` while a public preview serves from the session."""
+    public = [p for published in _published for p in published(session)]
+    if public:
+        raise Conflict(
+            f"Preview {public[0]} of this session is public: anyone with its address sees "
+            "what the session runs, and a secret granted here could be read there. Make it "
+            f"private first (POST /api/v1/previews/{public[0]}/public with "
+            '{"public": false}), then run the exec again.',
+            {"previews": public},
+            code="session_preview_public",
+        )
 
 
 def changed(session: Session) -> None:

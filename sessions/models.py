@@ -17,6 +17,7 @@ from django.utils import timezone
 from accounts.models import ApiToken, Team
 from core.ids import new_id
 from runs.models import Run
+from sessions.signals import announce_grant
 from workspaces.models import Workspace
 
 
@@ -192,6 +193,8 @@ class Session(Timers):
                 return False
             self.secret_names = sorted(current | set(names))
             Session.objects.filter(pk=self.pk).update(secret_names=self.secret_names)
+            granted = list(self.secret_names)
+            transaction.on_commit(lambda: announce_grant(self, granted))
             return True
 
     def record_base(self, commit: str) -> None:

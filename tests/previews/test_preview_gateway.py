@@ -72,6 +72,16 @@ def read_answer(s: socket.socket) -> tuple[bytes, bytes]:
     return head, body
 
 
+def test_a_viewer_answer_older_than_its_time_is_never_used(gw):
+    """PREVIEW_VIEWER_TTL_S bounds a cached viewer answer whatever signal was lost (a
+    revocation's, a grant's): past it the cookie is looked at again (here it is no
+    signed cookie at all, so the web process answers)."""
+    assert gw.viewer_ttl <= 5  # the backstop (it was 30 s)
+    assert get(gw, "/framing").text == "framing"  # the app's answer, from the cache
+    gw.lookups.viewers[("abc123", "good")] = (time.monotonic() - gw.viewer_ttl - 0.1, True)
+    assert get(gw, "/framing").json()["web"] is True
+
+
 def test_a_request_and_an_answer_repeated_on_a_connection_are_checked_and_rewritten_each_time(
     gw,
 ):

@@ -2,6 +2,8 @@
 preview gateway (`*.preview.localhost` does not resolve outside a browser here, so
 requests go to 127.0.0.1 with the preview's Host header)."""
 
+import http.client
+import socket
 from http.cookies import SimpleCookie
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -135,3 +137,33 @@ def opened(berth_server, agent, preview) -> Browser:
     browser = Browser(berth_server)
     browser.open(agent.link(preview))
     return browser
+
+
+class KeptAlive:
+    """One connection to the preview gateway, kept open between requests (as a
+    browser's): every request asserts it went on that same connection."""
+
+    def __init__(self, port: int, preview: dict, cookie: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.headers = {
+            "Host": f"{preview['id']}.preview.localhost",
+            "Cookie": cookie,
+            "Accept": "application/json",
+        }
+        self.sock: socket.socket | None = None
+
+    def get(self, path: str = "/") -> tuple[int, str]:
+        self.conn.request("GET", path, headers=self.headers)
+        r = self.conn.getresponse()
+        body = r.read().decode(errors="replace")
+        self.sock = self.sock or self.conn.sock
+        assert self.conn.sock is self.sock, "a new connection: not a kept-alive request"
+        return r.status, body
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def cookie_header(browser: Browser) -> str:
+    """The Cookie header a browser would send: the preview cookies it holds."""
+    return "; ".join(f"{k}={v}" for k, v in browser.cookies.items())
