@@ -185,14 +185,15 @@ def test_an_install_made_before_the_rooms_moved_upgrades_keeping_rows_and_sandbo
         db = stack.data_dir / "berth.sqlite3"
         assert db.stat().st_mode & 0o044, "the old checkout wrote it readable by others"
         stack.code = ROOT
-        subprocess.run(
+        prepared = subprocess.run(
             [str(ROOT / ".venv/bin/python"), "manage.py", "prepare"],
             cwd=ROOT,
             env=stack.env,
-            check=True,
             capture_output=True,
+            text=True,
             timeout=300,
         )
+        assert prepared.returncode == 0, prepared.stderr[-3000:]
         # prepare made the install private (docs/security.md 28).
         assert stat.S_IMODE(stack.data_dir.stat().st_mode) == 0o700
         assert stat.S_IMODE(db.stat().st_mode) == 0o600
