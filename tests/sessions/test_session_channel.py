@@ -102,12 +102,13 @@ def test_a_process_in_the_session_gets_nothing_from_the_channel(agent, berth_ser
     assert container_of(session["run"]).logs().count(b"\x1e_ e 1 ") == 1
 
 
-def test_a_channel_that_cannot_prove_its_key_ends_its_session_lost(agent, run_stack):
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_a_channel_that_cannot_prove_its_key_ends_its_session_lost(agent, run_stack, runtime):
     """The host's channel secret replaced while a session runs (a data directory
     restored without it): the agent cannot make the key the channel was handed, sends
     it nothing, and the session ends `lost` — it is not keyed a second time. A start
     again is a new sandbox, keyed anew."""
-    session = agent.ready()
+    session = agent.ready(runtime=runtime)
     sandbox = Run.objects.get(public_id=session["run"]).sandbox
     keyed_at = Sandbox.objects.get(pk=sandbox.pk).channel_keyed_at
     path = settings.DATA_DIR / "session-channel.key"
