@@ -20,6 +20,7 @@ keystroke → echo ≤ 30 ms p50 through daphne.
 """
 
 import argparse
+import asyncio
 import base64
 import http.client
 import json
@@ -135,17 +136,16 @@ def timed_ms(fn: Any) -> tuple[float, Any]:
 
 def direct_socket(session: dict, terminal: str) -> socket.socket:
     """The terminal's stream straight from the channel, as the runner agent opens it."""
-    from sandbox.netns import socket_in
-    from sessions.channel import CHANNEL_PORT, namespace_of
+    from sessions.channel import channel_of, opened
     from sessions.models import Session
 
     row = Session.objects.select_related("run__sandbox").get(public_id=session["id"])
     assert row.run is not None and row.run.sandbox is not None
-    sock = socket_in(namespace_of(row.run.sandbox))
+    # With the channel's handshake, as the agent does (docs/security.md, 32).
+    sock, mine = asyncio.run(opened(channel_of(row.run.sandbox)))
     sock.setblocking(True)
-    sock.connect(("127.0.0.1", CHANNEL_PORT))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    request = {"op": "pty_attach", "id": terminal, "after": 1 << 40}
+    request = {"op": "pty_attach", "id": terminal, "after": 1 << 40, "proof": mine}
     sock.sendall(json.dumps(request).encode() + b"\n")
     return sock
 

@@ -1,6 +1,13 @@
+from collections.abc import Callable
+
 from accounts.access import Actor, sees_workspace
 from core.errors import NotFound
 from runs.models import Run
+
+# Checks of the apps above that own a run's purpose (a session's run: sessions.apps),
+# each saying whether the actor may see that run's outputs. A run's own `secret_names`
+# are what its container gets in its env, so an owner's grants never go there.
+OUTPUT_CHECKS: dict[str, Callable[[Actor, Run], bool]] = {}
 
 
 def may_see_outputs(actor: Actor, run: Run) -> bool:
@@ -11,9 +18,12 @@ def may_see_outputs(actor: Actor, run: Run) -> bool:
     they go only to those who may see the values' effects anyway: a signed-in member
     (who may grant any secret of the workspace), or a token whose secret list covers
     them all. For anyone else the run does not exist."""
-    if actor.token is None or not run.secret_names:
+    if actor.token is None:
         return True
-    return set(run.secret_names) <= set(actor.token.secret_names or [])
+    if not set(run.secret_names) <= set(actor.token.secret_names or []):
+        return False
+    check = OUTPUT_CHECKS.get(run.purpose)
+    return check is None or check(actor, run)
 
 
 def access_run(actor: Actor, public_id: str, scope: str = "run") -> Run:

@@ -75,6 +75,9 @@ class Sandbox(models.Model):
     # The host pid of its init and the inode of its network namespace, once running.
     pid = models.IntegerField(null=True, blank=True)
     netns = models.BigIntegerField(null=True, blank=True)
+    # When the runner agent handed a session's exec channel its key, recorded before it
+    # did: a sandbox keyed once is never keyed again (sessions.channel).
+    channel_keyed_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(
         max_length=10, choices=SandboxState.choices, default=SandboxState.CREATED, db_index=True
     )
@@ -144,6 +147,16 @@ class Sandbox(models.Model):
 
     def mark_removed(self) -> bool:
         return self._move(LIVE_STATES, state=SandboxState.REMOVED, removed_at=timezone.now())
+
+    def mark_channel_keyed(self) -> bool:
+        """True for the one call that may hand its exec channel a key: never twice."""
+        now = timezone.now()
+        done = Sandbox.objects.filter(pk=self.pk, channel_keyed_at=None).update(
+            channel_keyed_at=now
+        )
+        if done:
+            self.channel_keyed_at = now
+        return bool(done)
 
     def request_stop(self, reason: str, by: str = "") -> bool:
         """Ask the engine loop to stop it; a stop asked for before keeps its reason."""

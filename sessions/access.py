@@ -1,7 +1,10 @@
 """Who may see and use a session and its execs: one helper each, every door calls it."""
 
+from django.db.models import Q
+
 from accounts.access import Actor, sees_workspace
 from core.errors import Forbidden, NotFound
+from runs.models import Run
 from sessions.models import Exec, Session, Terminal
 
 
@@ -14,6 +17,16 @@ def covers(actor: Actor, session: Session) -> bool:
     if actor.token is None or not session.secret_names:
         return True
     return set(session.secret_names) <= set(actor.token.secret_names or [])
+
+
+def covers_run(actor: Actor, run: Run) -> bool:
+    """A session's run (any of its starts: its volume names the session) is the
+    session's output: its log holds what the channel and [setup] wrote there, so it is
+    read only by actors who cover the session (runs.access.OUTPUT_CHECKS)."""
+    session = Session.objects.filter(
+        Q(run=run) | Q(public_id=run.workspace_volume.rpartition("-session-")[2])
+    ).first()
+    return session is None or covers(actor, session)
 
 
 def access_session(actor: Actor, public_id: str, scope: str = "run", use: bool = True) -> Session:

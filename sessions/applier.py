@@ -24,7 +24,7 @@ from dulwich.objects import ObjectID
 
 from core import fanout
 from sandbox.loop import db, on_thread
-from sessions.channel import ChannelError, ask, namespace_of
+from sessions.channel import ChannelError, ask, channel_of
 from sessions.lifecycle import group_name
 from sessions.models import Session, SessionSync, SyncState
 from workspaces.gitstore import MODE_LINK, MODE_SUBMODULE, GitStore
@@ -76,7 +76,7 @@ async def _apply(session: Session, row: SessionSync) -> None:
         failed = [{"path": "*", "why": f"nothing applied: the commit cannot be read ({e})"}]
         await db(_finish)(session, row, base, 0, failed, {}, [])
         return
-    ns = await on_thread(namespace_of)(session.run.sandbox)
+    ns = await on_thread(channel_of)(session.run.sandbox)
     applied: list[str] = []
     conflicts: list[dict[str, str]] = []
     bases: dict[str, dict[str, Any] | None] = {}

@@ -13,9 +13,11 @@ class SessionsConfig(AppConfig):
         # demultiplexer, a session hears of its run's end and of writes on its branch,
         # and the team's usage counts its live sessions.
         from runs import quotas
+        from runs.access import OUTPUT_CHECKS
         from runs.engine_owner import FOLLOWERS
-        from runs.models import run_finished
+        from runs.models import Purpose, run_finished
         from sandbox.models import SandboxKind
+        from sessions.access import covers_run
         from sessions.follow import SessionFollower
         from sessions.lifecycle import on_contract_lapsed, on_run_finished
         from sessions.policy import usage
@@ -23,6 +25,8 @@ class SessionsConfig(AppConfig):
         from workspaces.signals import branch_moved, contract_lapsed
 
         FOLLOWERS[SandboxKind.SESSION] = SessionFollower
+        # A session's run is read only by those who may use the session.
+        OUTPUT_CHECKS[Purpose.SESSION] = covers_run
         quotas.USAGE_PARTS["sessions"] = usage
         run_finished.connect(on_run_finished, dispatch_uid="sessions.run_finished")
         # A write on a branch answers once the sessions following it have it.

@@ -7,6 +7,14 @@ exec's log in the same store, masked with that exec's granted values. An end fra
 ends the exec. Lines that are no frame (the channel's own, a [setup] step's) go to the
 log of the session's run.
 
+The channel's own lines are signed too, once the agent handed it its key at the first
+ping (sessions.channel): frames under the reserved id OWN_ID, checked against the
+channel's key, go to the session run's log. From the first of them on, a line that is
+no signed frame was written into the channel's output by some process of the sandbox
+(gVisor lets one open /proc/1/fd/1): it is counted, said in the run's log, and dropped.
+Before it, only the channel runs in the container, so its lines are kept. Whatever
+goes to the run's log is masked with the session's granted values (docs/security.md, 26).
+
 After an agent restart it resumes from the last timestamp it handled (a cursor file
 beside the run's log, with the last frame number of each exec), and each exec's log
 skips what it already holds: nothing twice, nothing missed, and an exec that ended
@@ -29,14 +37,16 @@ from logs import logstore
 from logs.follow import SIGNAL_EVERY_S, Follower, ts_ns
 from runs import secrets
 from sandbox.models import Sandbox
-from sessions.frames import MARK, Frame, frame_key, parse
+from sessions.channel import channel_key
+from sessions.frames import MARK, OWN_ID, Frame, frame_key, parse
 from sessions.lifecycle import signal_ended
-from sessions.models import Exec, ExecState
+from sessions.models import Exec, ExecState, Session
 from sessions.outcomes import describe_end
 
 log = logging.getLogger("berth.runner_agent")
 
 REFRESH_S = 0.2  # unknown exec ids look the session's running execs up at most this often
+NOTE_EVERY_S = 5.0  # unsigned lines dropped: said in the run's log at most this often
 
 
 # Exec ids the keeper of this process handed to each session run's channel, so their
@@ -119,6 +129,16 @@ class SessionFollower(Follower):
         self.resumed_seqs: dict[str, int] = {}  # from the cursor, for execs not seen yet
         self.granted: list[str] = []  # the session's granted secret names, as last read
         self.granted_values: dict[str, str] = {}
+        # The channel's own lines (OWN_ID): its key, the last number taken, and whether
+        # it was keyed (from then on, unsigned lines are dropped and counted).
+        self.channel_key = channel_key(sandbox.public_id)
+        self.own_seq = 0
+        self.dropped = 0
+        self.noted = 0
+        self.noted_at = 0.0
+        self.run_granted: list[str] = []
+        self.run_masker = secrets.Masker([])
+        self.run_masked_at = -REFRESH_S
 
     def run(self) -> None:
         try:
@@ -130,20 +150,56 @@ class SessionFollower(Follower):
 
     def _follow(self, writer: logstore.LogWriter) -> None:
         resumed, self.resumed_seqs = read_cursor(self.cursor)
+        self.own_seq = self.resumed_seqs.pop(OWN_ID, 0)
         if resumed and (not writer.last_ts or ts_ns(resumed) > ts_ns(writer.last_ts)):
             writer.last_ts = resumed
         super()._follow(writer)
 
     def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
         writer.last_ts = ts  # the cursor moves past a frame whatever log it went to
-        if data.startswith(MARK):
+        if data.startswith(MARK + OWN_ID.encode() + b" "):
+            self._own_line(writer, data[1:], ts)
+        elif data.startswith(MARK):
             try:
                 self._exec_frame(data[1:], ts, ts_ns(ts))
             except Exception:
                 # One bad frame is dropped; following goes on past it.
                 log.exception("session run %s: a frame was dropped", self.run_id)
+        elif self.own_seq:
+            self.dropped += 1  # written after the key by a process of the sandbox
         else:
-            writer.append(stream, data, ts)
+            writer.append(stream, self._masked(data), ts)
+
+    def _own_line(self, writer: logstore.LogWriter, data: bytes, ts: str) -> None:
+        """One of the channel's own lines, signed with its key and numbered past the last."""
+        found = parse(data)
+        if found is None or found.seq <= self.own_seq or not found.signed_by(self.channel_key):
+            self.dropped += 1
+            return
+        self.own_seq = found.seq
+        try:
+            text = base64.b64decode(found.data, validate=True)
+        except ValueError:
+            return
+        writer.append("stderr", self._masked(text), ts)
+
+    def _masked(self, data: bytes) -> bytes:
+        """Masked with every value granted to the session so far (read at most every
+        REFRESH_S: a grant reaches the session's row before the exec that carries it)."""
+        now = time.monotonic()
+        if now - self.run_masked_at >= REFRESH_S:
+            self.run_masked_at = now
+            found = (
+                Session.objects.filter(run__public_id=self.run_id)
+                .values_list("workspace_id", "secret_names")
+                .first()
+            )
+            names = list(found[1]) if found else []
+            if found and names != self.run_granted:
+                self.run_granted = names
+                self.run_masker = secrets.Masker(secrets.values_for(found[0], names))
+            close_old_connections()
+        return self.run_masker.bytes(data) if self.run_masker else data
 
     def flushed(self, writer: logstore.LogWriter) -> None:
         """Each exec's new entries stored and told (at most every SIGNAL_EVERY_S each),
@@ -156,11 +212,23 @@ class SessionFollower(Follower):
                 if now - entry.signalled_at >= SIGNAL_EVERY_S:
                     entry.signalled_at = now
                     logstore.signal(entry.row.public_id, entry.writer.count)
+        if self.dropped > self.noted and now - self.noted_at >= NOTE_EVERY_S:
+            note = (
+                f"[berth] {self.dropped - self.noted} line(s) the exec channel did not sign "
+                f"were dropped ({self.dropped} since the agent began following): a process "
+                "in the sandbox wrote into the channel's output\n"
+            )
+            log.warning("session run %s: %s", self.run_id, note.strip())
+            writer.append("stderr", note.encode(), writer.last_ts or "")
+            writer.flush()
+            self.noted, self.noted_at = self.dropped, now
         if writer.last_ts:
             self._save_cursor(writer.last_ts)
 
     def _save_cursor(self, ts: str) -> None:
         seqs = {i: e.seq for i, e in self.execs.items() if e.seq is not None}
+        if self.own_seq:
+            seqs[OWN_ID] = self.own_seq
         tmp = self.cursor.with_suffix(".cursor.tmp")
         tmp.write_text(json.dumps({"ts": ts, "seqs": seqs}))
         os.replace(tmp, self.cursor)

@@ -20,6 +20,9 @@ from django.utils.crypto import salted_hmac
 
 MARK = b"\x1e"
 KINDS = (b"o", b"e", b"x")
+# The channel's own lines, signed with the channel's key once it has one
+# (sessions.channel.channel_key): no exec's id, those are alphanumeric.
+OWN_ID = "_"
 MAC_BYTES = 16
 
 
@@ -52,6 +55,7 @@ def parse(line: bytes) -> Frame | None:
     if len(parts) != 5:
         return None
     exec_id, kind, seq, mac, data = parts
-    if not exec_id.isalnum() or kind not in KINDS or not seq.isdigit() or len(seq) > 18:
+    named = exec_id.isalnum() or exec_id == OWN_ID.encode()
+    if not named or kind not in KINDS or not seq.isdigit() or len(seq) > 18:
         return None
     return Frame(exec_id.decode("ascii"), kind, int(seq), mac, data)

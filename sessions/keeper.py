@@ -40,7 +40,7 @@ from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
 from sessions import applier, snapshot, snapstore
 from sessions.actions import agent_group
-from sessions.channel import ChannelError, ask, namespace_of
+from sessions.channel import ChannelError, ChannelUnproven, ask, channel_of, hand_key
 from sessions.follow import handed
 from sessions.frames import frame_key
 from sessions.freeze import freeze
@@ -259,7 +259,7 @@ class Keeper:
                     return
                 await applier.apply_pending(session)
             assert session.run is not None and session.run.sandbox is not None
-            ns = await on_thread(namespace_of)(session.run.sandbox)
+            ns = await on_thread(channel_of)(session.run.sandbox)
             if not await db(row.mark_running)():
                 return
             env = {**secrets.unseal(row.env_sealed), **secrets.unseal(row.secrets_sealed)}
@@ -299,7 +299,7 @@ class Keeper:
         if session.run is None or session.run.sandbox is None:
             return
         try:
-            ns = await on_thread(namespace_of)(session.run.sandbox)
+            ns = await on_thread(channel_of)(session.run.sandbox)
             await ask(ns, {"op": "kill", "id": row.public_id, "force": row.kill_force})
         except ChannelError as e:
             # Asked again next tick (while it runs): a kill the API accepted is never
@@ -330,7 +330,7 @@ class Keeper:
                 checked = False  # frozen, or stopping (whose end ends them)
                 continue
             try:
-                ns = await on_thread(namespace_of)(sandbox)
+                ns = await on_thread(channel_of)(sandbox)
                 answer = await ask(ns, {"op": "status", "ids": [r.public_id for r in running]})
             except ChannelError:
                 checked = False
@@ -437,9 +437,16 @@ class Keeper:
         started = session.started_at or timezone.now()
         late = (timezone.now() - started).total_seconds() > settings.SESSION_START_DEADLINE_S
         if run.state == RunState.RUNNING and run.sandbox.state == SandboxState.RUNNING:
+            sandbox = run.sandbox
             try:
-                ns = await on_thread(namespace_of)(run.sandbox)
+                ns = await on_thread(channel_of)(sandbox)
+                if sandbox.channel_keyed_at is None:
+                    # Its first ping: nothing but the channel runs in it yet (setup has
+                    # a container of its own, execs and terminals wait for ready).
+                    await hand_key(ns, db(sandbox.mark_channel_keyed))
                 await ask(ns, {"op": "ping"}, timeout=1.0)
+            except ChannelUnproven:
+                return  # its session ends lost (sessions.channel)
             except ChannelError:
                 pass
             else:

@@ -143,6 +143,8 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
         # Its volume goes once the row says deleted (below): its container is removed
         # only after this end, so the agent's sweep takes the volume if it is still held.
         to, reason = SessionState.DELETED, "deleted"
+    elif session.stop_reason in LOST_STOPS:
+        to, reason = SessionState.LOST, session.stop_reason
     elif session.stop_reason:
         to, reason = SessionState.STOPPED, session.stop_reason
     elif session.state == SessionState.STARTING:
@@ -172,6 +174,25 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
         changed(session)
         if to == SessionState.DELETED:
             remove_volume(session)
+
+
+# Stops Berth makes because the session cannot be trusted any more: it ends `lost`.
+LOST_STOPS = ("channel_unproven",)
+
+
+def lose_unproven(sandbox_id: str) -> bool:
+    """Its exec channel could not prove the key it was handed (sessions.channel): a
+    channel restarted without it, or something else on its port. It is never keyed
+    again; the session is stopped and ends `lost` (docs/security.md, 32)."""
+    session = (
+        Session.objects.select_related("workspace__team", "run")
+        .filter(run__sandbox__public_id=sandbox_id, state__in=LIVE_STATES)
+        .first()
+    )
+    if session is None:
+        return False
+    log.warning("session %s: its exec channel cannot prove its key", session.public_id)
+    return ask_stop(session, "channel_unproven", "Berth")
 
 
 def ask_stop(session: Session, reason: str, who: str) -> bool:

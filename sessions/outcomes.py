@@ -89,6 +89,11 @@ SESSION_ENDS: dict[str, str] = {
         "Its exec channel did not answer within {deadline_s} s of its start; start it "
         "again, and if it repeats, check the session's log."
     ),
+    "channel_unproven": (
+        "Its exec channel could not prove the key Berth handed it at its start (the "
+        "channel restarted without it, or another process answered on its port), so "
+        "nothing more was sent into it. Its files are kept; start it again."
+    ),
     "lost": (
         "Its container was stopped or removed from outside Berth (the engine restarted, "
         "or someone stopped it by hand): its processes and $HOME are gone, its files are "

@@ -31,9 +31,8 @@ from core.errors import BerthError, Invalid
 from runs import secrets
 from runs.outputs import MAX_SKIPPED_LISTED, flatten, ignore_filter, is_ignored
 from sandbox.loop import db, on_thread
-from sandbox.netns import Namespace
 from sessions import snapstore
-from sessions.channel import ChannelError, ask, namespace_of
+from sessions.channel import ChannelError, Endpoint, ask, channel_of
 from sessions.lifecycle import group_name
 from sessions.models import Session, Snapshot, SnapshotState
 from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_SUBMODULE, Node
@@ -231,7 +230,7 @@ def _tree_bytes(node: Node) -> int:
 
 
 async def read_tree(
-    ns: Namespace, session: Session, base_commit: str, scratch: snapstore.Scratch
+    ns: Endpoint, session: Session, base_commit: str, scratch: snapstore.Scratch
 ) -> Tree:
     """The session's /workspace as a tree against `base_commit`, written into `scratch`
     (ChannelError when the channel does not answer). Store and database work goes to
@@ -259,7 +258,7 @@ async def read_tree(
         return out
 
 
-async def _list(ns: Namespace, reading: _Reading) -> None:
+async def _list(ns: Endpoint, reading: _Reading) -> None:
     level = [""]
     while level:
         below: list[str] = []
@@ -283,7 +282,7 @@ async def _list(ns: Namespace, reading: _Reading) -> None:
         level = below
 
 
-async def _read(ns: Namespace, reading: _Reading) -> None:
+async def _read(ns: Endpoint, reading: _Reading) -> None:
     paths = sorted(reading.wanted)
     while paths:
         answer = await _ask(
@@ -303,7 +302,7 @@ async def _read(ns: Namespace, reading: _Reading) -> None:
         paths = rest
 
 
-async def _ask(ns: Namespace, request: dict[str, Any]) -> dict[str, Any]:
+async def _ask(ns: Endpoint, request: dict[str, Any]) -> dict[str, Any]:
     answer = await ask(ns, request, timeout=TIMEOUT_S, max_answer=MAX_ANSWER)
     if not answer.get("ok"):
         raise ChannelError(f"the exec channel refused: {answer.get('error')}")
@@ -331,7 +330,7 @@ async def take(session: Session) -> None:
             scratch = await on_thread(snapstore.begin)(
                 session.public_id, session.workspace.repo_path
             )
-            ns = await on_thread(namespace_of)(session.run.sandbox)
+            ns = await on_thread(channel_of)(session.run.sandbox)
             out = await read_tree(ns, session, base, scratch)
         except ChannelError as e:
             out = Tree(

@@ -32,8 +32,7 @@ from django.conf import settings
 
 from runs import secrets
 from sandbox.loop import EngineLoop, db, on_thread
-from sandbox.netns import NamespaceGone, connect
-from sessions.channel import CHANNEL_PORT, ChannelError, ask, namespace_of
+from sessions.channel import ChannelError, ask, channel_of, opened
 from sessions.models import Session, SessionState, Terminal, TerminalState
 from sessions.transcripts import TRANSCRIPT_MAX, relay_channel, transcript_path
 
@@ -269,13 +268,11 @@ class TerminalRelay:
         told to the viewer (a recorder keeps it). Whichever attaches first starts its
         shell: an open terminal of the session's current start has one, or is new."""
         assert term.session.run is not None and term.session.run.sandbox is not None
-        try:
-            ns = await on_thread(namespace_of)(term.session.run.sandbox)
-            sock = await connect(ns, CHANNEL_PORT)
-        except (ChannelError, NamespaceGone, OSError, TimeoutError) as e:
-            raise ChannelError(f"the exec channel does not answer ({e})") from None
+        # A channel that proved its key (else its session is lost: ChannelUnproven).
+        sock, mine = await opened(await on_thread(channel_of)(term.session.run.sandbox))
         reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_LINE)
         request = {
+            "proof": mine,
             "op": "pty_attach",
             "id": term.public_id,
             "after": int(after or 0),
@@ -325,7 +322,7 @@ class TerminalRelay:
         if term is None or term.session.run is None or term.session.run.sandbox is None:
             return
         with contextlib.suppress(ChannelError):
-            ns = await on_thread(namespace_of)(term.session.run.sandbox)
+            ns = await on_thread(channel_of)(term.session.run.sandbox)
             await ask(ns, {"op": "pty_close", "id": public_id})
 
     # -- transcripts -----------------------------------------------------------------

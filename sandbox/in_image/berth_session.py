@@ -23,6 +23,13 @@ neither that stdout nor this process's memory: a line it writes is no exec's fra
 (docs/security.md, 18). An exec asked for without a key (an older agent)
 is framed without seq and mac.
 
+Only the runner agent is served, though every process of the sandbox reaches the port:
+the agent hands this process a key at its first ping (nothing else runs here yet), once;
+from then on each connection proves the key both ways (`handshake`), this side first,
+before any request is served (docs/security.md, 32). This process's own lines are then
+frames under OWN_ID, signed with that key, so they still reach the session run's log,
+where lines nobody signed are dropped (docs/security.md, 26).
+
 Terminals (berth_pty.py beside it) are shells on pseudo-terminals held here, so a
 viewer that goes away loses nothing: `pty_attach` turns a connection into a terminal's
 stream, replaying what the viewer missed.
@@ -45,6 +52,7 @@ import contextlib
 import ctypes
 import hashlib
 import hmac
+import io
 import json
 import os
 import signal
@@ -69,13 +77,108 @@ OUT = sys.stdout.buffer
 PR_SET_DUMPABLE = 4
 
 
-class Exec:
-    def __init__(self, exec_id: str, proc: asyncio.subprocess.Process, key: bytes) -> None:
-        self.id, self.proc, self.key = exec_id, proc, key
+class Signer:
+    """Frames under one id and key, numbered from 1."""
+
+    def __init__(self, frame_id: str, key: bytes) -> None:
+        self.id, self.key = frame_id, key
         self.seq = 0  # frames written so far
+
+
+class Exec(Signer):
+    def __init__(self, exec_id: str, proc: asyncio.subprocess.Process, key: bytes) -> None:
+        super().__init__(exec_id, key)
+        self.proc = proc
         self.reason = ""  # set when this process ends it: timeout, killed, session_stopped
         self.end: dict[str, Any] | None = None
         self.carrier: asyncio.Future[None] | None = None
+
+
+# The channel's key (docs/security.md, 32). The runner agent hands it once, at its
+# first ping after the container started, when no other process runs here yet (setup
+# has a container of its own; execs and terminals come after ready), and never again.
+# From then on each connection proves it both ways before anything is served: this
+# process first (the agent sends nothing to a channel that cannot), then the agent in
+# its request. The channel's own lines are then frames under OWN_ID, signed with it.
+NONCE_BYTES = 16
+OWN_ID = "_"  # no exec's id: those are alphanumeric
+KEY: list[Signer] = []  # the channel's own Signer, once keyed
+
+
+def proof(key: bytes, side: bytes, *nonces: str) -> str:
+    """`side` (b"channel" or b"agent") keeps one side's proof from passing as the other's."""
+    return hmac.new(key, side + b" " + " ".join(nonces).encode(), hashlib.sha256).hexdigest()
+
+
+class SignedLines(io.TextIOBase):
+    """This process's stderr once keyed: each line one frame under OWN_ID, so its own
+    lines (a crash's traceback too) still reach the session run's log, where lines
+    nobody signed are dropped from then on."""
+
+    def __init__(self, signer: Signer) -> None:
+        self.signer, self.buf = signer, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.buf = (self.buf + text).split("\n")
+        for line in lines:
+            data = line.encode(errors="replace")
+            for at in range(0, max(len(data), 1), CHUNK):
+                frame(self.signer, b"e", base64.b64encode(data[at : at + CHUNK]))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.write("\n")
+
+
+def keyed(key: bytes) -> None:
+    signer = Signer(OWN_ID, key)
+    KEY.append(signer)
+    sys.stderr = SignedLines(signer)
+    sys.stderr.write("[berth] the exec channel is keyed: it serves only the runner agent\n")
+
+
+async def _line(reader: asyncio.StreamReader) -> dict[str, Any]:
+    found = json.loads(await reader.readline() or b"null")
+    if not isinstance(found, dict):
+        raise ValueError("not a request")
+    return found
+
+
+def _say(writer: asyncio.StreamWriter, line: dict[str, Any]) -> None:
+    writer.write(json.dumps(line).encode() + b"\n")
+
+
+async def handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+    """What the agent's proof in its first request must be; "" when this connection
+    serves nothing more (it keyed the channel, or it was refused).
+
+    1. The agent says hello with a fresh nonce.
+    2. Not keyed yet: the agent's next line hands the key; the answer proves it got it.
+    3. Keyed: the answer carries this side's nonce and its proof over both nonces; the
+       agent's first request must carry its own proof over both (checked in `serve`)."""
+    hello = await _line(reader)
+    theirs = str(hello.get("nonce") or "")
+    if hello.get("op") != "hello" or len(theirs) != 2 * NONCE_BYTES or not theirs.isalnum():
+        _say(writer, {"ok": False, "error": "unproven"})
+        return ""
+    if not KEY:
+        _say(writer, {"ok": True, "keyed": False})
+        given = await _line(reader)
+        key = bytes.fromhex(str(given.get("key") or ""))
+        if given.get("op") != "key" or len(key) != 32 or KEY:
+            _say(writer, {"ok": False, "error": "unproven"})
+            return ""
+        keyed(key)
+        _say(writer, {"ok": True, "keyed": True, "proof": proof(key, b"channel", theirs)})
+        return ""
+    ours = os.urandom(NONCE_BYTES).hex()
+    mine = proof(KEY[0].key, b"channel", theirs, ours)
+    _say(writer, {"ok": True, "keyed": True, "nonce": ours, "proof": mine})
+    return proof(KEY[0].key, b"agent", theirs, ours)
 
 
 FILE_OPS = {"apply": berth_files.apply, "manifest": berth_files.manifest, "read": berth_files.read}
@@ -83,7 +186,7 @@ EXECS: dict[str, Exec] = {}
 ENDED: dict[str, dict[str, Any]] = {}
 
 
-def frame(run: Exec, kind: bytes, data: bytes) -> None:
+def frame(run: Signer, kind: bytes, data: bytes) -> None:
     head = run.id.encode() + b" " + kind + b" "
     if run.key:
         run.seq += 1
@@ -257,9 +360,23 @@ async def answer(request: dict[str, Any]) -> dict[str, Any]:
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
-        while line := await reader.readline():
+        try:
+            expected = await handshake(reader, writer)
+        except (ValueError, TypeError):
+            expected = ""
+        proven = False
+        while expected and (line := await reader.readline()):
             try:
                 request = json.loads(line)
+                if not proven:
+                    # Nothing is served to a peer that cannot prove the key: no
+                    # terminal, no scrollback, no keystroke, no exec, no file.
+                    if not isinstance(request, dict) or not hmac.compare_digest(
+                        str(request.get("proof") or ""), expected
+                    ):
+                        _say(writer, {"ok": False, "error": "unproven"})
+                        break
+                    proven = True
                 if isinstance(request, dict) and request.get("op") == "pty_attach":
                     # The connection becomes the terminal's stream (berth_pty.py).
                     await berth_pty.attach(request, reader, writer)

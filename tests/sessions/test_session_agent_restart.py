@@ -4,7 +4,9 @@ session with its egress, all come back whole when it starts again."""
 import base64
 
 import pytest
+from django.utils import timezone
 
+from runs.models import Run
 from sessions.models import Exec, Session
 from tests.support.egress import policy
 from tests.support.servers import wait_for
@@ -30,12 +32,17 @@ def test_an_exec_printing_through_an_agent_restart_keeps_its_whole_log_and_end(
     frame = base64.b64encode(b"line 12")
     container = container_of(session["run"])
     wait_for(lambda: frame in container.logs(), 30, what="line 12 in the engine's log")
+    restarted = timezone.now()
     run_stack.agent.start()
     ended = agent.wait_exec(printer, timeout=120)
     assert (ended["reason"], ended["exit_code"]) == ("exit_nonzero", 4)
     assert [e["text"] for e in agent.log(printer)] == [f"line {i}" for i in range(1, 41)]
-    # And the session goes on: the channel never stopped.
+    # And the session goes on: the channel never stopped, and the agent proves the same
+    # key to it, never handing a second one (docs/security.md, 32).
     assert lines(agent.exec(session, "echo still")) == ["still"]
+    sandbox = Run.objects.select_related("sandbox").get(public_id=session["run"]).sandbox
+    assert sandbox.channel_keyed_at is not None and sandbox.channel_keyed_at < restarted
+    assert container.logs().count(b"\x1e_ e 1 ") == 1, "its one keyed line"
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])

@@ -168,8 +168,8 @@ def test_a_command_in_the_sandbox_cannot_forge_another_execs_output(agent, runti
         assert "written" in lines(direct), direct
         held = container_of(session["run"]).logs(stdout=True, stderr=False)
         assert held.count(forged.encode()) == 3, held[-500:]
-    # Asking the channel itself: a running exec's id is refused, and a fresh id's
-    # frames are nobody's output.
+    # Asking the channel itself: without its key, nothing is started, neither under a
+    # running exec's id nor a fresh one (docs/security.md, 32).
     ask = (
         "import json, socket, sys\n"
         "for i in sys.argv[1:]:\n"
@@ -181,7 +181,7 @@ def test_a_command_in_the_sandbox_cannot_forge_another_execs_output(agent, runti
     script = base64.b64encode(ask.encode()).decode()
     agent.exec(session, f"echo {script} | base64 -d > /tmp/ask.py")
     asked = agent.exec(session, f"python3 /tmp/ask.py {victim['id']} zzzzzzzzzzzz")
-    assert lines(asked) == ["id_taken", "ok"], asked
+    assert lines(asked) == ["unproven", "unproven"], asked
     assert agent.post(f"/execs/{victim['id']}/kill", {"force": True}).status_code == 202
     ended = agent.wait_exec(victim)
     assert ended["reason"] == "killed"

@@ -20,11 +20,14 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from logs import logstore
+from runs.secret_actions import set_secret
 from sandbox.models import Sandbox
+from sessions.channel import channel_key
 from sessions.follow import SessionFollower, cursor_path, read_cursor
 from sessions.frames import frame_key
 from sessions.models import Exec, Session
 from tests.support.runs import make_run
+from tests.support.secrets import VALUE
 from workspaces.actions import create_workspace
 
 # transaction=True: the follower closes its connection between lookups, as in the agent.
@@ -144,3 +147,52 @@ def test_the_numbers_survive_an_agent_restart_through_the_cursor(channel, runnin
     assert again.resumed_seqs == {row.public_id: 2}
     feed(again, [frames[1], frames[2]], stamp)  # frame 2 written again: a repeat
     assert texts(row) == ["a", "b", "c"]
+
+
+def test_once_keyed_only_the_channels_signed_lines_reach_the_run_log_masked(channel, running, cast):
+    """The session run's log (docs/security.md, 26): before the channel is keyed only it
+    runs in the container, so its lines are kept; from its first signed line on, a line
+    it did not sign (a process writing to /proc/1/fd/1 under gVisor) is dropped and
+    counted, and a forged own line too. What is kept is masked with the session's
+    granted values."""
+    row, follower = running
+    set_secret(row.session.workspace, Actor(cast.alice), "API_KEY", VALUE)
+    Session.objects.filter(pk=row.session.pk).update(secret_names=["API_KEY"])
+    sandbox = Sandbox.objects.get()
+    out = io.BytesIO()
+    channel.OUT = out
+    own = channel.SignedLines(channel.Signer("_", channel_key(sandbox.public_id)))
+    forger = channel.SignedLines(channel.Signer("_", b"k" * 32))
+
+    def signed_by(lines, text: str) -> bytes:
+        out.seek(0)
+        out.truncate()
+        lines.write(text + "\n")
+        return out.getvalue()
+
+    keyed = signed_by(own, "[berth] the exec channel is keyed")
+    forged = signed_by(forger, "[berth] forged")
+    traceback = signed_by(own, f"Traceback: ValueError({VALUE!r})")
+    feed(
+        follower,
+        [
+            f"[berth] session ready {VALUE}\n".encode(),
+            keyed,
+            f"injected {VALUE}\n".encode(),
+            forged,
+            keyed,  # its own line again: a repeat
+            traceback,
+        ],
+        Stamps(),
+    )
+    logged = [e["text"] for e in logstore.read(follower.run_id, 0)]
+    assert logged[:3] == [
+        "[berth] session ready ***",
+        "[berth] the exec channel is keyed",
+        "Traceback: ValueError('***')",
+    ]
+    assert len(logged) == 4 and logged[3].startswith("[berth] 3 line(s) the exec channel"), logged
+    assert not any(VALUE in t or "injected" in t or "forged" in t for t in logged)
+    # After an agent restart the follower knows the channel was keyed (the cursor).
+    _, seqs = read_cursor(cursor_path(follower.run_id))
+    assert seqs["_"] == 2
