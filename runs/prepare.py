@@ -22,7 +22,7 @@ from runs.models import OWNER, Purpose, Run
 from runs.quotas import cpu_weight
 from sandbox import actions as sandboxes
 from sandbox import backend
-from sandbox.models import Sandbox, SandboxKind
+from sandbox.models import LIVE_STATES, Sandbox, SandboxKind
 from workspaces.archive import (
     SMALL_TREE_BYTES,
     entries_tar_stream,
@@ -324,6 +324,23 @@ def remove_run(run: Run) -> None:
         sandboxes.remove(box)
     if caches.volume_exists(run.deps_volume_name) and not caches.is_cache(run.deps_volume_name):
         caches.remove_volume(run.deps_volume_name)
+
+
+def remove_workspace_sandboxes(workspace: Any, **_: Any) -> None:
+    """Before a workspace is deleted (workspaces.signals.workspace_deleting): every live
+    sandbox of its runs goes, container then volume, whatever its state (a `created`
+    one no agent would ever start). A prepare still under way finds its run gone and
+    removes what it made; one that started meanwhile is the reconcile's (owner gone),
+    and the agent's sweeps take a volume left behind."""
+    run_ids = list(Run.objects.filter(workspace=workspace).values_list("public_id", flat=True))
+    for box in Sandbox.objects.filter(
+        owner_kind=OWNER, owner_id__in=run_ids, state__in=LIVE_STATES
+    ).order_by("pk"):
+        sandboxes.remove(box)
+    # Then the volumes its runs made besides /workspace, free now that no container
+    # mounts them: /deps (caches too: their rows go with the workspace), a session's.
+    for name in backend.volumes_labelled(f"berth.workspace={workspace.public_id}"):
+        caches.remove_volume(name)
 
 
 def commit_release_image(run: Run) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import docker
+from django.conf import settings
 
 from sandbox.engine import engine
 
@@ -41,6 +42,13 @@ def existing(name: str) -> Any:
 
 def create_volume(name: str, labels: dict[str, str]) -> None:
     engine().volumes.create(name, labels=labels)
+
+
+def volumes_labelled(label: str) -> list[str]:
+    """The names of this instance's volumes that carry `label` ("key=value")."""
+    instance = f"berth.instance={settings.BERTH_INSTANCE}"
+    found = engine().api.volumes(filters={"label": [instance, label]}).get("Volumes") or []
+    return [v["Name"] for v in found]
 
 
 def workspace_host_path(name: str) -> str | None:

@@ -11,7 +11,8 @@ they register (sandbox.owners):
    the container and its volume;
 4. at start and every RECONCILE_EVERY_S seconds, reconciles rows and containers both
    ways: a container without a live row is removed, a live row whose container is
-   gone is marked removed.
+   gone is marked removed, and a live row whose owner is gone (a `created` one too)
+   is removed with its container and volume.
 """
 
 import asyncio
@@ -314,9 +315,11 @@ class EngineLoop:
     # -- reconcile -----------------------------------------------------------------
 
     async def reconcile(self) -> None:
-        """Both kinds of orphans: a container without a live row is removed; a live
-        row whose container is gone is marked removed. Owners hear which of theirs
-        have a started container."""
+        """Every kind of orphan: a live row whose owner is gone is removed with its
+        container and volume (first: the container may hold volumes the owners' sweeps
+        remove after); a container without a live row is removed; a live row whose
+        container is gone is marked removed. Owners hear which of theirs have a started
+        container."""
         containers = await asyncio.to_thread(listed)
         names = [c.name for c in containers]
         rows = await db(
@@ -326,6 +329,18 @@ class EngineLoop:
                 | Sandbox.objects.filter(host=settings.SANDBOX_HOST, state__in=LIVE_STATES)
             }
         )()
+        for sandbox in await db(_orphaned)(list(rows.values())):
+            if sandbox.name in self.finalizing:
+                continue
+            # Forgotten first: the die event of its removal finds the row removed.
+            self.known.pop(sandbox.name, None)
+            await on_thread(_remove)(sandbox)
+            log.info(
+                "sandbox %s removed: its %s %s is gone",
+                sandbox.public_id,
+                sandbox.owner_kind,
+                sandbox.owner_id,
+            )
         carried: dict[str, set[str]] = {}
         for container in containers:
             sandbox = rows.get(container.name)
@@ -372,6 +387,23 @@ class EngineLoop:
         )()
         for name in set(names) - live:
             await asyncio.to_thread(backend.remove_sandbox, name)
+
+
+def _orphaned(rows: list[Sandbox]) -> list[Sandbox]:
+    """The live rows whose owner is gone (deleted with its workspace, say), a `created`
+    one included: no owner will ever start, end or remove it, so the reconcile does. A
+    kind no owner registered for is left alone (not this process's to judge)."""
+    owners = registered_kinds()
+    wanted: dict[str, set[str]] = {}
+    for sandbox in rows:
+        if sandbox.is_live and sandbox.owner_kind in owners:
+            wanted.setdefault(sandbox.owner_kind, set()).add(sandbox.owner_id)
+    present = {kind: owners[kind].present(ids) for kind, ids in wanted.items()}
+    return [
+        s
+        for s in rows
+        if s.owner_kind in present and s.is_live and s.owner_id not in present[s.owner_kind]
+    ]
 
 
 def _remove(sandbox: Sandbox) -> None:
