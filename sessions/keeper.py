@@ -41,6 +41,7 @@ from sandbox.models import SandboxState
 from sessions import applier, snapshot, snapstore
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
+from sessions.clocks import to_step
 from sessions.follow import handed
 from sessions.frames import frame_key
 from sessions.freeze import freeze
@@ -346,9 +347,9 @@ class Keeper:
     async def step_all(self) -> None:
         if not self.reconciled:
             self.reconciled = await self.reconcile_execs()
-        # Each session's step is a task of its own: one whose channel stalls (a stopped
-        # process, a slow apply) holds up no other session's clocks.
-        for session in await db(_sessions)((*LIVE_STATES, *RESTARTABLE_STATES)):
+        # A task per session whose step has something to do (sessions.clocks): one whose
+        # channel stalls holds up no other session's clocks.
+        for session in await db(to_step)():
             if session.pk not in self.stepping:
                 self.stepping.add(session.pk)
                 self.engine.spawn(self._step_one(session))
