@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from sessions.models import (
@@ -23,6 +24,8 @@ from sessions.models import (
     Session,
     SessionState,
     SessionSync,
+    Snapshot,
+    SnapshotState,
     SyncState,
 )
 
@@ -90,3 +93,24 @@ def to_step() -> list[Session]:
     return list(
         Session.objects.filter(pk__in=wanted).select_related("run__sandbox", "workspace__team")
     )
+
+
+def waiting() -> tuple[bool, bool, bool]:
+    """Whether this host has (execs to hand or kill, files to sync or read, sessions to
+    thaw for a door): a few light queries, before the keeper's dispatch loads any of
+    them with all it needs (at rest, twice a second, it found none of each)."""
+    here = {"session__run__sandbox__host": settings.SANDBOX_HOST}
+    execs = Exec.objects.filter(
+        Q(state=ExecState.QUEUED) | Q(state=ExecState.RUNNING, kill_requested_at__isnull=False),
+        **here,
+    )
+    files = (
+        SessionSync.objects.filter(state=SyncState.PENDING, **here).exists()
+        or Snapshot.objects.filter(state=SnapshotState.PENDING, **here).exists()
+    )
+    resumes = Session.objects.filter(
+        state__in=(SessionState.FREEZING, SessionState.FROZEN),
+        resume_requested_at__isnull=False,
+        **_here(),
+    )
+    return execs.exists(), files, resumes.exists()

@@ -41,7 +41,7 @@ from sandbox.models import SandboxState
 from sessions import applier, snapshot, snapstore
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ask, namespace_of
-from sessions.clocks import to_step
+from sessions.clocks import to_step, waiting
 from sessions.follow import handed
 from sessions.frames import frame_key
 from sessions.freeze import freeze
@@ -201,24 +201,23 @@ class Keeper:
     # -- execs ---------------------------------------------------------------------
 
     async def dispatch(self) -> None:
-        for row in await db(_queued)():
+        execs, files, resumes_asked = await db(waiting)()  # at rest: one light hop
+        for row in await db(_queued)() if execs else []:
             if row.pk not in self.in_flight:
                 self.in_flight.add(row.pk)
                 self.engine.spawn(self.engine.safely(lambda r=row: self._hand(r)))
-        for row in await db(_kills)():
+        for row in await db(_kills)() if execs else []:
             self.engine.spawn(self.engine.safely(lambda r=row: self._kill(r)))
-        for session in [*await db(_to_sync)(), *await db(_to_read)()]:
+        for session in [*await db(_to_sync)(), *await db(_to_read)()] if files else []:
             if session.pk not in self.file_work:
                 self.file_work.add(session.pk)
                 self.engine.spawn(self.engine.safely(lambda s=session: self._files(s)))
-        resumes = await db(
-            lambda: [
-                s
-                for s in _sessions((SessionState.FREEZING, SessionState.FROZEN))
-                if s.resume_requested_at
-            ]
-        )()
-        for session in resumes:
+        frozen = (
+            await db(_sessions)((SessionState.FREEZING, SessionState.FROZEN))
+            if resumes_asked
+            else []
+        )
+        for session in [s for s in frozen if s.resume_requested_at]:
             async with self.locks[session.pk]:
                 await self._thaw(session)
 
