@@ -96,14 +96,16 @@ def in_use(volume: str) -> bool:
     )
 
 
-def remove_volume(name: str) -> bool:
-    """Remove a cache volume; False if the engine refuses (mounted by a container)."""
+def remove_volume(name: str, quiet: bool = False) -> bool:
+    """Remove a cache volume; False if the engine refuses (mounted by a container).
+    `quiet`: a refusal already said once is not logged again."""
     try:
         engine().volumes.get(name).remove()
     except docker.errors.NotFound:
         return True
     except docker.errors.APIError as e:
-        log.info("cache volume %s not removed: %s", name, e)
+        if not quiet:
+            log.info("cache volume %s not removed: %s", name, e)
         return False
     return True
 

@@ -65,6 +65,9 @@ class RunOwner:
         # By container name: a run with a [setup] step has two containers, one after
         # the other, whose output goes into the one log of the run.
         self.followers: dict[str, Follower] = {}
+        # /deps volumes the engine refused to remove (a container still mounts one):
+        # tried again each sweep, but said once, not every RECONCILE_EVERY_S for good.
+        self.refused: set[str] = set()
 
     def follow(self, run_id: str, sandbox: Sandbox) -> None:
         container = sandbox.name
@@ -168,6 +171,9 @@ class RunOwner:
             ],
         )
 
+    def present(self, owner_ids: set[str]) -> set[str]:
+        return set(Run.objects.filter(public_id__in=owner_ids).values_list("public_id", flat=True))
+
     async def reconciled(self, carried: set[str]) -> None:
         stale = await db(lost_runs)(carried)
         if stale:
@@ -200,8 +206,13 @@ class RunOwner:
                     or Run.objects.filter(public_id=o, state__in=ACTIVE_STATES).exists()
                 )
             )()
-            if not keep:
-                await asyncio.to_thread(caches.remove_volume, volume.name)
+            if keep:
+                continue
+            quiet = volume.name in self.refused
+            if await asyncio.to_thread(caches.remove_volume, volume.name, quiet):
+                self.refused.discard(volume.name)
+            else:
+                self.refused.add(volume.name)
 
 
 def lost_runs(carried: set[str]) -> list[int]:

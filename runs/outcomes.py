@@ -72,7 +72,7 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
         "source_invalid": (
             RunState.FAILED,
             f"The commit's files were not copied in: {f.get('detail')} "
-            "Nothing ran; make a commit with shorter paths and run that.",
+            "Nothing ran; fix that in a new commit and run it.",
         ),
         "image_missing": (
             RunState.ERROR,

@@ -45,10 +45,14 @@ from workspaces.gitstore import (
     Node,
 )
 from workspaces.history import diff_trees
-from workspaces.paths import clean_path
+from workspaces.paths import clean_path, link_climbs_out
 from workspaces.treesize import check_tree
 
 MAX_SKIPPED_LISTED = 50
+LINK_OUT_OF_TREE = (
+    "a symlink whose target climbs out of /workspace: no sandbox could hold a commit "
+    "with it; point it inside or at an absolute path"
+)
 
 
 def artifacts_dir(run_public_id: str) -> Path:
@@ -232,7 +236,12 @@ class _Reader:
                 else "not a regular file"
             )
             self._refuse(path, f"{kind}: artifacts may only be regular files and folders")
-        if member.issym():
+        if member.issym() and link_climbs_out(path, member.linkname):
+            # No sandbox could hold a commit with it (the engine refuses it).
+            self._skip(path, LINK_OUT_OF_TREE)
+            if path in self.old:
+                self._put(path, self.old[path])
+        elif member.issym():
             self._record(path, MODE_LINK, member.linkname.encode())
         elif member.islnk():
             target = member.linkname.split("/", 1)[1] if "/" in member.linkname else ""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import docker
 from django.conf import settings
 from django.utils import timezone
 from docker.types import Mount
@@ -22,10 +23,11 @@ from runs.models import OWNER, Purpose, Run
 from runs.quotas import cpu_weight
 from sandbox import actions as sandboxes
 from sandbox import backend
-from sandbox.models import Sandbox, SandboxKind
+from sandbox.models import LIVE_STATES, Sandbox, SandboxKind
 from workspaces.archive import (
     SMALL_TREE_BYTES,
     entries_tar_stream,
+    links_out,
     measure_commit,
     tree_tar_stream,
     tree_tarball,
@@ -160,15 +162,17 @@ def prepare_and_start(
     # Checked while the source goes in.
     checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) if setup.get("hit") else None
     # The commit is measured (refused past the caps) before anything is copied in.
-    tree = source.result() if source is not None else None
+    tree, left_out = source.result() if source is not None else (None, [])
     if kept is not None and kept.existed:
         tree = None  # a session's files as its last stop left them: the source went in once
     # Setup's own /workspace is filled while the run's is.
     key_files = _BACKGROUND.submit(_put_key_files, run, first) if first is not container else None
     # A build's source goes into the writable root layer, before start (the tree
     # becomes /app); a run's into the /workspace volume; a release's is in its image.
+    if tree is not None and left_out:
+        logstore.note(run.public_id, _left_out_note(left_out))
     try:
-        if tree is not None and not container.put_archive("/" if in_app else "/workspace", tree):
+        if tree is not None and not _put_source(container, "/" if in_app else "/workspace", tree):
             raise backend.SandboxError("sandbox_failed", detail="the source could not be copied in")
     finally:
         # Never left writing into a container the cleanup is removing.
@@ -227,8 +231,9 @@ def _kept_volume(run: Run) -> _Kept:
     return _Kept(Mount("/workspace", name, type="volume"), filled)
 
 
-def _source(run: Run) -> bytes | Iterator[bytes]:
-    """The commit's tree as a tar stream: under app/ for a build, else as it is.
+def _source(run: Run) -> tuple[bytes | Iterator[bytes], list[str]]:
+    """The commit's tree as a tar stream: under app/ for a build, else as it is; and
+    the paths of the symlinks left out of it (they climb out of the tree).
 
     The tree is measured first: an older commit past the caps (made before them, or by
     hand in the store) ends the run `source_too_large` before anything is copied. A
@@ -242,21 +247,47 @@ def _source(run: Run) -> bytes | Iterator[bytes]:
             raise backend.SandboxError("source_invalid", detail=e.message) from None
         except BerthError as e:
             raise backend.SandboxError("source_too_large", detail=e.message) from None
+        left_out = links_out(store, run.commit) if size.climb > 0 else []
         if size.bytes <= SMALL_TREE_BYTES:
-            return tree_tarball(store, run.commit, under=under)
+            return tree_tarball(store, run.commit, under=under), left_out
 
     def stream() -> Iterator[bytes]:
         with open_store(run.workspace) as store:
             yield from tree_tar_stream(store, run.commit, under=under)
 
-    return stream()
+    return stream(), left_out
+
+
+def _left_out_note(paths: list[str]) -> str:
+    shown = ", ".join(paths[:20]) + (f" and {len(paths) - 20} more" if len(paths) > 20 else "")
+    return (
+        f"[source] {len(paths)} symlink(s) left out of /workspace: their target climbs out "
+        f"of the workspace, which no sandbox can hold: {shown}. Point them inside the "
+        "workspace or at an absolute path in a new commit."
+    )
+
+
+def _put_source(container: Any, path: str, tar: Any) -> bool:
+    """put_archive, where a refusal of the archive itself (the engine could not unpack
+    it: an entry it will not hold) is the source's fault, named as the engine named it,
+    never the engine's (`engine_unavailable`)."""
+    try:
+        return bool(container.put_archive(path, tar))
+    except docker.errors.APIError as e:
+        explanation = str(e.explanation or "")
+        if "Error processing tar file" not in explanation:
+            raise
+        detail = explanation.split("):", 1)[-1].strip() or explanation
+        raise backend.SandboxError(
+            "source_invalid", detail=f"the engine refused an entry: {detail}."
+        ) from None
 
 
 def _put_key_files(run: Run, container: Any) -> None:
     """Only the `cache_key` entries into the setup container's /workspace."""
     with open_store(run.workspace) as store:
         tar = entries_tar_stream(store, caches.key_entries(store, run), caches.KEY_FILES_MTIME)
-        if not container.put_archive("/workspace", tar):
+        if not _put_source(container, "/workspace", tar):
             raise backend.SandboxError(
                 "sandbox_failed", detail="the key files could not be copied in"
             )
@@ -324,6 +355,23 @@ def remove_run(run: Run) -> None:
         sandboxes.remove(box)
     if caches.volume_exists(run.deps_volume_name) and not caches.is_cache(run.deps_volume_name):
         caches.remove_volume(run.deps_volume_name)
+
+
+def remove_workspace_sandboxes(workspace: Any, **_: Any) -> None:
+    """Before a workspace is deleted (workspaces.signals.workspace_deleting): every live
+    sandbox of its runs goes, container then volume, whatever its state (a `created`
+    one no agent would ever start). A prepare still under way finds its run gone and
+    removes what it made; one that started meanwhile is the reconcile's (owner gone),
+    and the agent's sweeps take a volume left behind."""
+    run_ids = list(Run.objects.filter(workspace=workspace).values_list("public_id", flat=True))
+    for box in Sandbox.objects.filter(
+        owner_kind=OWNER, owner_id__in=run_ids, state__in=LIVE_STATES
+    ).order_by("pk"):
+        sandboxes.remove(box)
+    # Then the volumes its runs made besides /workspace, free now that no container
+    # mounts them: /deps (caches too: their rows go with the workspace), a session's.
+    for name in backend.volumes_labelled(f"berth.workspace={workspace.public_id}"):
+        caches.remove_volume(name)
 
 
 def commit_release_image(run: Run) -> str:

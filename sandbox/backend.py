@@ -17,6 +17,7 @@ from sandbox.containers import (
     remove_sandbox,
     sandbox_pid,
     signal_sandbox,
+    volumes_labelled,
     workspace_host_path,
 )
 from sandbox.docker import (
@@ -58,6 +59,7 @@ __all__ = [
     "signal_sandbox",
     "volume_bytes",
     "volume_path",
+    "volumes_labelled",
     "workspace_host_path",
     "workspace_mount",
     "writable_layer_path",

@@ -21,6 +21,10 @@ class Owner(Protocol):
         before they were read). The loop removes the sandbox after this returns, unless
         the owner removed it already. `note`: what the disk watch has to say of it."""
 
+    def present(self, owner_ids: set[str]) -> set[str]:
+        """Those of `owner_ids` that still exist (sync, on a thread): a sandbox whose
+        owner is gone is removed by the reconcile, whatever state it is in."""
+
     async def reconciled(self, carried: set[str]) -> None:
         """After a reconcile: `carried` holds the owner ids with a started container."""
 

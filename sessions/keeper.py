@@ -40,7 +40,14 @@ from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
 from sessions import applier, snapshot, snapstore
 from sessions.actions import agent_group
-from sessions.channel import ChannelError, ChannelUnproven, ask, channel_of, hand_key
+from sessions.channel import (
+    ChannelError,
+    ChannelUnproven,
+    ask,
+    channel_of,
+    hand_key,
+)
+from sessions.clocks import to_step, waiting
 from sessions.follow import handed
 from sessions.frames import frame_key
 from sessions.freeze import freeze
@@ -200,24 +207,23 @@ class Keeper:
     # -- execs ---------------------------------------------------------------------
 
     async def dispatch(self) -> None:
-        for row in await db(_queued)():
+        execs, files, resumes_asked = await db(waiting)()  # at rest: one light hop
+        for row in await db(_queued)() if execs else []:
             if row.pk not in self.in_flight:
                 self.in_flight.add(row.pk)
                 self.engine.spawn(self.engine.safely(lambda r=row: self._hand(r)))
-        for row in await db(_kills)():
+        for row in await db(_kills)() if execs else []:
             self.engine.spawn(self.engine.safely(lambda r=row: self._kill(r)))
-        for session in [*await db(_to_sync)(), *await db(_to_read)()]:
+        for session in [*await db(_to_sync)(), *await db(_to_read)()] if files else []:
             if session.pk not in self.file_work:
                 self.file_work.add(session.pk)
                 self.engine.spawn(self.engine.safely(lambda s=session: self._files(s)))
-        resumes = await db(
-            lambda: [
-                s
-                for s in _sessions((SessionState.FREEZING, SessionState.FROZEN))
-                if s.resume_requested_at
-            ]
-        )()
-        for session in resumes:
+        frozen = (
+            await db(_sessions)((SessionState.FREEZING, SessionState.FROZEN))
+            if resumes_asked
+            else []
+        )
+        for session in [s for s in frozen if s.resume_requested_at]:
             async with self.locks[session.pk]:
                 await self._thaw(session)
 
@@ -346,9 +352,9 @@ class Keeper:
     async def step_all(self) -> None:
         if not self.reconciled:
             self.reconciled = await self.reconcile_execs()
-        # Each session's step is a task of its own: one whose channel stalls (a stopped
-        # process, a slow apply) holds up no other session's clocks.
-        for session in await db(_sessions)((*LIVE_STATES, *RESTARTABLE_STATES)):
+        # A task per session whose step has something to do (sessions.clocks): one whose
+        # channel stalls holds up no other session's clocks.
+        for session in await db(to_step)():
             if session.pk not in self.stepping:
                 self.stepping.add(session.pk)
                 self.engine.spawn(self._step_one(session))

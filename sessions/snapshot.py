@@ -29,14 +29,14 @@ from dulwich.objects import Blob, ObjectID
 from core import fanout
 from core.errors import BerthError, Invalid
 from runs import secrets
-from runs.outputs import MAX_SKIPPED_LISTED, flatten, ignore_filter, is_ignored
+from runs.outputs import LINK_OUT_OF_TREE, MAX_SKIPPED_LISTED, flatten, ignore_filter, is_ignored
 from sandbox.loop import db, on_thread
 from sessions import snapstore
 from sessions.channel import ChannelError, Endpoint, ask, channel_of
 from sessions.lifecycle import group_name
 from sessions.models import Session, Snapshot, SnapshotState
 from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_SUBMODULE, Node
-from workspaces.paths import clean_path
+from workspaces.paths import clean_path, link_climbs_out
 from workspaces.treesize import check_tree
 
 LIST_ENTRIES = 2000  # per manifest answer
@@ -147,6 +147,11 @@ class _Reading:
         names.feed(path.encode() + (b"\0" + target if kind == "link" else b""))
         if names.names():
             self.withhold(path, names.names())  # a value in a name would be in a tree
+            return None
+        if kind == "link" and link_climbs_out(path, target):
+            # No sandbox could hold the commit (the engine refuses it): never committed.
+            self.skip(path, LINK_OUT_OF_TREE)
+            self.keep_old(path)
             return None
         if kind == "link":
             self.count(len(target))

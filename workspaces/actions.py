@@ -24,7 +24,7 @@ from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import GitStore, check_branch_name
 from workspaces.models import Workspace
 from workspaces.paths import clean_path
-from workspaces.signals import Follower, announce_branch_moved
+from workspaces.signals import Follower, announce_branch_moved, announce_workspace_deleting
 from workspaces.store import author_of, open_store
 from workspaces.treesize import FileTooLarge
 
@@ -231,8 +231,10 @@ def delete_branch(workspace: Workspace, actor: Actor, name: str) -> None:
 
 
 def delete_workspace(workspace: Workspace, actor: Actor) -> None:
-    """Remove the workspace and its repository (later: its sandboxes, volumes, images)."""
+    """Remove the workspace and its repository; first, what runs for it in the engine
+    (its sandboxes, their containers and volumes: workspaces.signals)."""
     path = workspace.repo_path
+    announce_workspace_deleting(workspace)
     with transaction.atomic():
         record(
             workspace.team,

@@ -1,8 +1,11 @@
 """A commit's tree as a tar stream, built straight from Git objects: no host checkout.
 
 Only what Git stores goes in — regular files (0644 or 0755), folders and symlinks (as
-links; nothing on the host is ever followed). Submodules are skipped. Entries belong to
-the sandbox user so the command can change them.
+links; nothing on the host is ever followed). Submodules are skipped, and so is a
+symlink whose relative target climbs out of the tree (an older commit's: the doors
+refuse new ones): the engine refuses the whole archive for one, so none of the commit's
+runs could start (`links_out`: what the run's log names). Entries belong to the sandbox
+user so the command can change them.
 
 The tree is measured first (workspaces.treesize: refused past the caps, whatever an
 older commit holds), then streamed: a chunk per entry, so what is held at once is one
@@ -17,7 +20,8 @@ from typing import Any
 from dulwich.objects import Tree
 
 from workspaces.gitstore import MODE_EXEC, MODE_LINK, MODE_SUBMODULE, MODE_TREE, GitStore
-from workspaces.treesize import Size, check_tree
+from workspaces.paths import link_climbs_out
+from workspaces.treesize import Size, check_tree, links_out_of_tree
 
 SANDBOX_UID = 1000
 # A tree whose files add up to less than this is built in one piece (one engine write,
@@ -60,6 +64,13 @@ def measure_commit(store: GitStore, commit_sha: str) -> Size:
     return check_tree(store.repo.object_store, store.commit(commit_sha).tree, names=False)
 
 
+def links_out(store: GitStore, commit_sha: str) -> list[str]:
+    """The paths of the commit's symlinks that climb out of the tree, which hydration
+    leaves out (measured first: only folders holding one are looked into)."""
+    tree = store.commit(commit_sha).tree
+    return [path for path, _ in links_out_of_tree(store.repo.object_store, tree)]
+
+
 def tree_tar_stream(store: GitStore, commit_sha: str, under: str = "") -> Iterator[bytes]:
     """The commit's tree as tar chunks; `under` puts it in a folder of that name (made
     with the sandbox user as owner), for a place that does not exist yet. Measure the
@@ -70,7 +81,7 @@ def tree_tar_stream(store: GitStore, commit_sha: str, under: str = "") -> Iterat
         if under:
             tar.addfile(_info(under, tarfile.DIRTYPE, 0o755, commit.commit_time))
         yield from _add_tree(
-            tar, spout, store, commit.tree, f"{under}/" if under else "", commit.commit_time
+            tar, spout, store, commit.tree, f"{under}/" if under else "", commit.commit_time, under
         )
     yield spout.take()
 
@@ -89,7 +100,13 @@ def _info(name: str, kind: bytes, mode: int, mtime: int) -> tarfile.TarInfo:
 
 
 def _add_tree(
-    tar: tarfile.TarFile, spout: _Spout, store: GitStore, tree_sha: bytes, prefix: str, mtime: int
+    tar: tarfile.TarFile,
+    spout: _Spout,
+    store: GitStore,
+    tree_sha: bytes,
+    prefix: str,
+    mtime: int,
+    under: str = "",
 ) -> Iterator[bytes]:
     tree = store.repo[tree_sha]
     assert isinstance(tree, Tree)
@@ -97,22 +114,32 @@ def _add_tree(
         name = prefix + entry.path.decode("utf-8")
         if entry.mode == MODE_TREE:
             tar.addfile(_info(name, tarfile.DIRTYPE, 0o755, mtime))
-            yield from _add_tree(tar, spout, store, entry.sha, name + "/", mtime)
+            yield from _add_tree(tar, spout, store, entry.sha, name + "/", mtime, under)
         else:
-            _add_leaf(tar, store, name, entry.mode, entry.sha, mtime)
+            _add_leaf(tar, store, name, entry.mode, entry.sha, mtime, under)
         if spout.full():
             yield spout.take()
 
 
 def _add_leaf(
-    tar: tarfile.TarFile, store: GitStore, name: str, mode: int, sha: bytes, mtime: int
+    tar: tarfile.TarFile,
+    store: GitStore,
+    name: str,
+    mode: int,
+    sha: bytes,
+    mtime: int,
+    under: str = "",
 ) -> None:
-    """A file or a link (a submodule is skipped)."""
+    """A file or a link (a submodule is skipped, as is a link out of the tree: judged
+    from the repository's root, whatever folder the tree goes under)."""
     if mode == MODE_SUBMODULE:
         return
     if mode == MODE_LINK:
+        target = store.blob(sha)
+        if link_climbs_out(name.removeprefix(f"{under}/") if under else name, target):
+            return
         info = _info(name, tarfile.SYMTYPE, 0o777, mtime)
-        info.linkname = store.blob(sha).decode("utf-8", "replace")
+        info.linkname = target.decode("utf-8", "replace")
         tar.addfile(info)
         return
     data = store.blob(sha)

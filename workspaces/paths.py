@@ -95,3 +95,42 @@ def clean_dir(raw: str | None) -> str:
     if raw is None or raw.strip("/") == "":
         return ""
     return clean_path(raw.strip("/"))
+
+
+class LinkOutsideTree(InvalidPath):
+    code = "link_outside_tree"
+
+
+def link_reach(target: bytes | str) -> int:
+    """How many folders above its own a symlink's target climbs, read as the engine
+    reads it (lexically, each `..` one level up, never following a link): 0 for an
+    absolute target (the engine keeps it inside the sandbox) or one that stays below.
+    The deepest point counts, not where it ends: `../x/y` is outside whatever `x` is."""
+    text = target.decode("utf-8", "surrogateescape") if isinstance(target, bytes) else target
+    if text.startswith("/"):
+        return 0
+    level = highest = 0
+    for part in text.split("/"):
+        if part == "..":
+            level -= 1
+            highest = min(highest, level)
+        elif part not in ("", "."):
+            level += 1
+    return -highest
+
+
+def link_climbs_out(path: str, target: bytes | str) -> bool:
+    """A symlink at `path` (relative to the tree's root) whose target names a place
+    above the root: Docker refuses the whole archive for one such link."""
+    return link_reach(target) > path.count("/")
+
+
+def link_outside(path: str, target: bytes | str) -> LinkOutsideTree:
+    shown = target.decode("utf-8", "replace") if isinstance(target, bytes) else target
+    return LinkOutsideTree(
+        f"{path} is a symlink to {shown!r}, which climbs out of the workspace: no sandbox "
+        "can hold it, so no run, session or build of the commit could start. Point it "
+        "inside the workspace (a relative target that stays below its root) or at an "
+        "absolute path, or remove it.",
+        {"path": path, "target": shown},
+    )

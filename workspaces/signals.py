@@ -9,6 +9,10 @@ from django.dispatch import Signal
 # kwargs workspace, branch, sha, actor. A receiver may answer with a list of Followers:
 # what follows the branch (a session) and whether it has the new commit yet.
 branch_moved = Signal()
+# Sent before a workspace and its rows are deleted: kwargs workspace. What runs in the
+# engine for it (sandboxes, with their containers and volumes) is stopped and removed
+# by the apps that made it, while they can still find it from the workspace's rows.
+workspace_deleting = Signal()
 
 
 @dataclass(frozen=True)
@@ -47,3 +51,14 @@ def announce_branch_moved(
 # label). Runs, sessions, previews and releases under one that today's approvals no
 # longer admit are stopped by their apps' receivers.
 contract_lapsed = Signal()
+
+
+def announce_workspace_deleting(workspace: object) -> None:
+    """Send `workspace_deleting`; a receiver's failure (the engine down) is logged and
+    does not keep the workspace: the runner agent's reconcile removes a sandbox whose
+    owner is gone."""
+    for receiver, result in workspace_deleting.send_robust(type(workspace), workspace=workspace):
+        if isinstance(result, Exception):
+            logging.getLogger(__name__).error(
+                "%s failed before %s was deleted: %r", receiver, workspace, result
+            )

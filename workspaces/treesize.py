@@ -22,7 +22,14 @@ from dulwich.objects import Tree
 
 from core.errors import BerthError
 from workspaces.modes import MODE_LINK, MODE_SUBMODULE, MODE_TREE
-from workspaces.paths import MAX_DEPTH, MAX_PATH_BYTES, InvalidPath, check_entry_name
+from workspaces.paths import (
+    MAX_DEPTH,
+    MAX_PATH_BYTES,
+    InvalidPath,
+    check_entry_name,
+    link_outside,
+    link_reach,
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,9 @@ class Size:
     depth: int
     path_bytes: int
     largest: int
+    # How many folders above this tree's own the furthest relative link in it climbs
+    # (workspaces.paths.link_reach): past 0 at the root, a link climbs out of the tree.
+    climb: int = 0
 
 
 class TreeTooLarge(BerthError):
@@ -78,8 +88,12 @@ def measure(object_store: Any, tree_sha: bytes, names: bool = True) -> Size:
 
 def check_tree(object_store: Any, tree_sha: bytes, names: bool = True) -> Size:
     """`measure`, then the path rules and the file cap on the whole: what every door
-    that creates a commit (push, file API, MCP, a run's changes) and hydration calls."""
+    that creates a commit (push, file API, MCP, a run's changes) and hydration calls.
+    With `names`, a symlink whose relative target climbs out of the tree is refused
+    too (LinkOutsideTree); hydration skips such a link instead (workspaces.archive)."""
     size = measure(object_store, tree_sha, names)
+    if names and size.climb > 0:
+        raise link_outside(*links_out_of_tree(object_store, tree_sha)[0])
     if size.depth > MAX_DEPTH or size.path_bytes > MAX_PATH_BYTES:
         raise InvalidPath(
             f"A path in this tree is longer than {MAX_PATH_BYTES} bytes or "
@@ -94,6 +108,23 @@ def check_tree(object_store: Any, tree_sha: bytes, names: bool = True) -> Size:
             {"path": path, "limit_bytes": limit},
         )
     return size
+
+
+def links_out_of_tree(store: Any, sha: bytes, prefix: str = "") -> list[tuple[str, bytes]]:
+    """The (path, target) of every symlink whose target climbs out of the tree: only
+    into folders whose figures hold one, so a tree without any costs nothing more."""
+    found: list[tuple[str, bytes]] = []
+    depth = prefix.count("/")
+    for entry in store[sha].iteritems():
+        path = prefix + entry.path.decode("utf-8", "replace")
+        if entry.mode == MODE_TREE:
+            if measure(store, entry.sha, names=False).climb > depth + 1:
+                found += links_out_of_tree(store, entry.sha, path + "/")
+        elif entry.mode == MODE_LINK:
+            target = store.get_raw(entry.sha)[1]
+            if link_reach(target) > depth:
+                found.append((path, target))
+    return found
 
 
 def _path_of_large(store: Any, sha: bytes, limit: int, prefix: str = "") -> str:
@@ -139,7 +170,7 @@ def _measure(
     tree = store[sha]
     if not isinstance(tree, Tree):
         raise InvalidPath("A tree entry that should be a folder is not a tree.")
-    entries = nbytes = deepest = longest = largest = 0
+    entries = nbytes = deepest = longest = largest = climb = 0
     for entry in tree.iteritems():
         if names:
             try:
@@ -156,13 +187,16 @@ def _measure(
             deepest = max(deepest, below.depth + 1)
             longest = max(longest, len(entry.path) + 1 + below.path_bytes)
             largest = max(largest, below.largest)
+            climb = max(climb, below.climb - 1)
         elif entry.mode != MODE_SUBMODULE:  # a gitlink names another repository's commit
             blob = _blob_size(store, entry.sha, entry.mode == MODE_LINK)
             nbytes += blob
             largest = max(largest, blob)
+            if entry.mode == MODE_LINK:
+                climb = max(climb, link_reach(store.get_raw(entry.sha)[1]))
         if entries > max_entries or nbytes > max_bytes:
             raise _too_large(entries, nbytes)
-    size = Size(entries, nbytes, deepest, longest, largest)
+    size = Size(entries, nbytes, deepest, longest, largest, climb)
     with _LOCK:
         _MEMO[sha] = (size, names)
         if len(_MEMO) > _MEMO_MAX:
