@@ -40,13 +40,7 @@ from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
 from sessions import applier, snapshot, snapstore
 from sessions.actions import agent_group
-from sessions.channel import (
-    ChannelError,
-    ChannelUnproven,
-    ask,
-    channel_of,
-    hand_key,
-)
+from sessions.channel import ChannelError, ChannelUnproven, ask, channel_of, hand_key
 from sessions.clocks import to_step, waiting
 from sessions.follow import handed
 from sessions.frames import frame_key
