@@ -16,6 +16,7 @@ key and numbered past the last one taken (sessions/frames.py).
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -26,10 +27,10 @@ from typing import Any
 from django.db import close_old_connections, connection
 
 from logs import logstore
-from logs.follow import SIGNAL_EVERY_S, Follower, ts_ns
+from logs.follow import NOTE_EVERY_S, SIGNAL_EVERY_S, Follower, dropped, say_dropped, ts_ns
 from runs import secrets
 from sandbox.models import Sandbox
-from sessions.frames import MARK, Frame, frame_key, parse
+from sessions.frames import LINES, MARK, Frame, frame_key, parse
 from sessions.lifecycle import signal_ended
 from sessions.models import Exec, ExecState
 from sessions.outcomes import describe_end
@@ -119,12 +120,15 @@ class SessionFollower(Follower):
         self.resumed_seqs: dict[str, int] = {}  # from the cursor, for execs not seen yet
         self.granted: list[str] = []  # the session's granted secret names, as last read
         self.granted_values: dict[str, str] = {}
+        self.cursor_at = 0.0
 
     def run(self) -> None:
         try:
             super().run()
         finally:
             for entry in self.execs.values():
+                with contextlib.suppress(OSError):
+                    say_dropped(entry.writer)
                 entry.writer.close()
             connection.close()
 
@@ -133,30 +137,40 @@ class SessionFollower(Follower):
         if resumed and (not writer.last_ts or ts_ns(resumed) > ts_ns(writer.last_ts)):
             writer.last_ts = resumed
         super()._follow(writer)
+        if writer.last_ts:
+            self._save_cursor(writer.last_ts)  # the last one, whenever the one before was
 
     def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
         writer.last_ts = ts  # the cursor moves past a frame whatever log it went to
         if data.startswith(MARK):
             try:
-                self._exec_frame(data[1:], ts, ts_ns(ts))
+                self._exec_frame(data[1:], ts)
             except Exception:
                 # One bad frame is dropped; following goes on past it.
                 log.exception("session run %s: a frame was dropped", self.run_id)
         else:
-            writer.append(stream, data, ts)
+            super().store_frame(writer, stream, ts, data)
 
     def flushed(self, writer: logstore.LogWriter) -> None:
         """Each exec's new entries stored and told (at most every SIGNAL_EVERY_S each),
         then the cursor: after an agent restart, following resumes past it."""
+        super().flushed(writer)
         now = time.monotonic()
         for entry in self.execs.values():
+            if entry.writer.dropped and now - entry.writer.dropped_at >= NOTE_EVERY_S:
+                say_dropped(entry.writer)
+                entry.dirty = True
             if entry.dirty:
                 entry.writer.flush()
                 entry.dirty = False
                 if now - entry.signalled_at >= SIGNAL_EVERY_S:
                     entry.signalled_at = now
                     logstore.signal(entry.row.public_id, entry.writer.count)
-        if writer.last_ts:
+        # The cursor at most every SIGNAL_EVERY_S (one file write, not one a block): an
+        # older cursor only means frames read again after a restart, each log skipping
+        # what it holds.
+        if writer.last_ts and now - self.cursor_at >= SIGNAL_EVERY_S:
+            self.cursor_at = now
             self._save_cursor(writer.last_ts)
 
     def _save_cursor(self, ts: str) -> None:
@@ -210,26 +224,43 @@ class SessionFollower(Follower):
         handed_here.difference_update(handed_here - self.execs.keys())
         close_old_connections()
 
-    def _exec_frame(self, data: bytes, ts: str, at: int) -> None:
+    def _exec_frame(self, data: bytes, ts: str) -> None:
         found = parse(data)
         if found is None:
             return
         entry = self._entry(found.exec_id)
         if entry is None or not self._next(entry, found, ts):
             return
-        if entry.last is not None and at <= entry.last:
-            return  # already in its log (stored past the cursor before a restart)
-        if found.kind in (b"o", b"e"):
-            try:
-                text = base64.b64decode(found.data, validate=True)
-            except ValueError:
-                return
-            if entry.masker:
-                text = entry.masker.bytes(text)
-            entry.writer.append("stdout" if found.kind == b"o" else "stderr", text, ts)
-            entry.dirty = True
-        else:
+        if entry.last is not None:
+            if ts_ns(ts) <= entry.last:
+                return  # already in its log (stored past the cursor before a restart)
+            entry.last = None  # frames come in order: nothing after this one is
+        if found.kind == b"x":
             self._end(found.exec_id, entry, found.data)
+            return
+        try:
+            text = base64.b64decode(found.data, validate=True)
+        except ValueError:
+            return
+        if entry.masker:
+            text = entry.masker.bytes(text)  # before splitting: a value may span lines
+        self._lines(entry, LINES[found.kind], text, found.kind in (b"O", b"E"), ts)
+
+    def _lines(self, entry: _ExecLog, stream: str, text: bytes, whole: bool, ts: str) -> None:
+        """A frame's output into the exec's log, one entry a line (whole lines end in a
+        newline; a piece is one entry), as many as the sandbox's budget takes."""
+        lines = text.split(b"\n") if whole else [text]
+        if whole and len(lines) > 1 and not lines[-1]:
+            lines.pop()  # the newline that ends the last line
+        writer = entry.writer
+        fit = self.budget.take(len(lines), len(text))
+        if fit and writer.dropped:
+            say_dropped(writer)  # before the first line past the drops: in order
+        for line in lines[:fit] if fit < len(lines) else lines:
+            writer.append(stream, line, ts)
+        if fit < len(lines):
+            dropped(writer, len(lines) - fit, ts)
+        entry.dirty = True
 
     @staticmethod
     def _next(entry: _ExecLog, found: Frame, ts: str) -> bool:
@@ -250,6 +281,7 @@ class SessionFollower(Follower):
 
     def _end(self, exec_id: str, entry: _ExecLog, body: bytes) -> None:
         end = valid_end(body)
+        say_dropped(entry.writer)  # before its end: the log's last word on its output
         entry.writer.close()
         del self.execs[exec_id]  # no frame of it after its end counts (it is not running)
         HANDED.get(self.run_id, set()).discard(exec_id)
