@@ -6,7 +6,9 @@ times `echo hi` execs through the API, one after another, as many as fit in the 
 the same number are timed just before it with nothing flooding (quiet). Per runtime
 (runc, gVisor) and case: the echo's p50 and p95 quiet and flooded and their ratio, the
 CPU dockerd (and containerd) and the runner agent used during the flood, apart, and
-what the flood's log kept (entries) and dropped (the counted notes of its budget).
+what the flood's log kept (entries) and dropped (the counted notes of its budget). The
+case `null` is the control: the same `yes` as an exec, its output to /dev/null — what
+the sandbox's own CPU costs the others on this machine, with no log path at all.
 
 Uses its own DATA_DIR (var/bench-flood), Redis db 5, and its own daphne, Celery worker
 and runner agent. Goal: flooded p50 <= 1.5x quiet.
@@ -135,6 +137,8 @@ def flood_case(
     case: str, flood: Client, quiet: Client, quiet_session: dict, runtime: str, args: Any
 ) -> dict[str, Any]:
     command = f"timeout {args.seconds} yes ''; true"
+    if case == "null":  # the control: the same CPU in the sandbox, no output to carry
+        command = f"timeout {args.seconds} yes '' > /dev/null; true"
     base = [quiet.echo_ms(quiet_session) for _ in range(args.echoes)]
     watched = {"agent": args.agent_pid, **engine_pids()}
     before = {name: cpu_seconds([pid]) for name, pid in watched.items()}
@@ -176,7 +180,8 @@ def flood_case(
 def report(runtime: str, case: str, f: dict[str, Any]) -> None:
     quiet, flooded = f["quiet"], f["flooded"]
     ratio = statistics.median(flooded) / statistics.median(quiet)
-    print(f"\n{runtime}, flood as a {case} ({f['seconds']:.0f} s from its start to its end)")
+    what = "an exec to /dev/null (control)" if case == "null" else f"a {case}"
+    print(f"\n{runtime}, flood as {what} ({f['seconds']:.0f} s from its start to its end)")
     print(f"  {'other team echo hi exec':34} {'n':>4} {'p50 ms':>8} {'p95 ms':>8} {'ratio':>7}")
     print(f"  {'quiet':34} {len(quiet):4} {statistics.median(quiet):8.1f} {p95(quiet):8.1f}")
     print(
@@ -196,7 +201,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=60, help="how long `yes ''` runs")
     parser.add_argument("--echoes", type=int, default=50, help="quiet echoes per case")
     parser.add_argument("--runtimes", default="runc,gvisor")
-    parser.add_argument("--cases", default="run,exec")
+    parser.add_argument("--cases", default="run,exec,null")
     args = parser.parse_args()
     tokens = setup_instance()
     procs = start_stack(PORT, DATA_DIR)
