@@ -36,6 +36,10 @@ os.environ.update(
 )
 
 from bench.common import cpu_seconds, fresh_instance, p95, start_stack, stop_all  # noqa: E402
+from sandbox.images import REPOSITORY, recipe_tag  # noqa: E402
+
+# This checkout's own image (its exec channel), not whatever the shared alias points at.
+os.environ.setdefault("SANDBOX_IMAGE", f"{REPOSITORY}:{recipe_tag()}")
 
 PORT = 18773
 NOTE = re.compile(rb'"stream":"system","text":"(\d+) lines dropped: output over the budget')
@@ -177,6 +181,28 @@ def flood_case(
     }
 
 
+def lines_cost(flood: Client, runtime: str, args: Any) -> dict[str, tuple[float, int]]:
+    """The agent's CPU for --lines empty lines from a run and from a session exec, with
+    nothing else going on: (CPU seconds, entries kept)."""
+    command = f"yes '' | head -n {args.lines}"
+    session = flood.session("flood", runtime)
+    figures = {}
+    for case in ("run", "exec"):
+        before = cpu_seconds([args.agent_pid])
+        if case == "run":
+            row = flood.call("POST", "/workspaces/flood/runs", {"command": command})
+            path, active = f"/runs/{row['id']}", {"queued", "preparing", "running"}
+        else:
+            body = {"command": command, "detach": True}
+            row = flood.call("POST", f"/sessions/{session['id']}/exec", body)
+            path, active = f"/execs/{row['id']}", {"queued", "running"}
+        while flood.call("GET", path)["state"] in active:
+            time.sleep(0.1)
+        figures[case] = (cpu_seconds([args.agent_pid]) - before, log_figures(row["id"])[0])
+    flood.call("POST", f"/sessions/{session['id']}/stop")
+    return figures
+
+
 def report(runtime: str, case: str, f: dict[str, Any]) -> None:
     quiet, flooded = f["quiet"], f["flooded"]
     ratio = statistics.median(flooded) / statistics.median(quiet)
@@ -202,11 +228,12 @@ def main() -> None:
     parser.add_argument("--echoes", type=int, default=50, help="quiet echoes per case")
     parser.add_argument("--runtimes", default="runc,gvisor")
     parser.add_argument("--cases", default="run,exec,null")
+    parser.add_argument("--lines", type=int, default=100_000, help="0: skip the lines' cost")
     args = parser.parse_args()
     tokens = setup_instance()
     procs = start_stack(PORT, DATA_DIR)
     args.agent_pid = procs[2].pid
-    results = []
+    results, costs = [], []
     try:
         flood, quiet = Client(tokens["flood"]), Client(tokens["quiet"])
         for runtime in args.runtimes.split(","):
@@ -214,6 +241,13 @@ def main() -> None:
             quiet_session = quiet.session("quiet", runtime)
             for _ in range(3):  # warm: connections, the channel, the page cache
                 quiet.echo_ms(quiet_session)
+            if args.lines:
+                for case, (cpu, kept) in lines_cost(flood, runtime, args).items():
+                    costs.append(
+                        f"{runtime}: {args.lines:,} empty lines from a {case}: agent CPU "
+                        f"{cpu:.2f} s, {kept:,} entries kept"
+                    )
+                    print(costs[-1])
             for case in args.cases.split(","):
                 figures = flood_case(case, flood, quiet, quiet_session, runtime, args)
                 results.append((runtime, case, figures))
@@ -222,6 +256,7 @@ def main() -> None:
     finally:
         stop_all(procs)
     print("\nsummary")
+    print("\n".join(costs))
     for runtime, case, figures in results:
         report(runtime, case, figures)
     print("\ngoal: the other team's echo p50 during the flood <= 1.5x quiet")
