@@ -249,11 +249,16 @@ class SessionFollower(Follower):
     def _lines(self, entry: _ExecLog, stream: str, text: bytes, whole: bool, ts: str) -> None:
         """A frame's output into the exec's log, one entry a line (whole lines end in a
         newline; a piece is one entry), as many as the sandbox's budget takes."""
+        count = (text.count(b"\n") + (not text.endswith(b"\n"))) if whole else 1
+        writer = entry.writer
+        fit = self.budget.take(count, len(text))
+        if not fit:  # a flood past the budget: counted, never split
+            dropped(writer, count, ts)
+            entry.dirty = True
+            return
         lines = text.split(b"\n") if whole else [text]
         if whole and len(lines) > 1 and not lines[-1]:
             lines.pop()  # the newline that ends the last line
-        writer = entry.writer
-        fit = self.budget.take(len(lines), len(text))
         if fit and writer.dropped:
             say_dropped(writer)  # before the first line past the drops: in order
         for line in lines[:fit] if fit < len(lines) else lines:

@@ -70,13 +70,40 @@ KILL_GRACE_S = 5.0
 PIPE_GRACE_S = 1.0
 REAP_EVERY_S = 1.0
 KEEP_ENDED = 1000  # ends remembered for `status`, after their frame was written
+# An exec's output is read no faster than this (lines, bytes a second; a second's worth
+# at once): past it the command waits on its full pipe, as on a slow terminal, rather
+# than the host dropping what it cannot store. Below the host's own budget for the
+# sandbox (SANDBOX_LOG_LINES_PER_S, 100,000 by default), which still holds if a
+# process writes past this one.
+PACE_LINES = 90_000
+PACE_BYTES = 14 << 20
 OUT = sys.stdout.buffer
 PR_SET_DUMPABLE = 4
+
+
+class Pace:
+    """What an exec's output may still owe: read lines and bytes beyond a second's worth
+    at PACE_LINES and PACE_BYTES are waited off before the next read (its two pipes
+    together)."""
+
+    def __init__(self) -> None:
+        self.lines = self.bytes = 0.0
+        self.at = 0.0
+
+    async def spend(self, lines: int, size: int) -> None:
+        now = asyncio.get_running_loop().time()
+        gone, self.at = now - self.at, now
+        self.lines = max(0.0, self.lines - gone * PACE_LINES) + lines
+        self.bytes = max(0.0, self.bytes - gone * PACE_BYTES) + size
+        wait = max(self.lines / PACE_LINES, self.bytes / PACE_BYTES) - 1.0
+        if wait > 0:
+            await asyncio.sleep(wait)
 
 
 class Exec:
     def __init__(self, exec_id: str, proc: asyncio.subprocess.Process, key: bytes) -> None:
         self.id, self.proc, self.key = exec_id, proc, key
+        self.pace = Pace()
         self.seq = 0  # frames written so far
         self.reason = ""  # set when this process ends it: timeout, killed, session_stopped
         self.end: dict[str, Any] | None = None
@@ -134,6 +161,7 @@ async def pump(run: Exec, reader: asyncio.StreamReader, kind: bytes) -> None:
             continue
         if not chunk:
             break
+        await run.pace.spend(chunk.count(b"\n"), len(chunk))
         buf += chunk
         while True:
             end = buf.rfind(b"\n", 0, CHUNK)  # the whole lines of the next CHUNK bytes

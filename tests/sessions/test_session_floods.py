@@ -56,6 +56,18 @@ def test_an_execs_lines_stay_one_entry_each_in_order_across_frames(agent, runtim
     assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
 
 
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_an_execs_flood_is_paced_by_the_channel_and_arrives_whole(agent, runtime):
+    """Three times what the agent stores at once for a sandbox (a second's worth): the
+    channel reads it no faster than the agent stores it, so none is dropped."""
+    session = agent.ready(runtime=runtime)
+    total = 300_000
+    done = agent.wait_exec(agent.exec(session, f"seq 1 {total}", detach=True, status=202))
+    assert done["reason"] == "exit_zero", done
+    log = agent.log(done)
+    assert [e["text"] for e in log] == [str(i) for i in range(1, total + 1)]
+
+
 @pytest.fixture
 def small_budget(run_stack):
     """The suite's runner agent, restarted with a budget of LINES_PER_S a sandbox."""
