@@ -350,6 +350,12 @@ RUN_STALE_QUEUED_S = envint("RUN_STALE_QUEUED_S", 120)
 # (a longer chunk is split). Past the total, one marker says so and output is dropped.
 RUN_LOG_MAX_BYTES = envint("RUN_LOG_MAX_BYTES", 10 * 1024 * 1024)
 RUN_LOG_MAX_LINE = envint("RUN_LOG_MAX_LINE", 16 * 1024)
+# Each sandbox's share of the runner agent (logs/follow.py, Budget): lines and bytes of
+# output a second stored from one container (a run's, or a session's execs together),
+# with a burst of one second's worth. Above the 50,000 lines/s a log must stream; past
+# it, lines are dropped and a counted note says so ("N lines dropped: ...").
+SANDBOX_LOG_LINES_PER_S = envint("SANDBOX_LOG_LINES_PER_S", 100_000)
+SANDBOX_LOG_BYTES_PER_S = envint("SANDBOX_LOG_MB_PER_S", 16) * 1024 * 1024
 
 # Run outputs (issue "the rest of the contract"): artifacts kept per run (total and
 # count), the changes diff shown, and how long logs and artifacts are kept (beat).

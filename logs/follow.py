@@ -8,6 +8,8 @@ until the container is removed, which only happens after the log is complete).
 
 import asyncio
 import calendar
+import contextlib
+import functools
 import logging
 import struct
 import threading
@@ -17,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 import docker
+from django.conf import settings
 
 from logs import logstore
 from sandbox.engine import engine
@@ -31,8 +34,72 @@ def ts_ns(ts: bytes | str) -> int:
     fraction are trimmed by Docker, so strings do not compare)."""
     text = ts.decode() if isinstance(ts, bytes) else ts
     date, _, frac = text.rstrip("Z").partition(".")
-    seconds = calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%S"))
-    return seconds * 1_000_000_000 + int((frac + "000000000")[:9] or 0)
+    return _epoch_s(date) * 1_000_000_000 + int((frac + "000000000")[:9] or 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _epoch_s(date: str) -> int:
+    # strptime is most of a line's cost; a flood's lines share their second.
+    return calendar.timegm(time.strptime(date, "%Y-%m-%dT%H:%M:%S"))
+
+
+class Budget:
+    """One sandbox's share of the agent: lines and bytes a second (settings
+    SANDBOX_LOG_LINES_PER_S, SANDBOX_LOG_MB_PER_S), a token bucket holding one second's
+    worth. A burst is stored whole, in big batches (one write and one signal per block
+    read, not per line); past the bucket, lines are dropped and counted."""
+
+    def __init__(self, lines_per_s: int, bytes_per_s: int) -> None:
+        self.rate_lines, self.rate_bytes = float(lines_per_s), float(bytes_per_s)
+        self.lines, self.bytes = self.rate_lines, self.rate_bytes
+        self.at = time.monotonic()
+
+    def refill(self) -> None:
+        """Called once per block read: a flood's lines are not timed one by one."""
+        now = time.monotonic()
+        elapsed, self.at = now - self.at, now
+        self.lines = min(self.rate_lines, self.lines + elapsed * self.rate_lines)
+        self.bytes = min(self.rate_bytes, self.bytes + elapsed * self.rate_bytes)
+
+    def take(self, lines: int, size: int) -> int:
+        """How many of `lines` lines (`size` bytes together) fit; those are taken."""
+        if lines <= self.lines and size <= self.bytes:
+            self.lines -= lines
+            self.bytes -= size
+            return lines
+        fit = min(lines, int(self.lines), int(lines * self.bytes / size) if size else lines)
+        fit = max(fit, 0)
+        self.lines -= fit
+        self.bytes -= size * fit / lines
+        return fit
+
+
+def dropped(writer: logstore.LogWriter, lines: int, ts: str) -> None:
+    """`lines` lines of this log dropped over the budget: counted, said later."""
+    if not writer.dropped:
+        writer.dropped_at = time.monotonic()
+    writer.dropped += lines
+    writer.dropped_ts = ts
+
+
+def say_dropped(writer: logstore.LogWriter) -> None:
+    """The count of lines dropped since the last note, as a system line of the log.
+    It carries the last dropped line's timestamp: after an agent restart, following
+    resumes past them, so they are neither stored nor counted twice."""
+    if writer.dropped:
+        text = f"{writer.dropped} lines dropped: output over the budget of {_limits()}"
+        writer.append("system", text.encode(), writer.dropped_ts)
+        writer.dropped = 0
+
+
+def _limits() -> str:
+    return (
+        f"{settings.SANDBOX_LOG_LINES_PER_S:,} lines/s and "
+        f"{settings.SANDBOX_LOG_BYTES_PER_S // (1024 * 1024)} MB/s a sandbox"
+    )
+
+
+NOTE_EVERY_S = 1.0  # during a flood past the budget, its count is said this often
 
 
 def _blocks(response: Any) -> Iterator[bytes]:
@@ -47,37 +114,36 @@ def _blocks(response: Any) -> Iterator[bytes]:
         while block := fp.read1(1 << 16):
             yield block
         return
-    buf, pos, left = bytearray(), 0, 0  # left: bytes still due in the current chunk
+    buf, left = b"", 0  # left: bytes still due in the current chunk
     while True:
         data = fp.read1(1 << 16)
         if not data:
             return
-        buf += data
-        out = bytearray()
-        while pos < len(buf):
+        buf = buf + data if buf else data
+        out, pos, end = [], 0, len(buf)
+        while pos < end:
             if left:
-                take = min(left, len(buf) - pos)
-                out += buf[pos : pos + take]
+                take = min(left, end - pos)
+                out.append(buf[pos : pos + take])
                 pos += take
                 left -= take
                 continue
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
                 break
-            line = bytes(buf[pos:eol]).split(b";")[0].strip()
-            if line == b"":  # the CRLF that ends a chunk's data
-                pos = eol + 2
+            if eol == pos:  # the CRLF that ends a chunk's data
+                pos += 2
                 continue
-            left = int(line, 16)
+            size = buf[pos:eol]
+            left = int(size.split(b";")[0] if b";" in size else size, 16)
             if left == 0:
                 if out:
-                    yield bytes(out)
+                    yield b"".join(out)
                 return
             pos = eol + 2
-        del buf[:pos]
-        pos = 0
+        buf = buf[pos:]
         if out:
-            yield bytes(out)
+            yield b"".join(out)
 
 
 def _frames(blocks: Iterator[bytes]) -> Iterator[tuple[int, bytes] | None]:
@@ -115,6 +181,8 @@ class Follower(threading.Thread):
         self.done = threading.Event()
         self.count = 0
         self.bytes = 0
+        self.budget = Budget(settings.SANDBOX_LOG_LINES_PER_S, settings.SANDBOX_LOG_BYTES_PER_S)
+        self.seen: bytes = b""  # the engine timestamp of the last frame handled
 
     def run(self) -> None:
         writer = logstore.LogWriter(self.run_id)
@@ -123,6 +191,8 @@ class Follower(threading.Thread):
         except Exception:
             log.exception("following %s failed", self.container)
         finally:
+            with contextlib.suppress(OSError):
+                say_dropped(writer)
             self.count = writer.count
             self.bytes = getattr(writer, "total_bytes", 0)
             writer.close()
@@ -158,8 +228,10 @@ class Follower(threading.Thread):
             "stderr": 1,
             "timestamps": 1,
         }
-        if writer.last_ts:
-            params["since"] = str(Decimal(ts_ns(writer.last_ts)) / Decimal(1_000_000_000))
+        # Past the last frame handled, stored or dropped (a restart: the last stored).
+        last = self.seen.decode() or writer.last_ts
+        if last:
+            params["since"] = str(Decimal(ts_ns(last)) / Decimal(1_000_000_000))
         try:
             response = api._get(
                 api._url("/containers/{0}/logs", self.container), params=params, stream=True
@@ -170,16 +242,22 @@ class Follower(threading.Thread):
         return response
 
     def _store(self, response: Any, writer: logstore.LogWriter) -> None:
-        last = ts_ns(writer.last_ts) if writer.last_ts else None
+        """Each frame to `store_frame`, in order. A stream starts at `since`, which the
+        engine applies by the second: its first frames up to the last one handled are
+        skipped (the only timestamps parsed)."""
+        last = self.seen.decode() or writer.last_ts
+        skip_to = ts_ns(last) if last else None
         signalled_at = 0.0
+        self.budget.refill()
         for frame in _frames(_blocks(response)):
             if frame is not None:
                 stream, payload = frame
                 ts, _, data = payload.partition(b" ")
-                at = ts_ns(ts)
-                if last is not None and at <= last:
-                    continue  # already stored (before a restart, or by the follow stream)
-                last = at
+                if skip_to is not None:
+                    if ts_ns(ts) <= skip_to:
+                        continue  # already handled (before a restart, or by the follow stream)
+                    skip_to = None
+                self.seen = ts
                 self.store_frame(writer, "stderr" if stream == 2 else "stdout", ts.decode(), data)
                 if len(writer._pending) < 10_000:
                     continue
@@ -187,6 +265,7 @@ class Follower(threading.Thread):
             # tell readers, at most every SIGNAL_EVERY_S.
             writer.flush()
             self.flushed(writer)
+            self.budget.refill()
             now = time.monotonic()
             if now - signalled_at >= SIGNAL_EVERY_S:
                 self._signal(writer.count)
@@ -196,12 +275,21 @@ class Follower(threading.Thread):
 
     def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
         """One message of the container's output (a line, or a piece of a long one)."""
+        if not self.budget.take(1, len(data)):
+            dropped(writer, 1, ts)
+            return
+        if writer.dropped:
+            say_dropped(writer)  # before the first line past the drops: in order
         if self.masker:
             data = self.masker.bytes(data)
         writer.append(stream, data, ts)
 
     def flushed(self, writer: logstore.LogWriter) -> None:
-        """What has arrived is stored: a subclass stores what it keeps elsewhere."""
+        """What has arrived is stored: a flood's drops are said at
+        least every NOTE_EVERY_S; a subclass stores what it keeps elsewhere."""
+        if writer.dropped and time.monotonic() - writer.dropped_at >= NOTE_EVERY_S:
+            say_dropped(writer)
+            writer.flush()
 
     def _signal(self, seq: int) -> None:
         if not self.loop.is_closed():

@@ -86,6 +86,12 @@ class LogWriter:
         self.batching = False
         self._pending: list[bytes] = []
         self._pending_slots: list[bytes] = []
+        # Lines a follower dropped over its sandbox's budget and has not yet said so in
+        # this log (logs/follow.py): how many, the last one's engine timestamp, and when
+        # the first of them was dropped (time.monotonic).
+        self.dropped = 0
+        self.dropped_ts: str | None = None
+        self.dropped_at = 0.0
         self._recover()
 
     def __enter__(self) -> "LogWriter":
@@ -153,6 +159,18 @@ class LogWriter:
             return self.count
         if data.endswith(b"\n"):
             data = data[:-1]
+        # The common case in one decode (a flood is short valid lines): valid UTF-8,
+        # within a line and within the cap, is stored as it is.
+        if len(data) <= self.max_line and self.total_bytes + len(data) <= self.max_bytes:
+            try:
+                text = data.decode()
+            except UnicodeDecodeError:
+                pass
+            else:
+                self._write(stream, text, ts)
+                if output:
+                    self.total_bytes += len(data)
+                return self.count
         raw = data.decode("utf-8", "replace").encode()
         over = False
         if output and self.total_bytes + len(raw) > self.max_bytes:

@@ -24,6 +24,7 @@ key and numbered past the last one taken (sessions/frames.py).
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -34,11 +35,11 @@ from typing import Any
 from django.db import close_old_connections, connection
 
 from logs import logstore
-from logs.follow import SIGNAL_EVERY_S, Follower, ts_ns
+from logs.follow import NOTE_EVERY_S, SIGNAL_EVERY_S, Follower, dropped, say_dropped, ts_ns
 from runs import secrets
 from sandbox.models import Sandbox
 from sessions.channel import channel_key
-from sessions.frames import MARK, OWN_ID, Frame, frame_key, parse
+from sessions.frames import LINES, MARK, OWN_ID, Frame, frame_key, parse
 from sessions.lifecycle import signal_ended
 from sessions.models import Exec, ExecState, Session
 from sessions.outcomes import describe_end
@@ -46,7 +47,7 @@ from sessions.outcomes import describe_end
 log = logging.getLogger("berth.runner_agent")
 
 REFRESH_S = 0.2  # unknown exec ids look the session's running execs up at most this often
-NOTE_EVERY_S = 5.0  # unsigned lines dropped: said in the run's log at most this often
+UNSIGNED_NOTE_EVERY_S = 5.0  # unsigned lines dropped: said in the run's log at most this often
 
 
 # Exec ids the keeper of this process handed to each session run's channel, so their
@@ -133,18 +134,21 @@ class SessionFollower(Follower):
         # it was keyed (from then on, unsigned lines are dropped and counted).
         self.channel_key = channel_key(sandbox.public_id)
         self.own_seq = 0
-        self.dropped = 0
-        self.noted = 0
-        self.noted_at = 0.0
+        self.unsigned = 0
+        self.unsigned_noted = 0
+        self.unsigned_noted_at = 0.0
         self.run_granted: list[str] = []
         self.run_masker = secrets.Masker([])
         self.run_masked_at = -REFRESH_S
+        self.cursor_at = 0.0
 
     def run(self) -> None:
         try:
             super().run()
         finally:
             for entry in self.execs.values():
+                with contextlib.suppress(OSError):
+                    say_dropped(entry.writer)
                 entry.writer.close()
             connection.close()
 
@@ -154,6 +158,8 @@ class SessionFollower(Follower):
         if resumed and (not writer.last_ts or ts_ns(resumed) > ts_ns(writer.last_ts)):
             writer.last_ts = resumed
         super()._follow(writer)
+        if writer.last_ts:
+            self._save_cursor(writer.last_ts)  # the last one, whenever the one before was
 
     def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
         writer.last_ts = ts  # the cursor moves past a frame whatever log it went to
@@ -161,20 +167,20 @@ class SessionFollower(Follower):
             self._own_line(writer, data[1:], ts)
         elif data.startswith(MARK):
             try:
-                self._exec_frame(data[1:], ts, ts_ns(ts))
+                self._exec_frame(data[1:], ts)
             except Exception:
                 # One bad frame is dropped; following goes on past it.
                 log.exception("session run %s: a frame was dropped", self.run_id)
         elif self.own_seq:
-            self.dropped += 1  # written after the key by a process of the sandbox
+            self.unsigned += 1  # written after the key by a process of the sandbox
         else:
-            writer.append(stream, self._masked(data), ts)
+            super().store_frame(writer, stream, ts, self._masked(data))
 
     def _own_line(self, writer: logstore.LogWriter, data: bytes, ts: str) -> None:
         """One of the channel's own lines, signed with its key and numbered past the last."""
         found = parse(data)
         if found is None or found.seq <= self.own_seq or not found.signed_by(self.channel_key):
-            self.dropped += 1
+            self.unsigned += 1
             return
         self.own_seq = found.seq
         try:
@@ -204,25 +210,36 @@ class SessionFollower(Follower):
     def flushed(self, writer: logstore.LogWriter) -> None:
         """Each exec's new entries stored and told (at most every SIGNAL_EVERY_S each),
         then the cursor: after an agent restart, following resumes past it."""
+        super().flushed(writer)
         now = time.monotonic()
         for entry in self.execs.values():
+            if entry.writer.dropped and now - entry.writer.dropped_at >= NOTE_EVERY_S:
+                say_dropped(entry.writer)
+                entry.dirty = True
             if entry.dirty:
                 entry.writer.flush()
                 entry.dirty = False
                 if now - entry.signalled_at >= SIGNAL_EVERY_S:
                     entry.signalled_at = now
                     logstore.signal(entry.row.public_id, entry.writer.count)
-        if self.dropped > self.noted and now - self.noted_at >= NOTE_EVERY_S:
+        if (
+            self.unsigned > self.unsigned_noted
+            and now - self.unsigned_noted_at >= UNSIGNED_NOTE_EVERY_S
+        ):
             note = (
-                f"[berth] {self.dropped - self.noted} line(s) the exec channel did not sign "
-                f"were dropped ({self.dropped} since the agent began following): a process "
-                "in the sandbox wrote into the channel's output\n"
+                f"[berth] {self.unsigned - self.unsigned_noted} line(s) the exec channel did "
+                f"not sign were dropped ({self.unsigned} since the agent began following): "
+                "a process in the sandbox wrote into the channel's output\n"
             )
             log.warning("session run %s: %s", self.run_id, note.strip())
             writer.append("stderr", note.encode(), writer.last_ts or "")
             writer.flush()
-            self.noted, self.noted_at = self.dropped, now
-        if writer.last_ts:
+            self.unsigned_noted, self.unsigned_noted_at = self.unsigned, now
+        # The cursor at most every SIGNAL_EVERY_S (one file write, not one a block): an
+        # older cursor only means frames read again after a restart, each log skipping
+        # what it holds.
+        if writer.last_ts and now - self.cursor_at >= SIGNAL_EVERY_S:
+            self.cursor_at = now
             self._save_cursor(writer.last_ts)
 
     def _save_cursor(self, ts: str) -> None:
@@ -278,26 +295,48 @@ class SessionFollower(Follower):
         handed_here.difference_update(handed_here - self.execs.keys())
         close_old_connections()
 
-    def _exec_frame(self, data: bytes, ts: str, at: int) -> None:
+    def _exec_frame(self, data: bytes, ts: str) -> None:
         found = parse(data)
         if found is None:
             return
         entry = self._entry(found.exec_id)
         if entry is None or not self._next(entry, found, ts):
             return
-        if entry.last is not None and at <= entry.last:
-            return  # already in its log (stored past the cursor before a restart)
-        if found.kind in (b"o", b"e"):
-            try:
-                text = base64.b64decode(found.data, validate=True)
-            except ValueError:
-                return
-            if entry.masker:
-                text = entry.masker.bytes(text)
-            entry.writer.append("stdout" if found.kind == b"o" else "stderr", text, ts)
-            entry.dirty = True
-        else:
+        if entry.last is not None:
+            if ts_ns(ts) <= entry.last:
+                return  # already in its log (stored past the cursor before a restart)
+            entry.last = None  # frames come in order: nothing after this one is
+        if found.kind == b"x":
             self._end(found.exec_id, entry, found.data)
+            return
+        try:
+            text = base64.b64decode(found.data, validate=True)
+        except ValueError:
+            return
+        if entry.masker:
+            text = entry.masker.bytes(text)  # before splitting: a value may span lines
+        self._lines(entry, LINES[found.kind], text, found.kind in (b"O", b"E"), ts)
+
+    def _lines(self, entry: _ExecLog, stream: str, text: bytes, whole: bool, ts: str) -> None:
+        """A frame's output into the exec's log, one entry a line (whole lines end in a
+        newline; a piece is one entry), as many as the sandbox's budget takes."""
+        count = (text.count(b"\n") + (not text.endswith(b"\n"))) if whole else 1
+        writer = entry.writer
+        fit = self.budget.take(count, len(text))
+        if not fit:  # a flood past the budget: counted, never split
+            dropped(writer, count, ts)
+            entry.dirty = True
+            return
+        lines = text.split(b"\n") if whole else [text]
+        if whole and len(lines) > 1 and not lines[-1]:
+            lines.pop()  # the newline that ends the last line
+        if fit and writer.dropped:
+            say_dropped(writer)  # before the first line past the drops: in order
+        for line in lines[:fit] if fit < len(lines) else lines:
+            writer.append(stream, line, ts)
+        if fit < len(lines):
+            dropped(writer, len(lines) - fit, ts)
+        entry.dirty = True
 
     @staticmethod
     def _next(entry: _ExecLog, found: Frame, ts: str) -> bool:
@@ -318,6 +357,7 @@ class SessionFollower(Follower):
 
     def _end(self, exec_id: str, entry: _ExecLog, body: bytes) -> None:
         end = valid_end(body)
+        say_dropped(entry.writer)  # before its end: the log's last word on its output
         entry.writer.close()
         del self.execs[exec_id]  # no frame of it after its end counts (it is not running)
         HANDED.get(self.run_id, set()).discard(exec_id)

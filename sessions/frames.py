@@ -2,6 +2,10 @@
 
     \\x1e<exec id> <kind> <seq> <mac> <data>
 
+Kinds: o/e a piece of a stdout/stderr line, O/E whole stdout/stderr lines (several, each
+ending in a newline: one frame per read of a flood, split back into one entry a line),
+x the exec's end.
+
 Each exec gets a key of its own, derived here from the server's secret and the exec's
 id, handed to the channel with the exec and never stored. The channel numbers the
 exec's frames from 1 and signs each. A line a process in the sandbox writes to the
@@ -19,7 +23,8 @@ from dataclasses import dataclass
 from django.utils.crypto import salted_hmac
 
 MARK = b"\x1e"
-KINDS = (b"o", b"e", b"x")
+KINDS = (b"o", b"e", b"O", b"E", b"x")
+LINES = {b"o": "stdout", b"e": "stderr", b"O": "stdout", b"E": "stderr"}
 # The channel's own lines, signed with the channel's key once it has one
 # (sessions.channel.channel_key): no exec's id, those are alphanumeric.
 OWN_ID = "_"

@@ -11,8 +11,10 @@ Docker's: their output and their end go to this process's stdout as frames, one 
 line, which the engine keeps as the container's log and the agent follows (and resumes
 after a restart, from its last timestamp) like a run's:
 
-    \\x1e<exec id> o <seq> <mac> <base64 of a stdout line>
-    \\x1e<exec id> e <seq> <mac> <base64 of a stderr line>
+    \\x1e<exec id> O <seq> <mac> <base64 of whole stdout lines, each ending in \\n>
+    \\x1e<exec id> E <seq> <mac> <base64 of whole stderr lines, each ending in \\n>
+    \\x1e<exec id> o <seq> <mac> <base64 of a piece of a stdout line>
+    \\x1e<exec id> e <seq> <mac> <base64 of a piece of a stderr line>
     \\x1e<exec id> x <seq> <mac> <JSON of its end: exit_code, signal, reason, oom>
 
 `seq` counts an exec's frames from 1 and `mac` is an HMAC-SHA256 (first 16 bytes, in
@@ -39,10 +41,13 @@ where they still hold the version the host thinks is there (a compare-and-swap o
 their Git blob ids), and `manifest` and `read` show the host what /workspace holds, so
 the host never checks out or reads a session's tree through the volume's host path.
 
-A line is framed whole, or in pieces of at most CHUNK bytes; a partial line (a prompt)
-is framed after PARTIAL_S without more. An exec's output goes through pipes; this
-process is not dumpable, so under runc an exec cannot open its /proc/<pid>/fd/1, and
-it is the container's init itself (no dumpable docker-init holds the same output).
+Whole lines go out together, as many as have arrived within CHUNK bytes, in one frame
+(O/E: one write, one MAC, one engine log message for a flood of short lines; the agent
+splits it back into one log entry per line). A line longer than CHUNK is framed in
+pieces of CHUNK bytes (o/e), and a partial line (a prompt) after PARTIAL_S without more.
+An exec's output goes through pipes; this process is not dumpable, so under runc an exec
+cannot open its /proc/<pid>/fd/1, and it is the container's init itself (no dumpable
+docker-init holds the same output).
 It runs on Debian's Python 3.11 with the standard library only.
 """
 
@@ -73,8 +78,34 @@ KILL_GRACE_S = 5.0
 PIPE_GRACE_S = 1.0
 REAP_EVERY_S = 1.0
 KEEP_ENDED = 1000  # ends remembered for `status`, after their frame was written
+# An exec's output is read no faster than this (lines, bytes a second; a second's worth
+# at once): past it the command waits on its full pipe, as on a slow terminal, rather
+# than the host dropping what it cannot store. Below the host's own budget for the
+# sandbox (SANDBOX_LOG_LINES_PER_S, 100,000 by default), which still holds if a
+# process writes past this one.
+PACE_LINES = 90_000
+PACE_BYTES = 14 << 20
 OUT = sys.stdout.buffer
 PR_SET_DUMPABLE = 4
+
+
+class Pace:
+    """What an exec's output may still owe: read lines and bytes beyond a second's worth
+    at PACE_LINES and PACE_BYTES are waited off before the next read (its two pipes
+    together)."""
+
+    def __init__(self) -> None:
+        self.lines = self.bytes = 0.0
+        self.at = 0.0
+
+    async def spend(self, lines: int, size: int) -> None:
+        now = asyncio.get_running_loop().time()
+        gone, self.at = now - self.at, now
+        self.lines = max(0.0, self.lines - gone * PACE_LINES) + lines
+        self.bytes = max(0.0, self.bytes - gone * PACE_BYTES) + size
+        wait = max(self.lines / PACE_LINES, self.bytes / PACE_BYTES) - 1.0
+        if wait > 0:
+            await asyncio.sleep(wait)
 
 
 class Signer:
@@ -89,6 +120,7 @@ class Exec(Signer):
     def __init__(self, exec_id: str, proc: asyncio.subprocess.Process, key: bytes) -> None:
         super().__init__(exec_id, key)
         self.proc = proc
+        self.pace = Pace()
         self.reason = ""  # set when this process ends it: timeout, killed, session_stopped
         self.end: dict[str, Any] | None = None
         self.carrier: asyncio.Future[None] | None = None
@@ -218,6 +250,7 @@ def first_to_go() -> None:
 
 
 async def pump(run: Exec, reader: asyncio.StreamReader, kind: bytes) -> None:
+    lines_kind = kind.upper()  # whole lines: o -> O, e -> E
     buf = b""
     while True:
         try:
@@ -231,13 +264,13 @@ async def pump(run: Exec, reader: asyncio.StreamReader, kind: bytes) -> None:
             continue
         if not chunk:
             break
+        await run.pace.spend(chunk.count(b"\n"), len(chunk))
         buf += chunk
         while True:
-            line, found, rest = buf.partition(b"\n")
-            if found:
-                for at in range(0, max(len(line), 1), CHUNK):
-                    frame(run, kind, base64.b64encode(line[at : at + CHUNK]))
-                buf = rest
+            end = buf.rfind(b"\n", 0, CHUNK)  # the whole lines of the next CHUNK bytes
+            if end >= 0:
+                frame(run, lines_kind, base64.b64encode(buf[: end + 1]))
+                buf = buf[end + 1 :]
             elif len(buf) >= CHUNK:
                 frame(run, kind, base64.b64encode(buf[:CHUNK]))
                 buf = buf[CHUNK:]

@@ -28,8 +28,9 @@ def test_an_exec_printing_through_an_agent_restart_keeps_its_whole_log_and_end(
     )
     wait_for(lambda: any(e["text"] == "line 3" for e in agent.log(printer)), 30, what="line 3")
     run_stack.agent.kill()
-    # It goes on printing while no agent listens: wait until the engine holds more.
-    frame = base64.b64encode(b"line 12")
+    # It goes on printing while no agent listens: wait until the engine holds more (a
+    # whole line is framed with its newline: sandbox/in_image/berth_session.py).
+    frame = base64.b64encode(b"line 12\n")
     container = container_of(session["run"])
     wait_for(lambda: frame in container.logs(), 30, what="line 12 in the engine's log")
     restarted = timezone.now()

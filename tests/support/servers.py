@@ -262,14 +262,15 @@ def celery_worker() -> Iterator[subprocess.Popen]:
 
 
 @contextmanager
-def runner_agent() -> Iterator[subprocess.Popen]:
+def runner_agent(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """The runner agent; with `env`, settings of its own (a test's small budget)."""
     log_path = settings.DATA_DIR / "runner-agent.log"
 
     def ready() -> bool:
         return "runner agent started" in log_path.read_text(errors="replace")
 
     cmd = [sys.executable, "manage.py", "runner_agent"]
-    with running(cmd, log_path, ready, "runner agent") as p:
+    with running(cmd, log_path, ready, "runner agent", env) as p:
         yield p
 
 
