@@ -19,6 +19,7 @@ from runs.models import Purpose
 from runs.services import start_service
 from sandbox.images import SESSION_INIT
 from sandbox.models import this_host
+from sessions.access import require_cover
 from sessions.lifecycle import (
     ask_stop,
     changed,
@@ -355,9 +356,18 @@ def keep_alive(session: Session, actor: Actor) -> Session:
 def stop_session(session: Session, actor: Actor, reason: str = "closed") -> Session:
     """Stop its container: its files stay on its volume (until deleted), everything
     else in the container goes. A frozen one is thawed first (by the agent)."""
-    ask_stop(session, reason, actor.label)
+    with transaction.atomic():
+        _still_covered(session, actor)
+        ask_stop(session, reason, actor.label)
     session.refresh_from_db()
     return session
+
+
+def _still_covered(session: Session, actor: Actor) -> None:
+    """The door checked the actor's cover before this request's transaction: checked
+    again under the row's lock, which a grant takes too (exec_in), so a grant made in
+    between is seen."""
+    require_cover(actor, Session.objects.select_for_update().get(pk=session.pk))
 
 
 def delete_session(session: Session, actor: Actor) -> Session:
@@ -367,11 +377,14 @@ def delete_session(session: Session, actor: Actor) -> Session:
         return session
     if session.state in LIVE_STATES:
         if session.state == SessionState.STOPPING:
-            Session.objects.filter(pk=session.pk).update(stop_reason="deleted")
+            with transaction.atomic():
+                _still_covered(session, actor)
+                Session.objects.filter(pk=session.pk).update(stop_reason="deleted")
             session.refresh_from_db()
             return session
         return stop_session(session, actor, "deleted")
     with transaction.atomic():
+        _still_covered(session, actor)
         if session.move(
             SessionState.DELETED,
             RESTARTABLE_STATES,

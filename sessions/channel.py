@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from sandbox import backend
 from sandbox.loop import db
@@ -64,12 +65,22 @@ def host_secret() -> bytes:
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
+                f.flush()
+                os.fsync(f.fileno())  # whole on disk before it has its name
             with contextlib.suppress(FileExistsError):
                 os.link(temp, path)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
-    return bytes.fromhex(path.read_text().strip())
+    text = path.read_text().strip()
+    # A file cut short by a crash (or emptied by hand) would key every channel with a
+    # guessable secret: refuse to go on rather than hand such keys out.
+    if len(text) != 64 or not all(c in "0123456789abcdef" for c in text):
+        raise ImproperlyConfigured(
+            f"{path} does not hold a channel secret (64 hex characters). Remove it and "
+            "restart the runner agent: live sessions keyed with the old one end lost."
+        )
+    return bytes.fromhex(text)
 
 
 def channel_key(sandbox_id: str) -> bytes:
@@ -186,10 +197,13 @@ async def hand_key(end: Endpoint, mark: Any, timeout: float = 1.0) -> bool:
                 sock, json.dumps({"op": "hello", "nonce": ours}).encode() + b"\n"
             )
             hello = _answer(await _read_line(sock, MAX_HELLO))
-            if hello.get("keyed") is not False:
-                return False
-            if not await mark():
-                return False  # keyed once already: never again (`opened` will refuse)
+        if hello.get("keyed") is not False:
+            return False
+        # Outside the exchange's clock: a slow database must not leave a row marked
+        # keyed and a channel without its key (it would then end lost, wrongly).
+        if not await mark():
+            return False  # keyed once already: never again (`opened` will refuse)
+        async with asyncio.timeout(timeout):
             request = {"op": "key", "key": end.key.hex()}
             await loop.sock_sendall(sock, json.dumps(request).encode() + b"\n")
             done = _answer(await _read_line(sock, MAX_HELLO))
@@ -219,7 +233,12 @@ async def ask(
         raise ChannelError(f"the exec channel did not answer ({e})") from None
     finally:
         sock.close()
-    answer: dict[str, Any] = json.loads(line)
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise ChannelError("the exec channel's answer is not a JSON object")
     if answer.get("error") == "unproven":
         raise await _lost(end, "the exec channel refused the agent's proof")
     return answer

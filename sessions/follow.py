@@ -133,7 +133,9 @@ class SessionFollower(Follower):
         # The channel's own lines (OWN_ID): its key, the last number taken, and whether
         # it was keyed (from then on, unsigned lines are dropped and counted).
         self.channel_key = channel_key(sandbox.public_id)
+        self.sandbox_pk = sandbox.pk
         self.own_seq = 0
+        self.keyed = False  # the row says its key was handed (before the channel's line)
         self.unsigned = 0
         self.unsigned_noted = 0
         self.unsigned_noted_at = 0.0
@@ -155,6 +157,12 @@ class SessionFollower(Follower):
     def _follow(self, writer: logstore.LogWriter) -> None:
         resumed, self.resumed_seqs = read_cursor(self.cursor)
         self.own_seq = self.resumed_seqs.pop(OWN_ID, 0)
+        # The row is marked before the key is handed: after an agent restart, a cursor
+        # older than the channel's "keyed" line must not let unsigned lines in again.
+        self.keyed = Sandbox.objects.filter(
+            pk=self.sandbox_pk, channel_keyed_at__isnull=False
+        ).exists()
+        close_old_connections()
         if resumed and (not writer.last_ts or ts_ns(resumed) > ts_ns(writer.last_ts)):
             writer.last_ts = resumed
         super()._follow(writer)
@@ -171,7 +179,7 @@ class SessionFollower(Follower):
             except Exception:
                 # One bad frame is dropped; following goes on past it.
                 log.exception("session run %s: a frame was dropped", self.run_id)
-        elif self.own_seq:
+        elif self.own_seq or self.keyed:
             self.unsigned += 1  # written after the key by a process of the sandbox
         else:
             super().store_frame(writer, stream, ts, self._masked(data))
@@ -182,6 +190,8 @@ class SessionFollower(Follower):
         if found is None or found.seq <= self.own_seq or not found.signed_by(self.channel_key):
             self.unsigned += 1
             return
+        if not self.own_seq:
+            self.cursor_at = -SIGNAL_EVERY_S  # keyed: the cursor says so at this block's end
         self.own_seq = found.seq
         try:
             text = base64.b64decode(found.data, validate=True)

@@ -242,6 +242,7 @@ class Keeper:
     async def _hand(self, row: Exec) -> None:
         """One exec to its session's channel, once the session is ready and has every
         write on its branch announced so far."""
+        running = False
         try:
             async with self.locks[row.session_id]:
                 session = await db(_reload)(row.session_id)
@@ -262,6 +263,7 @@ class Keeper:
             ns = await on_thread(channel_of)(session.run.sandbox)
             if not await db(row.mark_running)():
                 return
+            running = True
             env = {**secrets.unseal(row.env_sealed), **secrets.unseal(row.secrets_sealed)}
             request = {
                 "op": "exec",
@@ -285,6 +287,12 @@ class Keeper:
                 detail = str(answer.get("detail") or answer.get("error"))
                 await db(self._end)(row, "not_started", describe_exec("not_started", detail=detail))
         except ChannelError as e:
+            await db(self._end)(row, "not_started", describe_exec("not_started", detail=str(e)))
+        except Exception as e:
+            if not running:
+                raise
+            # Marked running, then a fault (the database): never a row left running.
+            log.exception("exec %s: not handed", row.public_id)
             await db(self._end)(row, "not_started", describe_exec("not_started", detail=str(e)))
         finally:
             self.in_flight.discard(row.pk)
