@@ -28,6 +28,7 @@ from workspaces import actions, reviews
 from workspaces import config as workspace_config
 from workspaces.changes import Change
 from workspaces.forms import FileActionForm, NewBranchForm
+from workspaces.gitstore import MODE_TREE, GitStore
 from workspaces.models import Workspace
 from workspaces.paths import clean_path
 from workspaces.store import open_store
@@ -78,6 +79,7 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
         )
         with open_store(workspace) as store:
             _, blob = store.lookup(result.sha, path)
+            before = _text_at(store, body["base_commit"], path)
         review = None
         if path == workspace_config.FILENAME and not result.merged:
             # What a reviewer typed here is theirs: a narrowing is the new baseline, a
@@ -89,6 +91,7 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
                 result.sha,
                 result.branch,
                 typed.decode("utf-8", "replace"),
+                before,
             )
     except BerthError as e:
         return JsonResponse(e.as_dict(), status=e.status)
@@ -264,3 +267,14 @@ def new_branch(request: HttpRequest, membership: Membership, workspace: Workspac
     except BerthError as e:
         return failed(request, e, page_url(workspace, ref=request.POST.get("from_ref"), path=path))
     return done(request, page_url(workspace, ref=name, path=path))
+
+
+def _text_at(store: GitStore, commit: str, path: str) -> str | None:
+    """The file as the editor opened it (None: it was new, or no file there)."""
+    try:
+        mode, sha = store.lookup(commit, path)
+    except NotFound:
+        return None
+    if mode == MODE_TREE:
+        return None
+    return store.blob(sha).decode("utf-8", "replace")

@@ -3,6 +3,8 @@ contract (workspaces.reviews calls `supersede_wider`), or revoked on the review 
 A lapsed review stays as history and decides nothing; `contract_lapsed` tells the apps
 above to stop what still runs under it and is no longer admitted (runs.lapses)."""
 
+import logging
+
 from django.db import transaction
 
 from accounts.access import Actor, human_reviewer
@@ -11,6 +13,8 @@ from core.errors import Conflict
 from workspaces import contract
 from workspaces.models import ContractReview, ReviewState, Workspace
 from workspaces.signals import contract_lapsed
+
+log = logging.getLogger(__name__)
 
 
 def supersede_wider(review: ContractReview, actor: Actor) -> list[ContractReview]:
@@ -54,6 +58,20 @@ def revoke(review: ContractReview, actor: Actor, note: str = "") -> ContractRevi
         "No such contract review.",
     )
     with transaction.atomic():
+        others = ContractReview.objects.select_for_update().filter(
+            workspace=review.workspace, state=ReviewState.APPROVED
+        )
+        if review.state == ReviewState.APPROVED and not others.exclude(pk=review.pk).exists():
+            # With no approval left, asks are compared with Berth's defaults, which may
+            # be wider than this one (runc, more memory): revoking must never widen.
+            raise Conflict(
+                "This is the workspace's only approved contract: without it, asks would "
+                "be compared with Berth's defaults, which may allow more. To take access "
+                "back, type a narrower workspace.toml in the editor: a reviewer's "
+                "narrower contract becomes the baseline and wider approvals lapse.",
+                {"state": review.state},
+                code="last_approval",
+            )
         if not review.lapse(ReviewState.REVOKED, actor.user, note.strip()[:5000]):
             review.refresh_from_db()
             raise Conflict(
@@ -74,8 +92,13 @@ def revoke(review: ContractReview, actor: Actor, note: str = "") -> ContractRevi
 
 def _announce_lapsed(workspace: Workspace, lapsed: list[ContractReview], actor: Actor) -> None:
     ids = [r.pk for r in lapsed]
-    transaction.on_commit(
-        lambda: contract_lapsed.send(
-            Workspace, workspace=workspace, review_ids=ids, who=actor.label
-        )
-    )
+    transaction.on_commit(lambda: _send_lapsed(workspace, ids, actor.label))
+
+
+def _send_lapsed(workspace: Workspace, ids: list[int], who: str) -> None:
+    """Every app's receiver runs, whatever another's failure (the engine down); a
+    failure is logged, not raised into the request that already committed the lapse."""
+    sent = contract_lapsed.send_robust(Workspace, workspace=workspace, review_ids=ids, who=who)
+    for receiver, result in sent:
+        if isinstance(result, Exception):
+            log.error("%s failed on lapsed approvals %s: %r", receiver, ids, result)

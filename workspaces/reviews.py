@@ -301,7 +301,12 @@ def _decide(
 
 
 def written_on_page(
-    workspace: Workspace, actor: Actor, commit: str, ref: str, text: str
+    workspace: Workspace,
+    actor: Actor,
+    commit: str,
+    ref: str,
+    text: str,
+    before: str | None = None,
 ) -> ContractReview | None:
     """A `workspace.toml` a signed-in reviewer or admin typed in the editor and saved
     (edits.save, the only caller): what they wrote is what they mean.
@@ -312,7 +317,10 @@ def written_on_page(
     2. It widens: its review is opened (or found) with the author as the asker. Their
        typing is their approval only where the team allows self-approval; it is
        approved with the team's N-th approver (`approve`), like any other.
-    Anyone else's save (a member) is only held when something asks for it."""
+    Anyone else's save (a member) is only held when something asks for it. The editor
+    sends the whole file: where the file as it was opened (`before`) already widened
+    the approved contract (an agent's write, say), a widening saved over it is not all
+    the author's typing, and it is only held when something asks for it."""
     if not actor.is_human:
         return None
     membership = Membership.objects.filter(team=workspace.team_id, user=actor.user).first()
@@ -332,6 +340,8 @@ def written_on_page(
     review = live_review(workspace, digest)
     if review is not None and review.state != ReviewState.PENDING:
         return review  # approved already, or rejected: a decision stands until reverted
+    if _widened_already(workspace, before, baseline):
+        return review
     with transaction.atomic():
         if review is None:
             try:
@@ -443,3 +453,14 @@ def approve_initial(workspace: Workspace, text: str | None) -> None:
             "note": "The workspace's contract when it was created.",
         },
     )
+
+
+def _widened_already(workspace: Workspace, before: str | None, baseline: contract.Values) -> bool:
+    """Whether the file the editor opened already asked for more than `baseline`."""
+    if before is None:
+        return False
+    try:
+        values = contract.asked(workspace_config.parse(before))
+    except workspace_config.ConfigError:
+        return False  # an invalid file asked for nothing that could run
+    return bool(contract.widenings(baseline, values, workspace.team.egress_ceiling))

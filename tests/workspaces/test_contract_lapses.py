@@ -133,6 +133,27 @@ def test_a_reviewer_revokes_an_approval_on_its_page_and_its_asks_are_held_again(
     assert "Only an approved contract can be revoked; this one is revoked." in r.content.decode()
 
 
+def test_the_last_approval_is_not_revoked_it_would_fall_back_to_wider_defaults(
+    cast, signed_in, shop
+):
+    """Without any approval, asks are compared with Berth's defaults (runc, 1024 MB),
+    which may allow more than the one approval left: revoking it is refused, and the
+    page says how to take access back instead."""
+    approved = list(
+        ContractReview.objects.filter(workspace=shop, state=ReviewState.APPROVED).order_by("pk")
+    )
+    bob = signed_in(cast.bob)
+    for review in approved[:-1]:
+        assert bob.post(review.url + "revoke/").status_code == 302
+    last = approved[-1]
+    page = bob.post(last.url + "revoke/", follow=True).content.decode()
+    assert "only approved contract: without it" in page
+    assert "type a narrower workspace.toml in the editor" in page
+    last.refresh_from_db()
+    assert last.state == ReviewState.APPROVED
+    assert not Activity.objects.filter(verb="contract.revoked", target__endswith=last.public_id)
+
+
 # -- item 12: Berth's own defaults are no widening of a template's narrower start ------------
 
 

@@ -73,6 +73,28 @@ def test_with_self_approval_the_authors_typing_counts_once_toward_n_approvers(
     assert agent.run().status_code == 202
 
 
+def test_a_reviewer_saving_over_an_agents_widening_approves_none_of_it(
+    agent, cast, signed_in, shop
+):
+    """The editor sends the whole file: a reviewer who fixes a comment in the file an
+    agent widened has not typed the agent's widening, even where self-approval is on
+    and one approver is enough."""
+    cast.team_a.allow_self_approval = True
+    cast.team_a.save()
+    agent.write(WIDER)
+    answer = type_in_editor(signed_in(cast.bob), shop, "# tidied by bob\n" + WIDER)
+    assert answer["contract_review"] is None
+    assert not ContractReview.objects.filter(requested_by=cast.bob).exists()
+    error = held(agent.run())
+    review = ContractReview.objects.get(public_id=error["details"]["review"])
+    assert (review.state, review.requested_by) == (ReviewState.PENDING, cast.carol)
+    assert not review.approvals.exists()
+    # Typed from a file that asked for nothing more, the same widening is bob's.
+    type_in_editor(signed_in(cast.bob), shop, "")
+    mine = type_in_editor(signed_in(cast.bob), shop, WIDER)["contract_review"]
+    assert mine["state"] == "approved"
+
+
 def test_with_self_approval_and_one_approver_the_typed_widening_is_approved_at_once(
     agent, cast, signed_in, shop
 ):
