@@ -262,6 +262,9 @@ CHANNEL_LAYERS = {
 }
 
 CELERY_BROKER_URL = REDIS_URL
+
+# Error pages and mails hide the settings that carry a password (config/reporting.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.reporting.SettingsFilter"
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None

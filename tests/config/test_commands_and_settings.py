@@ -164,3 +164,15 @@ def test_app_url_defaults_to_where_make_run_serves_and_must_be_absolute(tmp_path
     )
     assert relative.returncode != 0
     assert "APP_URL must be an absolute http(s) URL, not '/berth'" in relative.stderr
+
+
+def test_error_pages_hide_every_setting_that_carries_the_redis_password():
+    """DEBUG's error page (and an admin's error mail) lists the settings: the Redis
+    password rides in REDIS_URL, the broker URL and the channel layer's hosts."""
+    from django.conf import settings
+    from django.views.debug import get_default_exception_reporter_filter
+
+    shown = get_default_exception_reporter_filter().get_safe_settings()
+    for name in ("REDIS_URL", "CELERY_BROKER_URL", "CHANNEL_LAYERS", "DATABASES", "SECRET_KEY"):
+        assert shown[name] == "********************", name
+    assert shown["TIME_ZONE"] == settings.TIME_ZONE  # the others stay readable
