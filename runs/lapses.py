@@ -34,11 +34,13 @@ def contract_of(run: Run) -> dict[str, Any]:
 
 
 def unadmitted(workspace: Workspace, review_ids: list[int], purposes: tuple[str, ...]) -> list[Run]:
-    """The live runs of `purposes` under one of the lapsed reviews that today's
-    approvals would not admit."""
+    """The live runs of `purposes` in the workspace that today's approvals would not
+    admit. Every live one, not only those recorded under a lapsed review (`review_ids`,
+    kept for the receivers' logs): a release's process records none (its build was
+    admitted), and a run admitted against the creation-time baseline (Berth's default
+    limits) is recorded under that approval however a narrowing compares with it."""
     live = Run.objects.filter(
         workspace=workspace,
-        contract_review_id__in=review_ids,
         purpose__in=purposes,
         state__in=ACTIVE_STATES,
     ).select_related("workspace__team")
