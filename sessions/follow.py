@@ -47,7 +47,7 @@ from sessions.outcomes import describe_end
 log = logging.getLogger("berth.runner_agent")
 
 REFRESH_S = 0.2  # unknown exec ids look the session's running execs up at most this often
-UNSIGNED_NOTE_EVERY_S = 5.0  # unsigned lines dropped: said in the run's log at most this often
+UNSIGNED_NOTE_EVERY_S = 5.0  # unsigned lines dropped: said in the agent's log at most this often
 
 
 # Exec ids the keeper of this process handed to each session run's channel, so their
@@ -232,19 +232,21 @@ class SessionFollower(Follower):
                 if now - entry.signalled_at >= SIGNAL_EVERY_S:
                     entry.signalled_at = now
                     logstore.signal(entry.row.public_id, entry.writer.count)
-        if (
-            self.unsigned > self.unsigned_noted
-            and now - self.unsigned_noted_at >= UNSIGNED_NOTE_EVERY_S
-        ):
+        if self.unsigned > self.unsigned_noted:
+            # Said at the end of the block that dropped them, never held for a later one
+            # (the session may write nothing more): one note per block read, not per
+            # line; the agent's own log hears of it at most every UNSIGNED_NOTE_EVERY_S.
             note = (
                 f"[berth] {self.unsigned - self.unsigned_noted} line(s) the exec channel did "
                 f"not sign were dropped ({self.unsigned} since the agent began following): "
                 "a process in the sandbox wrote into the channel's output\n"
             )
-            log.warning("session run %s: %s", self.run_id, note.strip())
             writer.append("stderr", note.encode(), writer.last_ts or "")
             writer.flush()
-            self.unsigned_noted, self.unsigned_noted_at = self.unsigned, now
+            if now - self.unsigned_noted_at >= UNSIGNED_NOTE_EVERY_S:
+                log.warning("session run %s: %s", self.run_id, note.strip())
+                self.unsigned_noted_at = now
+            self.unsigned_noted = self.unsigned
         # The cursor at most every SIGNAL_EVERY_S (one file write, not one a block): an
         # older cursor only means frames read again after a restart, each log skipping
         # what it holds.

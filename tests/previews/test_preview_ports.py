@@ -12,6 +12,7 @@ from accounts.access import Actor
 from tests.support.deploys import TOML, Requester, app, approve
 from tests.support.mcp import connect
 from tests.support.previews import PROBE_APP, PreviewAgent, probe_toml, write
+from tests.support.runs import approve_contract
 from workspaces import actions as workspace_actions
 
 pytestmark = pytest.mark.docker
@@ -79,12 +80,13 @@ def test_berths_own_egress_listener_is_not_taken_for_the_app(agent, probe, cast)
     cast.team_a.save()
     write(
         probe,
-        cast.alice,  # the admin: the egress she writes is approved
+        cast.alice,
         {
             "workspace.toml": probe_toml("python3 probe_app.py silent")
             + '\n[network]\negress = ["files.test:1"]\n'
         },
     )
+    approve_contract(probe, cast, probe.default_branch)  # a write approves nothing
     preview = agent.wait(agent.start(), ENDED)
     assert preview["network"]["mode"] == "proxy"
     # Only the proxy listens (127.0.0.1:3128): the app listens nowhere, as it says.

@@ -21,7 +21,7 @@ from runs.models import DepCache, Run, RunState
 from runs.outputs import artifacts_dir
 from sandbox.engine import engine
 from tests.support.api import bearer
-from tests.support.runs import Agent
+from tests.support.runs import Agent, approve_contract
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
@@ -242,6 +242,7 @@ def test_a_branch_that_widens_egress_fills_a_cache_of_its_own(agent, shop, cast)
     cast.team_a.save()
     write(shop, cast, {"workspace.toml": HOOKED, "vendor/pkg.py": "VERSION = 1\n"})
     branch(shop, cast, "evil", {"workspace.toml": HOOKED + '\n[network]\negress = ["pypi.org"]\n'})
+    approve_contract(shop, cast, "evil")  # a write approves nothing (docs/security.md 30)
 
     evil = agent.wait(agent.run("true", ref="evil"))
     main = agent.wait(agent.run("true"))

@@ -29,6 +29,8 @@ def test_a_write_is_seen_by_an_exec_right_after_its_answer(agent, runtime):
         "state": "applied",
         "message": "applied: an exec started now sees it",
         "conflicts": [],
+        # Absolute, so an agent can follow it as given (docs/security.md 38).
+        "url": f"{settings.APP_URL}/t/team-a/w/shop/sessions/{session['id']}/",
     }
     assert agent.cat(session, "notes/today.md") == "ship it"
     # Written inside the sandbox, as the sandbox user: the session's own file.
