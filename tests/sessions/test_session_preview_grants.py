@@ -141,6 +141,9 @@ def test_the_gateway_stops_serving_a_session_to_a_token_without_its_new_grant(
     assert page.status_code == 200 and page.text == f"{VALUE}\n"
 
 
+# The sockets opened here bind this process's channel layer to `loop`: a layer of the
+# test's own, so the next test's waits (another loop) are not refused by it.
+@pytest.mark.usefixtures("fresh_channel_layer")
 def test_every_door_of_a_granted_sessions_preview_refuses_a_token_without_it(
     granter, stranger, berth_server, client, cast, loop
 ):
