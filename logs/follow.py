@@ -7,6 +7,8 @@ until the container is removed, which only happens after the log is complete).
 """
 
 import asyncio
+import base64
+import binascii
 import calendar
 import contextlib
 import functools
@@ -101,6 +103,33 @@ def _limits() -> str:
 
 NOTE_EVERY_S = 1.0  # during a flood past the budget, its count is said this often
 
+# The image's output wrapper (sandbox/in_image/berth_run.py) writes `\x1e<kind> <base64>`:
+# O/E whole stdout/stderr lines, o/e a piece of one.
+MARK = b"\x1e"
+FRAMED = {b"O": ("stdout", True), b"E": ("stderr", True)}
+FRAMED |= {b"o": ("stdout", False), b"e": ("stderr", False)}
+
+
+def append_lines(
+    writer: logstore.LogWriter, budget: Budget, stream: str, text: bytes, whole: bool, ts: str
+) -> None:
+    """A frame's output into a log, one entry a line (whole lines end in a newline; a
+    piece is one entry), as many as the sandbox's budget takes; the rest counted."""
+    count = (text.count(b"\n") + (not text.endswith(b"\n"))) if whole else 1
+    fit = budget.take(count, len(text))
+    if not fit:  # a flood past the budget: counted, never split
+        dropped(writer, count, ts)
+        return
+    lines = text.split(b"\n") if whole else [text]
+    if whole and len(lines) > 1 and not lines[-1]:
+        lines.pop()  # the newline that ends the last line
+    if writer.dropped:
+        say_dropped(writer)  # before the first line past the drops: in order
+    for line in lines[:fit] if fit < len(lines) else lines:
+        writer.append(stream, line, ts)
+    if fit < len(lines):
+        dropped(writer, len(lines) - fit, ts)
+
 
 def _blocks(response: Any) -> Iterator[bytes]:
     """The body of Docker's streaming response, in blocks of whatever has arrived.
@@ -171,13 +200,16 @@ class Follower(threading.Thread):
         container: str,
         loop: asyncio.AbstractEventLoop,
         masker: Callable[[], Any] | None = None,
+        framed: bool = False,
     ) -> None:
         """`masker`: called once, when following starts, for what masks each piece of
-        output before it is stored (an object with `bytes(data) -> data`)."""
+        output before it is stored (an object with `bytes(data) -> data`). `framed`:
+        the command runs behind the image's output wrapper (Sandbox.output_framed)."""
         super().__init__(name=f"follow-{run_id}", daemon=True)
         self.run_id, self.container, self.loop = run_id, container, loop
         self.make_masker = masker
         self.masker: Any = None
+        self.framed = framed
         self.done = threading.Event()
         self.count = 0
         self.bytes = 0
@@ -274,7 +306,10 @@ class Follower(threading.Thread):
         self.flushed(writer)
 
     def store_frame(self, writer: logstore.LogWriter, stream: str, ts: str, data: bytes) -> None:
-        """One message of the container's output (a line, or a piece of a long one)."""
+        """One message of the container's output (a line, or a piece of a long one;
+        behind the output wrapper, a frame of lines)."""
+        if self.framed and data.startswith(MARK) and self._unframe(writer, ts, data):
+            return
         if not self.budget.take(1, len(data)):
             dropped(writer, 1, ts)
             return
@@ -283,6 +318,21 @@ class Follower(threading.Thread):
         if self.masker:
             data = self.masker.bytes(data)
         writer.append(stream, data, ts)
+
+    def _unframe(self, writer: logstore.LogWriter, ts: str, data: bytes) -> bool:
+        """A wrapper's frame split back into its lines; False: no frame after all (a
+        line the command wrote there itself is stored as it came: it is its output)."""
+        found = FRAMED.get(data[1:2])
+        if found is None or data[2:3] != b" ":
+            return False
+        try:
+            text = base64.b64decode(data[3:].rstrip(b"\n"), validate=True)
+        except binascii.Error:
+            return False
+        if self.masker:
+            text = self.masker.bytes(text)  # before splitting: a value may span lines
+        append_lines(writer, self.budget, found[0], text, found[1], ts)
+        return True
 
     def flushed(self, writer: logstore.LogWriter) -> None:
         """What has arrived is stored: a flood's drops are said at

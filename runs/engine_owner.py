@@ -78,7 +78,13 @@ class RunOwner:
         follower = (
             special(run_id, sandbox, self.loop)
             if special
-            else Follower(run_id, container, self.loop, lambda: masker_of(run_id))
+            else Follower(
+                run_id,
+                container,
+                self.loop,
+                lambda: masker_of(run_id),
+                framed=sandbox.output_framed,
+            )
         )
         self.followers[container] = follower
         follower.start()

@@ -18,11 +18,15 @@ from sandbox import hardening
 from sandbox.containers import engine_runtimes
 from sandbox.egress.policy import PROXY_PORT
 from sandbox.engine import engine
-from sandbox.images import EGRESS_WAIT, SESSION_INIT
+from sandbox.images import EGRESS_WAIT, RUN_WRAPPER, SESSION_INIT
 from sandbox.limits import within_bounds
 from sandbox.models import Sandbox, SandboxKind
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
+
+# An image's labels by its id (an id's labels never change): check_image has them in
+# hand already, so create needs no second call to the engine.
+_LABELS: dict[str, dict[str, str]] = {}
 
 
 class SandboxError(Exception):
@@ -131,6 +135,7 @@ def check_image(
         if exact_id:
             raise SandboxError("image_gone", image=image, image_id=exact_id) from None
         raise SandboxError("image_missing", image=image) from None
+    _LABELS[str(found.id)] = dict(found.labels or {})
     if needs_egress_wait and (found.labels or {}).get("berth.egress-wait") != EGRESS_WAIT:
         raise SandboxError("egress_unsupported_image", image=image)
     if needs_session and (found.labels or {}).get("berth.session") != SESSION_INIT:
@@ -142,10 +147,26 @@ def egress_on(sandbox: Sandbox) -> bool:
     return bool(sandbox.network.get("mode") == "proxy")
 
 
-def _command(sandbox: Sandbox, command: str) -> list[str]:
-    """`sh -c command`, behind the image's egress wrapper when it has a proxy: the
-    command starts only once the proxy listens in its namespace (sandbox.egress)."""
-    return ([EGRESS_WAIT] if egress_on(sandbox) else []) + ["sh", "-c", command]
+def _command(sandbox: Sandbox, command: str, framed: bool) -> list[str]:
+    """`sh -c command`, behind the image's egress wrapper when it has a proxy (the
+    command starts only once the proxy listens in its namespace, sandbox.egress), all
+    behind its output wrapper when `framed`."""
+    wrapped = ([EGRESS_WAIT] if egress_on(sandbox) else []) + ["sh", "-c", command]
+    return [RUN_WRAPPER, *wrapped] if framed else wrapped
+
+
+def frames_output(sandbox: Sandbox) -> bool:
+    """Whether its command runs behind the image's output wrapper: every kind but a
+    session (its exec channel frames its own output), in an image that has it."""
+    if sandbox.kind == SandboxKind.SESSION:
+        return False
+    image = sandbox.image_id or sandbox.image
+    labels = _LABELS.get(image)
+    if labels is None:
+        labels = dict(engine().images.get(image).labels or {})
+        if image.startswith("sha256:"):
+            _LABELS[image] = labels
+    return labels.get("berth.run") == RUN_WRAPPER
 
 
 def _proxy_env(sandbox: Sandbox) -> dict[str, str]:
@@ -173,9 +194,12 @@ def create(
 ) -> Any:
     """The sandbox's container, created (not started) as its row says."""
     runtime = RUNTIMES[sandbox.runtime]
+    framed = frames_output(sandbox)
+    if framed != sandbox.output_framed:
+        sandbox.record_output_framed(framed)
     return engine().containers.create(
         sandbox.image,
-        _command(sandbox, command),
+        _command(sandbox, command, framed),
         name=sandbox.name,
         labels=sandbox.labels,
         environment={**env, **_proxy_env(sandbox)},
@@ -225,6 +249,7 @@ def commit_image(sandbox: Sandbox, image: str, labels: dict[str, str]) -> str:
             "Labels": {
                 "berth.instance": settings.BERTH_INSTANCE,
                 "berth.egress-wait": EGRESS_WAIT,
+                "berth.run": RUN_WRAPPER,
                 **labels,
             }
         },

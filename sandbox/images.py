@@ -55,6 +55,13 @@ while True:
 os.execvp(sys.argv[1], sys.argv[1:])
 """
 
+# The output wrapper of every container but a session's (sandbox/in_image/berth_run.py):
+# the command's output framed a read at a time and paced, so a flood of short lines costs
+# the engine a message per read, not one per line. An image without the label runs its
+# command unwrapped, its output one engine message a line as before.
+RUN_WRAPPER = "/usr/local/bin/berth-run"
+RUN_WRAPPER_SCRIPT = (Path(__file__).parent / "in_image" / "berth_run.py").read_text()
+
 # The exec channel of a session (sandbox/in_image/berth_session.py): the command of a
 # session's container. An image without this label cannot hold a session.
 SESSION_INIT = "/usr/local/bin/berth-session"
@@ -79,6 +86,9 @@ chown 1000:1000 /workspace /deps /app
 cat > {EGRESS_WAIT} <<'WRAPPER'
 {EGRESS_WAIT_SCRIPT}WRAPPER
 chmod 0755 {EGRESS_WAIT}
+cat > {RUN_WRAPPER} <<'RUN_WRAPPER'
+{RUN_WRAPPER_SCRIPT}RUN_WRAPPER
+chmod 0755 {RUN_WRAPPER}
 cat > {SESSION_INIT} <<'SESSION_INIT'
 {SESSION_INIT_SCRIPT}SESSION_INIT
 chmod 0755 {SESSION_INIT}
@@ -103,6 +113,7 @@ CHANGES = (
     "USER 1000:1000",
     f"LABEL berth.egress-wait={EGRESS_WAIT}",
     f"LABEL berth.session={SESSION_INIT}",
+    f"LABEL berth.run={RUN_WRAPPER}",
 )
 
 # Debian suites debootstrap can fetch from a Debian mirror; an Ubuntu host's sources

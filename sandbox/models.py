@@ -78,6 +78,9 @@ class Sandbox(models.Model):
     # When the runner agent handed a session's exec channel its key, recorded before it
     # did: a sandbox keyed once is never keyed again (sessions.channel).
     channel_keyed_at = models.DateTimeField(null=True, blank=True)
+    # Its command runs behind the image's output wrapper, whose frames the agent splits
+    # back into lines (logs.follow); otherwise the engine's messages are the lines.
+    output_framed = models.BooleanField(default=False)
     state = models.CharField(
         max_length=10, choices=SandboxState.choices, default=SandboxState.CREATED, db_index=True
     )
@@ -181,6 +184,12 @@ class Sandbox(models.Model):
     def record_image(self, image_id: str) -> None:
         """The image's exact id, checked before the container is made from it."""
         Sandbox.objects.filter(pk=self.pk).update(image_id=image_id)
+        self.image_id = image_id
+
+    def record_output_framed(self, framed: bool) -> None:
+        """Whether its command's output reaches the engine framed (sandbox.docker)."""
+        Sandbox.objects.filter(pk=self.pk).update(output_framed=framed)
+        self.output_framed = framed
 
     def record_cpu(self, used: float) -> None:
         """CPU time its cgroup said it used so far (the owner counts what it grew by)."""

@@ -35,7 +35,14 @@ from typing import Any
 from django.db import close_old_connections, connection
 
 from logs import logstore
-from logs.follow import NOTE_EVERY_S, SIGNAL_EVERY_S, Follower, dropped, say_dropped, ts_ns
+from logs.follow import (
+    NOTE_EVERY_S,
+    SIGNAL_EVERY_S,
+    Follower,
+    append_lines,
+    say_dropped,
+    ts_ns,
+)
 from runs import secrets
 from sandbox.models import Sandbox
 from sessions.channel import channel_key
@@ -330,24 +337,7 @@ class SessionFollower(Follower):
         self._lines(entry, LINES[found.kind], text, found.kind in (b"O", b"E"), ts)
 
     def _lines(self, entry: _ExecLog, stream: str, text: bytes, whole: bool, ts: str) -> None:
-        """A frame's output into the exec's log, one entry a line (whole lines end in a
-        newline; a piece is one entry), as many as the sandbox's budget takes."""
-        count = (text.count(b"\n") + (not text.endswith(b"\n"))) if whole else 1
-        writer = entry.writer
-        fit = self.budget.take(count, len(text))
-        if not fit:  # a flood past the budget: counted, never split
-            dropped(writer, count, ts)
-            entry.dirty = True
-            return
-        lines = text.split(b"\n") if whole else [text]
-        if whole and len(lines) > 1 and not lines[-1]:
-            lines.pop()  # the newline that ends the last line
-        if fit and writer.dropped:
-            say_dropped(writer)  # before the first line past the drops: in order
-        for line in lines[:fit] if fit < len(lines) else lines:
-            writer.append(stream, line, ts)
-        if fit < len(lines):
-            dropped(writer, len(lines) - fit, ts)
+        append_lines(entry.writer, self.budget, stream, text, whole, ts)
         entry.dirty = True
 
     @staticmethod
