@@ -9,7 +9,14 @@ import pytest
 from accounts.access import Actor
 from runs.models import Run
 from sandbox.engine import engine
-from tests.support.runs import TERMINAL, Agent, no_container_left, set_toml, wait_for_output
+from tests.support.runs import (
+    TERMINAL,
+    Agent,
+    engine_output,
+    no_container_left,
+    set_toml,
+    wait_for_output,
+)
 from tests.support.servers import wait_for
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
@@ -253,7 +260,8 @@ def test_killing_the_agent_mid_run_loses_nothing(agent, run_stack):
     run_stack.agent.kill()
     # The run goes on writing while no agent listens: wait until the engine has more.
     container = engine().containers.get(Run.objects.get(public_id=run["id"]).container_name)
-    wait_for(lambda: b"line 12" in container.logs(), 30, what="line 12 in the engine's log")
+    kept = lambda: b"line 12\n" in engine_output(container)  # noqa: E731
+    wait_for(kept, 30, what="line 12 in the engine's log")
     run_stack.agent.start()
     done = agent.wait(run, timeout=120)
     assert done["state"] == "succeeded"

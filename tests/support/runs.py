@@ -1,6 +1,7 @@
 """Runs as the tests drive them: an agent through the API, rows made for the pages, and
 what a run gives back."""
 
+import base64
 from datetime import timedelta
 
 from django.conf import settings
@@ -261,3 +262,15 @@ def with_artifacts_toml(shop, cast) -> None:
     workspace_actions.commit_changes(
         shop, Actor(cast.alice), [Change("write", "workspace.toml", toml.encode())], "keep"
     )
+
+
+def engine_output(container) -> bytes:
+    """What the engine kept of a run's output, its output wrapper's frames undone
+    (sandbox/in_image/berth_run.py): the command's bytes, stdout and stderr together."""
+    out = []
+    for line in container.logs().splitlines():
+        if line[:1] == b"\x1e" and line[2:3] == b" ":
+            out.append(base64.b64decode(line[3:]))
+        else:
+            out.append(line + b"\n")
+    return b"".join(out)
