@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 from core.ids import new_id
+from core.links import absolute
 
 
 class Workspace(models.Model):
@@ -41,6 +42,12 @@ class Workspace(models.Model):
     def repo_path(self) -> Path:
         """Named by ids, not slugs: nothing a user types ever becomes a host path."""
         return Path(settings.DATA_DIR) / "repos" / self.team.public_id / f"{self.public_id}.git"
+
+    @property
+    def git_url(self) -> str:
+        """The clone URL, under APP_URL on every door: never the asking request's Host,
+        which a client chooses (docs/security.md 38)."""
+        return absolute(f"/git/{self.team.slug}/{self.slug}.git")
 
     @property
     def requires_gvisor(self) -> bool:

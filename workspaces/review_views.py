@@ -17,7 +17,7 @@ from core.errors import BerthError, NotFound
 from workspaces import contract, review_lapses, reviews
 from workspaces.models import ContractReview, ReviewState, Workspace
 from workspaces.review_access import access_review
-from workspaces.views import clone_url, urls_of, workspace_page
+from workspaces.views import urls_of, workspace_page
 
 LABELS = {
     "image": "Image",
@@ -68,7 +68,7 @@ def _page(membership: Membership, workspace: Workspace, request: HttpRequest, **
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "reviews",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         **ctx,
     }
 
