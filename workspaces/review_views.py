@@ -98,7 +98,7 @@ def review_page(
     request: HttpRequest, membership: Membership, workspace: Workspace, review_id: str
 ) -> HttpResponse:
     review = _review(request, workspace, review_id)
-    own = review.requested_by_id == membership.user_id
+    own = review.is_own(membership.user)
     return render(
         request,
         "workspaces/contract_review.html",
