@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from accounts import actions
@@ -24,6 +25,7 @@ from accounts.forms import (
 from accounts.models import ApiToken, Invitation, Membership, Role, SignInThrottle
 from accounts.secret_names import check_name
 from core.errors import BerthError, Forbidden, Invalid, NotFound
+from core.links import absolute
 
 
 def team_page(need: str = Role.MEMBER) -> Callable[..., Callable[..., HttpResponse]]:
@@ -239,7 +241,9 @@ def invitation_create(request: HttpRequest, membership: Membership) -> HttpRespo
         Actor(membership.user),
         form.cleaned_data["note"],
     )
-    link = request.build_absolute_uri(f"/invite/{secret}/")
+    # Under APP_URL, not the request's Host (a client's choice): the link is sent on
+    # to someone else, who must land on Berth (docs/security.md 38).
+    link = absolute(reverse("invitation-accept", args=[secret]))
     return render(
         request,
         "accounts/invitation_created.html",

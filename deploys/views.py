@@ -27,7 +27,7 @@ from workspaces import history
 from workspaces.history_views import diff_lines
 from workspaces.models import Workspace
 from workspaces.store import open_store
-from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
+from workspaces.views import is_htmx, urls_of, workspace_page
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -53,7 +53,7 @@ def _page(
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "deploys",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         "release_url": actions.release_url(workspace, request.get_port()),
         **ctx,
     }

@@ -27,7 +27,7 @@ from previews.schemas import PreviewOut
 from sessions.access import access_session
 from sessions.views import session_urls
 from workspaces.models import Workspace
-from workspaces.views import clone_url, urls_of, workspace_page
+from workspaces.views import urls_of, workspace_page
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -77,7 +77,7 @@ def context(request: HttpRequest, preview: Preview) -> dict[str, Any]:
         "membership": membership,
         "urls": urls_of(workspace),
         "tab": "previews",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         "summary": PreviewOut.of(preview, request.get_port()),
         "ws_path": f"/ws/previews/{preview.public_id}/logs",
         "log_start": max(0, logstore.count(run.public_id) - 20_000) if run else 0,

@@ -15,7 +15,7 @@ from core.errors import BerthError, Conflict
 from runs import caches
 from runs.caches_api import cache_of, caches_of, totals
 from workspaces.models import Workspace
-from workspaces.views import clone_url, error_page, urls_of, workspace_page
+from workspaces.views import error_page, urls_of, workspace_page
 
 
 @workspace_page
@@ -26,7 +26,7 @@ def caches_page(request: HttpRequest, membership: Membership, workspace: Workspa
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "settings",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         "rows": [{"cache": c, "in_use": used} for c, used in rows],
         **totals(rows),
     }

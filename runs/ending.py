@@ -28,6 +28,7 @@ from runs.outcomes import (
 from runs.prepare import commit_release_image, start_main
 from sandbox import backend, diskwatch
 from sandbox.models import Sandbox
+from workspaces import contract_writes
 from workspaces.gitstore import Author
 from workspaces.store import open_store
 
@@ -257,6 +258,8 @@ def commit_tree(
         store.advance(run.changes_branch, None, sha)
     by = actor or (Actor(run.requested_by, run.token) if run.requested_by else None)
     if by is not None:
+        # The run's command wrote these files; whoever asked for it brought them in.
+        contract_writes.note(run.workspace, by, store, [sha], [run.commit])
         with transaction.atomic():
             record(
                 run.workspace.team,

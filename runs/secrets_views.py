@@ -17,7 +17,7 @@ from core.errors import BerthError
 from runs import secret_actions
 from runs.models import Secret
 from workspaces.models import Workspace
-from workspaces.views import clone_url, urls_of, workspace_page
+from workspaces.views import urls_of, workspace_page
 
 
 class SecretForm(forms.Form):
@@ -45,7 +45,7 @@ def secrets_response(
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "settings",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         "form": form,
         "secrets": rows,
         "page_url": reverse("workspace-secrets", args=[workspace.team.slug, workspace.slug]),

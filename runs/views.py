@@ -29,7 +29,7 @@ from runs.models import Purpose, Run, RunState
 from runs.run_sections import sections
 from workspaces.models import Workspace
 from workspaces.store import open_store
-from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
+from workspaces.views import is_htmx, urls_of, workspace_page
 
 RECENT_RUNS = 50
 # The viewer keeps this many lines (MAX_LINES in runs.js); a page opened on a longer log
@@ -211,7 +211,7 @@ def page_context(
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "runs",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
     }
 
 

@@ -39,6 +39,7 @@ from runs.outputs import describe_changes, flatten
 from sessions import snapstore
 from sessions.actions import host_of, nudge, require_usable
 from sessions.models import Session, SessionState, Snapshot, SnapshotState
+from workspaces import contract_writes
 from workspaces.changes import TreeEditor
 from workspaces.gitstore import MODE_SUBMODULE, MODE_TREE, GitStore
 from workspaces.paths import clean_path
@@ -136,6 +137,7 @@ def commit(
         _bring(scratch, store, tree)
         sha = store.make_commit(tree, [head], author_of(actor), message)
         store.advance(branch, head, sha)
+        contract_writes.note(workspace, actor, store, [sha], [head])
     result = SessionCommit(sha, branch, head, files, row.withheld, row.skipped)
     # Committing a session's files approves nothing, whoever commits: its workspace.toml
     # may be what an agent wrote there (workspaces.reviews.written_on_page is the

@@ -40,7 +40,7 @@ from sessions.models import (
 from sessions.schemas import ExecOut, SessionOut
 from workspaces.models import Workspace
 from workspaces.store import open_store
-from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
+from workspaces.views import is_htmx, urls_of, workspace_page
 
 RECENT_SESSIONS = 50
 RECENT_EXECS = 20
@@ -76,7 +76,7 @@ def page_context(
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "sessions",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
     }
 
 

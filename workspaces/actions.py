@@ -19,7 +19,7 @@ from accounts.models import Team
 from accounts.slugs import validate_slug
 from core.errors import Conflict, Invalid, NotFound
 from workspaces import config as workspace_config
-from workspaces import merge, reviews, starters
+from workspaces import contract_writes, merge, reviews, starters
 from workspaces.changes import Change, TreeEditor
 from workspaces.gitstore import GitStore, check_branch_name
 from workspaces.models import Workspace
@@ -183,6 +183,7 @@ def commit_changes(
             )
         sha = store.make_commit(tree, [head], author_of(actor), message)
         store.advance(branch, head, sha)
+        contract_writes.note(workspace, actor, store, [sha], [head])
     files = sorted({c.path for c in changes} | {c.to for c in changes if c.to})
     result = CommitResult(sha, branch, head, files, merged=merged)
     # A broken workspace.toml is committed (the source is the user's), but said at once.

@@ -17,7 +17,7 @@ from workspaces.gitstore import MODE_SUBMODULE
 from workspaces.models import Workspace
 from workspaces.store import open_store
 from workspaces.treesize import check_tree
-from workspaces.views import clone_url, is_htmx, urls_of, workspace_page
+from workspaces.views import is_htmx, urls_of, workspace_page
 
 
 @require_GET
@@ -53,7 +53,7 @@ def search_page(request: HttpRequest, membership: Membership, workspace: Workspa
         "found": found,
         "files": _by_file(found["matches"]) if found else [],
         "error": error,
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
     }
     template = "workspaces/search.html#results" if is_htmx(request) else "workspaces/search.html"
     response = render(request, template, ctx, status=error.status if error else 200)

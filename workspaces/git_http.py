@@ -32,12 +32,13 @@ from accounts.actions import record
 from accounts.auth import authenticate_bearer
 from accounts.models import Team
 from core.errors import BerthError, NotFound
-from workspaces import push_report
+from workspaces import contract_writes, push_report
 from workspaces.access import access_workspace
 from workspaces.gitstore import GitStore
 from workspaces.models import Workspace
 from workspaces.pushcheck import PushCheck
 from workspaces.signals import announce_branch_moved
+from workspaces.store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -257,6 +258,16 @@ def _record_push(workspace: Workspace, actor: Actor, before: dict, after: dict) 
         workspace.slug,
         refs=refs,
     )
+    # A push brings in every commit its new heads reach that the repository's refs did
+    # not: the pusher is behind each, whatever author line the commits carry.
+    with open_store(workspace) as store:
+        contract_writes.note(
+            workspace,
+            actor,
+            store,
+            [r["new"] for r in refs if r["new"] and r["ref"].startswith("refs/heads/")],
+            [sha.decode() for ref, sha in before.items() if ref.startswith(b"refs/heads/")],
+        )
     lines: list[str] = []
     for ref in refs:
         if ref["new"] and ref["ref"].startswith("refs/heads/"):

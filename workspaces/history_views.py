@@ -14,7 +14,6 @@ from workspaces.models import Workspace
 from workspaces.paths import clean_dir
 from workspaces.store import open_store
 from workspaces.views import (
-    clone_url,
     crumbs,
     error_page,
     urls_of,
@@ -54,7 +53,7 @@ def history_page(
         "path": path,
         "crumbs": crumbs(path),
         "page": found,
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
     }
     return render(request, "workspaces/history.html", ctx)
 
@@ -102,7 +101,7 @@ def commit_page(
         "urls": urls_of(workspace),
         "tab": "history",
         "c": detail,
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
     }
     return render(request, "workspaces/commit.html", ctx)
 
@@ -133,7 +132,7 @@ def compare_page(
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "history",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         "cmp": detail,
         "files": files,
         "path": path,

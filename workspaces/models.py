@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from accounts.models import Team
 from core.ids import new_id
+from core.links import absolute
 
 
 class Workspace(models.Model):
@@ -41,6 +42,12 @@ class Workspace(models.Model):
     def repo_path(self) -> Path:
         """Named by ids, not slugs: nothing a user types ever becomes a host path."""
         return Path(settings.DATA_DIR) / "repos" / self.team.public_id / f"{self.public_id}.git"
+
+    @property
+    def git_url(self) -> str:
+        """The clone URL, under APP_URL on every door: never the asking request's Host,
+        which a client chooses (docs/security.md 38)."""
+        return absolute(f"/git/{self.team.slug}/{self.slug}.git")
 
     @property
     def requires_gvisor(self) -> bool:
@@ -122,8 +129,12 @@ class ContractReview(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     note = models.TextField(blank=True)
-    # The decider is the asker (a team that allows it, confirmed) or wrote it on a page.
+    # The decider is the asker or a writer (a team that allows it, confirmed), or wrote
+    # it on a page.
     self_approved = models.BooleanField(default=False)
+    # Who wrote the widening (workspaces.contract_writes): the asker is often a teammate
+    # whose run met it first, and the writer must never count as another person.
+    written_by = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="+", blank=True)
     # Who ended an approval (superseded, revoked), when, and why.
     lapsed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
@@ -150,6 +161,11 @@ class ContractReview(models.Model):
     def url(self) -> str:
         w = self.workspace
         return f"/t/{w.team.slug}/w/{w.slug}/contract-reviews/{self.public_id}/"
+
+    def is_own(self, user: Any) -> bool:
+        """Whether `user` asked for this contract or wrote a commit that brought its
+        widening in: either way, not another person's approval."""
+        return self.requested_by_id == user.pk or self.written_by.filter(pk=user.pk).exists()
 
     def decide(self, to: str, user: Any, note: str, self_approved: bool) -> bool:
         """A conditional UPDATE: only a pending review is decided, once."""
@@ -180,6 +196,24 @@ class ContractReview(models.Model):
                 baseline=baseline, widened=widened
             )
             self.baseline, self.widened = baseline, widened
+
+
+class ContractWrite(models.Model):
+    """A commit that changed `workspace.toml`, and the person (and token) behind the door
+    that brought it in: an API or MCP write, a page's, a session's or a run's commit,
+    a push. Git's author line is whatever the writer typed; this is who Berth saw."""
+
+    workspace = models.ForeignKey(Workspace, models.CASCADE, related_name="+")
+    commit = models.CharField(max_length=40)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    token = models.ForeignKey("accounts.ApiToken", models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index("workspace", "commit", name="contract_write_commit")]
+
+    def __str__(self) -> str:
+        return f"{self.user} wrote workspace.toml in {self.commit[:12]}"
 
 
 class ContractApproval(models.Model):

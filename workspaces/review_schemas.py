@@ -42,6 +42,10 @@ class ContractReviewOut(Out):
     ref: str | None
     asked_for: str | None
     requested_by: RequestedBy
+    written_by: list[str] = Field(
+        description="who wrote the commits that brought the widening in (as Berth saw "
+        "them at its doors): none of them counts as another person's approval"
+    )
     decided_by: str | None
     decided_at: Timestamp | None
     note: str
@@ -67,6 +71,7 @@ class ContractReviewOut(Out):
                 "ref": review.ref or None,
                 "asked_for": review.asked_for or None,
                 "requested_by": RequestedBy.of(review.requested_by, review.token),
+                "written_by": sorted(u.get_username() for u in review.written_by.all()),
                 "decided_by": review.decided_by.get_username() if review.decided_by else None,
                 "decided_at": review.decided_at.isoformat() if review.decided_at else None,
                 "note": review.note,

@@ -17,7 +17,7 @@ from core.errors import BerthError, NotFound
 from workspaces import contract, review_lapses, reviews
 from workspaces.models import ContractReview, ReviewState, Workspace
 from workspaces.review_access import access_review
-from workspaces.views import clone_url, urls_of, workspace_page
+from workspaces.views import urls_of, workspace_page
 
 LABELS = {
     "image": "Image",
@@ -68,7 +68,7 @@ def _page(membership: Membership, workspace: Workspace, request: HttpRequest, **
         "workspace": workspace,
         "urls": urls_of(workspace),
         "tab": "reviews",
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         **ctx,
     }
 
@@ -98,7 +98,7 @@ def review_page(
     request: HttpRequest, membership: Membership, workspace: Workspace, review_id: str
 ) -> HttpResponse:
     review = _review(request, workspace, review_id)
-    own = review.requested_by_id == membership.user_id
+    own = review.is_own(membership.user)
     return render(
         request,
         "workspaces/contract_review.html",

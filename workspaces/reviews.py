@@ -29,7 +29,7 @@ from accounts.models import Membership, Role
 from core.errors import Conflict, Forbidden
 from core.links import absolute
 from workspaces import config as workspace_config
-from workspaces import contract
+from workspaces import contract, contract_writes
 from workspaces.models import (
     LIVE_REVIEW_STATES,
     ContractApproval,
@@ -115,6 +115,11 @@ def admit(
         review = _open(workspace, actor, values, digest, commit, ref, asked_for)
     if review.state == ReviewState.PENDING:
         review.compare_with(baseline, [w.as_dict() for w in widened])
+        if commit:
+            # Each ask names its commit's writers: the same contract reached from
+            # another branch may have been written by someone else as well.
+            with open_store(workspace) as store:
+                review.written_by.add(*contract_writes.writers(workspace, store, commit, baseline))
     raise refusal(review, widened)
 
 
@@ -225,19 +230,27 @@ def approve(
     requires N distinct approvers for deploys requires them here too: the review is
     approved with the N-th."""
     _reviewer(review, actor, "approve")
-    own = review.requested_by_id == actor.user.pk
+    own = review.is_own(actor.user)
     team = review.workspace.team
     if own and not (team.allow_self_approval and confirm_own):
-        who = "your token" if review.token_id else "you"
+        allowed = (
+            " (your team allows self-approval: confirm that you approve your own change)."
+            if team.allow_self_approval
+            else "."
+        )
+        if review.requested_by_id == actor.user.pk:
+            who = "your token" if review.token_id else "you"
+            raise Forbidden(
+                f"This contract was asked for by {who}; another reviewer must approve it" + allowed,
+                {"requested_by": actor.user.username},
+                code="own_request",
+            )
+        # Whoever's run met the widening first, its writer is no independent approver.
         raise Forbidden(
-            f"This contract was asked for by {who}; another reviewer must approve it"
-            + (
-                " (your team allows self-approval: confirm that you approve your own change)."
-                if team.allow_self_approval
-                else "."
-            ),
-            {"requested_by": actor.user.username},
-            code="own_request",
+            "You wrote this widening of workspace.toml (a commit that brought it in is "
+            "yours, through whichever door); another reviewer must approve it" + allowed,
+            {"written_by": actor.user.username},
+            code="own_widening",
         )
     with transaction.atomic():
         locked = ContractReview.objects.select_for_update().get(pk=review.pk)
@@ -249,10 +262,15 @@ def approve(
         except IntegrityError:
             raise Conflict("You have approved this contract already.") from None
         # As for deploys: only approvals of people who are reviewers or admins now count.
-        given = review.approvals.filter(
+        approvals = review.approvals.filter(
             user__memberships__team=team,
             user__memberships__role__in=(Role.REVIEWER, Role.ADMIN),
-        ).count()
+        )
+        if not team.allow_self_approval:
+            # A writer named by a later ask (another branch) after approving counts
+            # no more than one refused at the door.
+            approvals = approvals.exclude(user__in=review.written_by.all())
+        given = approvals.count()
         needed = team.approvals_required
         if given < needed:
             record(
@@ -346,17 +364,14 @@ def written_on_page(
         if review is None:
             try:
                 with transaction.atomic():
-                    review = ContractReview.objects.create(
-                        workspace=workspace,
-                        content_hash=digest,
-                        values=values,
+                    review = _typed(
+                        workspace,
+                        actor,
+                        values,
+                        commit,
+                        ref,
+                        "typed in the editor",
                         state=ReviewState.PENDING,
-                        source=ReviewSource.PAGE,
-                        commit=commit,
-                        commit_author=str(actor.user),
-                        ref=ref[:200],
-                        asked_for="typed in the editor",
-                        requested_by=actor.user,
                     )
             except IntegrityError:  # asked for at the same moment
                 review = live_review(workspace, digest)
@@ -406,18 +421,15 @@ def _narrowed(
                 lapsed_at=timezone.now(),
                 lapse_note="Typed in the editor by a reviewer, as a narrowing.",
             )
-        review = ContractReview.objects.create(
-            workspace=workspace,
-            content_hash=digest,
-            values=values,
+        review = _typed(
+            workspace,
+            actor,
+            values,
+            commit,
+            ref,
+            "typed in the editor (a narrowing)",
             baseline=baseline,
             state=ReviewState.APPROVED,
-            source=ReviewSource.PAGE,
-            commit=commit,
-            commit_author=str(actor.user),
-            ref=ref[:200],
-            asked_for="typed in the editor (a narrowing)",
-            requested_by=actor.user,
             decided_by=actor.user,
             decided_at=timezone.now(),
             note="Narrowed by a reviewer in the editor: the workspace's baseline now.",
@@ -433,6 +445,31 @@ def _narrowed(
         )
         supersede_wider(review, actor)
     return review
+
+
+def _typed(
+    workspace: Workspace,
+    actor: Actor,
+    values: contract.Values,
+    commit: str,
+    ref: str,
+    asked_for: str,
+    **decision: Any,
+) -> ContractReview:
+    """A review of what a reviewer typed in the editor, with them as its asker and its
+    commit's author (Berth made the commit, as them)."""
+    return ContractReview.objects.create(
+        workspace=workspace,
+        content_hash=contract.content_hash(values),
+        values=values,
+        source=ReviewSource.PAGE,
+        commit=commit,
+        commit_author=str(actor.user),
+        ref=ref[:200],
+        asked_for=asked_for,
+        requested_by=actor.user,
+        **decision,
+    )
 
 
 def approve_initial(workspace: Workspace, text: str | None) -> None:

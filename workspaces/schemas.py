@@ -141,7 +141,7 @@ class WorkspaceOut(Out):
             created_at=w.created_at,
             # Under APP_URL, not the asking request's origin: the same on every door
             # (MCP's answers name no origin), and right behind a proxy.
-            git_url=absolute(f"/git/{w.team.slug}/{w.slug}.git"),
+            git_url=w.git_url,
             web_url=absolute(f"/t/{w.team.slug}/w/{w.slug}/"),
         )
 

@@ -102,10 +102,6 @@ def error_page(request: HttpRequest, membership: Membership, e: BerthError) -> H
     )
 
 
-def clone_url(request: HttpRequest, workspace: Workspace) -> str:
-    return request.build_absolute_uri(f"/git/{workspace.team.slug}/{workspace.slug}.git")
-
-
 # -- the dashboard ---------------------------------------------------------------------
 
 
@@ -255,7 +251,7 @@ def workspace(request: HttpRequest, membership: Membership, workspace: Workspace
             "body": settings.MAX_REQUEST_BODY,
             "files": settings.WORKSPACE_MAX_UPLOAD_FILES,
         },
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
         "activity": recent_activity(workspace),
         "retention_days": settings.RUN_RETENTION_DAYS,
         "line": line_of(request.GET.get("line")),
@@ -326,7 +322,7 @@ def settings_response(
         "urls": urls_of(workspace),
         "tab": "settings",
         "form": form,
-        "clone_url": clone_url(request, workspace),
+        "clone_url": workspace.git_url,
     }
     return render(request, "workspaces/settings.html", ctx, status=status)
 

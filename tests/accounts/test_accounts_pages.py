@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -96,8 +97,8 @@ def test_admin_changes_a_role_but_never_removes_the_last_admin(signed_in, cast):
 def test_an_invitation_link_works_once(signed_in, cast):
     alice = signed_in(cast.alice)
     r = alice.post("/t/team-a/invitations/", {"role": "reviewer", "note": "for erin"})
-    link = found(r'value="(http://testserver/invite/[^"]+)"', r.content.decode())
-    path = link.removeprefix("http://testserver")
+    link = found(r'value="(https?://[^"]+/invite/[^"]+)"', r.content.decode())
+    path = link.removeprefix(settings.APP_URL)
     erin = Client()
     assert "Join Team A" in erin.get(path).content.decode()
     r = erin.post(path, {"username": "erin", "password": "erin-password-1"})

@@ -8,6 +8,7 @@ for a worker that is not there), so these tests need no engine."""
 
 import asyncio
 import json
+import re
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
@@ -99,6 +100,35 @@ def test_api_answers_and_a_refusal_link_under_app_url(client, cast, shop, settin
     assert error["details"]["url"] == review and review in error["message"]
     seen_review = api.get(f"/contract-reviews/{error['details']['review']}").json()
     assert seen_review["url"] == review and review in seen_review["next"]
+
+
+def test_the_pages_clone_url_is_under_app_url_not_the_requests_host(
+    cast, shop, signed_in, settings
+):
+    settings.APP_URL = ELSEWHERE
+    carol = signed_in(cast.carol)
+    for page in ("/t/team-a/w/shop/", "/t/team-a/w/shop/settings/", "/t/team-a/w/shop/history/"):
+        r = carol.get(page, HTTP_HOST="127.0.0.1")
+        assert r.status_code == 200, (page, r.status_code)
+        text = r.content.decode()
+        assert f"git clone {ELSEWHERE}/git/team-a/shop.git" in text or (
+            f"<code>{ELSEWHERE}/git/team-a/shop.git</code>" in text
+        ), page
+        assert "//127.0.0.1/git/" not in text, page
+
+
+def test_an_invitation_link_is_under_app_url_and_lets_its_holder_join(signed_in, cast, settings):
+    settings.APP_URL = ELSEWHERE
+    r = signed_in(cast.alice).post(
+        "/t/team-a/invitations/", {"role": "member", "note": "for erin"}, HTTP_HOST="127.0.0.1"
+    )
+    assert r.status_code == 200, r.content
+    (link,) = re.findall(r'value="([^"]*/invite/[^"]+)"', r.content.decode())
+    assert link.startswith(f"{ELSEWHERE}/invite/"), link
+    # The path under APP_URL is the invitation's: erin joins by it.
+    path = link.removeprefix(ELSEWHERE)
+    joined = Client().post(path, {"username": "erin", "password": "erin-password-1"})
+    assert joined.status_code == 302 and joined["Location"] == "/t/team-a/"
 
 
 def test_activity_stores_paths_and_renders_them_under_the_app_url_of_the_moment(

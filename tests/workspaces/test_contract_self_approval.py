@@ -10,8 +10,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from accounts import actions as account_actions
 from accounts.access import Actor
 from accounts.models import Activity, Role
-from tests.support.contracts import TOML, Token, held, type_in_editor
+from core.errors import Forbidden
+from tests.support.contracts import TOML, Token, approve_on_page, held, type_in_editor
+from tests.support.git import git
+from tests.support.git import url as git_url
 from workspaces import actions as workspace_actions
+from workspaces import reviews
 from workspaces.models import ContractReview, ReviewState
 from workspaces.store import open_store
 
@@ -157,3 +161,59 @@ def test_an_admins_mcp_write_approves_nothing(cast, berth_server):
     (review,) = ContractReview.objects.filter(state=ReviewState.PENDING)
     assert (review.requested_by, review.source) == (cast.alice, "asked")
     assert not review.approvals.exists()
+
+
+def test_a_reviewer_who_widened_through_the_api_cannot_approve_it_for_a_members_run(
+    agent, cast, client, signed_in, shop
+):
+    """The review is opened by carol's run, but bob wrote the widening (his token,
+    through the API): under the default policy his approval is refused, typed, and
+    alice's approves it."""
+    _, secret = cast.token(cast.bob)
+    Token(client, secret).write(WIDER)
+    error = held(agent.run())
+    review = ContractReview.objects.get(public_id=error["details"]["review"])
+    assert (review.requested_by, list(review.written_by.all())) == (cast.carol, [cast.bob])
+    assert agent.get(f"/contract-reviews/{review.public_id}").json()["written_by"] == ["bob"]
+
+    bob = signed_in(cast.bob)
+    assert 'id="approve"' not in bob.get(review.url).content.decode()
+    r = bob.post(review.url + "approve/", follow=True)
+    assert "You wrote this widening of workspace.toml" in r.content.decode()
+    with pytest.raises(Forbidden) as refused:
+        reviews.approve(review, Actor(cast.bob))
+    assert refused.value.code == "own_widening"
+    review.refresh_from_db()
+    assert review.state == ReviewState.PENDING and not review.approvals.exists()
+    held(agent.run())
+
+    approve_on_page(signed_in(cast.alice), review)
+    review.refresh_from_db()
+    assert (review.state, review.decided_by, review.self_approved) == (
+        ReviewState.APPROVED,
+        cast.alice,
+        False,
+    )
+    assert agent.run().status_code == 202
+
+
+def test_a_pushed_widening_is_the_pushers_whatever_author_its_commit_names(
+    agent, berth_server, cast, signed_in, shop, tmp_path
+):
+    """Git's author line is the writer's to type: bob pushes a widening authored as
+    carol (the helper's identity), and Berth names bob, who saw him at its door."""
+    _, secret = cast.token(cast.bob)
+    work = tmp_path / "work"
+    git("clone", "-q", git_url(berth_server, secret), str(work), cwd=tmp_path)
+    (work / TOML).write_text(WIDER)
+    git("add", TOML, cwd=work)
+    git("commit", "-qm", "more memory", cwd=work)
+    git("push", "origin", "main", cwd=work)
+    assert "Carol" in git("log", "-1", "--format=%an", cwd=work).stdout
+    error = held(agent.run())
+    review = ContractReview.objects.get(public_id=error["details"]["review"])
+    assert list(review.written_by.all()) == [cast.bob]
+    r = signed_in(cast.bob).post(review.url + "approve/", follow=True)
+    assert "another reviewer must approve it" in r.content.decode()
+    review.refresh_from_db()
+    assert review.state == ReviewState.PENDING and not review.approvals.exists()

@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from django.conf import settings
 
 from accounts.access import Actor
 from accounts.models import Activity
@@ -110,7 +111,7 @@ def test_the_workspace_page_shows_the_tree_and_the_open_file(alice, shop):
     assert "def greeting(name: str)" in page  # the file's text, for the editor
     assert base_commit_of(page) == head()
     assert 'data-branch="main"' in page and "vendor/editor.js" in page
-    assert "http://testserver/git/team-a/shop.git" in page and "API token" in page
+    assert f"{settings.APP_URL}/git/team-a/shop.git" in page and "API token" in page
 
 
 def test_folders_open_in_place_with_htmx_and_deep_links_show_the_way(alice, shop):
