@@ -12,22 +12,27 @@ worker and runner agent. Goal: ≤ 5% of a core with 20 idle sandboxes.
 """
 
 import argparse
-import http.client
-import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-agent-rest"
 sys.path.insert(0, str(ROOT))
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="config.settings",
-    DATA_DIR=str(DATA_DIR),
-    REDIS_URL="redis://127.0.0.1:6379/12",
-    PYTHONUNBUFFERED="1",
+from bench.common import (  # noqa: E402
+    ApiClient,
+    cpu_seconds,
+    fresh_instance,
+    start_stack,
+    stop_all,
+    team_with_workspace,
+    use_instance,
+)
+
+use_instance(
+    DATA_DIR,
+    12,
     # Room for 20 sessions of one team, none frozen or stopped by its clocks meanwhile.
     SESSION_MAX_PER_TEAM="40",
     RUNNER_SLOTS="64",
@@ -35,42 +40,16 @@ os.environ.update(
     SESSION_IDLE_FREEZE_S="3600",
 )
 
-from bench.common import cpu_seconds, fresh_instance, start_stack, stop_all  # noqa: E402
-
 PORT = 18793
 SETTLE_S = 10.0
 
 
 def setup_instance() -> str:
     fresh_instance(DATA_DIR)
-    from accounts import actions as accounts
-    from accounts.access import Actor
-    from workspaces import actions
-
-    team, _ = accounts.create_team("bench")
-    user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
-    scopes = ["workspace:read", "workspace:write", "run"]
-    _, token = accounts.create_token(team, user, "bench", scopes, None)
-    actions.create_workspace(team, Actor(user), "App", "app", "python-http")
-    return token
+    return team_with_workspace()
 
 
-class Client:
-    def __init__(self, token: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-
-    def call(self, method: str, path: str, body: dict | None = None) -> Any:
-        self.conn.request(
-            method, "/api/v1" + path, json.dumps(body) if body is not None else None, self.headers
-        )
-        response = self.conn.getresponse()
-        answer = json.loads(response.read())
-        assert response.status < 300, (method, path, response.status, answer)
-        return answer
-
-
-def open_ready(client: Client, count: int) -> list[dict]:
+def open_ready(client: ApiClient, count: int) -> list[dict]:
     """`count` more sessions, opened together, once every one is ready."""
     opened = [client.call("POST", "/workspaces/app/sessions", {}) for _ in range(count)]
     deadline = time.monotonic() + 600
@@ -135,7 +114,7 @@ def main() -> None:
     agent, dockerd = procs[2].pid, pid_of("dockerd")
     rows = []
     try:
-        client = Client(token)
+        client = ApiClient(PORT, token)
         live = 0
         for count in counts:
             if count > live:

@@ -1,13 +1,16 @@
 """Helpers shared by the benchmarks (no side effects on import)."""
 
+import http.client
+import json
 import os
 import resource
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,6 +23,18 @@ def redis_url(db: int) -> str:
 
     url = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     return urlunsplit(url._replace(path=f"/{db}"))
+
+
+def use_instance(data_dir: Path, redis_db: int, **env: str) -> None:
+    """The environment of a benchmark's own Berth, before Django is imported: its
+    DATA_DIR, its Redis database and `env` (the settings the benchmark changes)."""
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DATA_DIR=str(data_dir),
+        REDIS_URL=redis_url(redis_db),
+        PYTHONUNBUFFERED="1",
+        **env,
+    )
 
 
 def start_daphne(port: int) -> subprocess.Popen:
@@ -117,6 +132,66 @@ def fresh_instance(data_dir: Path) -> None:
     data_dir.mkdir(parents=True)
     django.setup()
     call_command("migrate", verbosity=0)
+
+
+def team_with_workspace(
+    team: str = "bench",
+    workspace: str = "app",
+    scopes: Sequence[str] = ("workspace:read", "workspace:write", "run"),
+) -> str:
+    """A team, its admin (named as the team) with a token of `scopes`, and a workspace of
+    the python-http template: the token's secret."""
+    from accounts import actions as accounts
+    from accounts.access import Actor
+    from workspaces import actions
+
+    made, _ = accounts.create_team(team)
+    user, _ = accounts.create_user(made, team, "admin", None, "bench-password-1")
+    _, token = accounts.create_token(made, user, "bench", list(scopes), None)
+    actions.create_workspace(made, Actor(user), workspace.title(), workspace, "python-http")
+    return token
+
+
+class ApiClient:
+    """Berth's JSON API on 127.0.0.1:`port` as the holder of `token`, over one kept
+    connection: an answer of 300 or more stops the benchmark."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def call(self, method: str, path: str, body: dict | None = None) -> Any:
+        self.conn.request(
+            method, "/api/v1" + path, json.dumps(body) if body is not None else None, self.headers
+        )
+        response = self.conn.getresponse()
+        answer = json.loads(response.read())
+        assert response.status < 300, (method, path, response.status, answer)
+        return answer
+
+    def session(self, workspace: str = "app", **body: Any) -> dict:
+        """A session of `workspace` opened with `body`, once it is ready."""
+        session = self.call("POST", f"/workspaces/{workspace}/sessions", body)
+        deadline = time.monotonic() + 180
+        while session["state"] != "ready":
+            assert session["state"] == "starting" and time.monotonic() < deadline, session
+            time.sleep(0.1)
+            session = self.call("GET", f"/sessions/{session['id']}")
+        return session
+
+
+def engine_pids() -> dict[str, int]:
+    """dockerd and containerd, found by name in /proc (they are not ours to start)."""
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                name = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            if name in ("dockerd", "containerd") and name not in found:
+                found[name] = int(entry.name)
+    return found
 
 
 def start_logged(cmd: list[str], log: Path) -> subprocess.Popen:

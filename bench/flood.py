@@ -15,8 +15,6 @@ and runner agent. Goal: flooded p50 <= 1.5x quiet.
 """
 
 import argparse
-import http.client
-import json
 import os
 import re
 import statistics
@@ -28,14 +26,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-flood"
 sys.path.insert(0, str(ROOT))
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="config.settings",
-    DATA_DIR=str(DATA_DIR),
-    REDIS_URL="redis://127.0.0.1:6379/5",
-    PYTHONUNBUFFERED="1",
+from bench.common import (  # noqa: E402
+    ApiClient,
+    cpu_seconds,
+    engine_pids,
+    fresh_instance,
+    p95,
+    start_stack,
+    stop_all,
+    team_with_workspace,
+    use_instance,
 )
 
-from bench.common import cpu_seconds, fresh_instance, p95, start_stack, stop_all  # noqa: E402
+use_instance(DATA_DIR, 5)
 from sandbox.images import REPOSITORY, recipe_tag  # noqa: E402
 
 # This checkout's own image (its exec channel), not whatever the shared alias points at.
@@ -48,18 +51,7 @@ NOTE = re.compile(rb'"stream":"system","text":"(\d+) lines dropped: output over 
 def setup_instance() -> dict[str, str]:
     """Two teams, a workspace each; a token each."""
     fresh_instance(DATA_DIR)
-    from accounts import actions as accounts
-    from accounts.access import Actor
-    from workspaces import actions
-
-    tokens = {}
-    for slug in ("flood", "quiet"):
-        team, _ = accounts.create_team(slug)
-        user, _ = accounts.create_user(team, slug, "admin", None, "bench-password-1")
-        scopes = ["workspace:read", "workspace:write", "run"]
-        _, tokens[slug] = accounts.create_token(team, user, "bench", scopes, None)
-        actions.create_workspace(team, Actor(user), slug.title(), slug, "python-http")
-    return tokens
+    return {slug: team_with_workspace(slug, slug) for slug in ("flood", "quiet")}
 
 
 def set_runtime(runtime: str) -> None:
@@ -78,28 +70,8 @@ def set_runtime(runtime: str) -> None:
     actions.commit_changes(workspace, Actor(admin), [change], f"runs under {runtime}")
 
 
-class Client:
-    def __init__(self, token: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-
-    def call(self, method: str, path: str, body: dict | None = None) -> Any:
-        self.conn.request(
-            method, "/api/v1" + path, json.dumps(body) if body else None, self.headers
-        )
-        response = self.conn.getresponse()
-        answer = json.loads(response.read())
-        assert response.status < 300, (method, path, response.status, answer)
-        return answer
-
-    def session(self, workspace: str, runtime: str) -> dict:
-        session = self.call("POST", f"/workspaces/{workspace}/sessions", {"runtime": runtime})
-        deadline = time.monotonic() + 180
-        while session["state"] != "ready":
-            assert session["state"] == "starting" and time.monotonic() < deadline, session
-            time.sleep(0.1)
-            session = self.call("GET", f"/sessions/{session['id']}")
-        return session
+class Client(ApiClient):
+    """The API as the benchmark uses it: the time of one `echo hi` exec."""
 
     def echo_ms(self, session: dict) -> float:
         start = time.perf_counter()
@@ -109,19 +81,6 @@ class Client:
         took = (time.perf_counter() - start) * 1000
         assert row["state"] == "ended" and [e["text"] for e in row["output"]] == ["hi"], row
         return took
-
-
-def engine_pids() -> dict[str, int]:
-    found: dict[str, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                name = (entry / "comm").read_text().strip()
-            except OSError:
-                continue
-            if name in ("dockerd", "containerd") and name not in found:
-                found[name] = int(entry.name)
-    return found
 
 
 def log_figures(public_id: str) -> tuple[int, int]:
@@ -151,7 +110,7 @@ def flood_case(
         row = flood.call("POST", "/workspaces/flood/runs", {"command": command})
         path, active = f"/runs/{row['id']}", {"queued", "preparing", "running"}
     else:
-        session = flood.session("flood", runtime)
+        session = flood.session("flood", runtime=runtime)
         started = time.monotonic()
         before = {name: cpu_seconds([pid]) for name, pid in watched.items()}
         body = {"command": command, "detach": True}
@@ -185,7 +144,7 @@ def lines_cost(flood: Client, runtime: str, args: Any) -> dict[str, tuple[float,
     """The agent's CPU for --lines empty lines from a run and from a session exec, with
     nothing else going on: (CPU seconds, entries kept)."""
     command = f"yes '' | head -n {args.lines}"
-    session = flood.session("flood", runtime)
+    session = flood.session("flood", runtime=runtime)
     figures = {}
     for case in ("run", "exec"):
         before = cpu_seconds([args.agent_pid])
@@ -235,10 +194,10 @@ def main() -> None:
     args.agent_pid = procs[2].pid
     results, costs = [], []
     try:
-        flood, quiet = Client(tokens["flood"]), Client(tokens["quiet"])
+        flood, quiet = Client(PORT, tokens["flood"]), Client(PORT, tokens["quiet"])
         for runtime in args.runtimes.split(","):
             set_runtime(runtime)
-            quiet_session = quiet.session("quiet", runtime)
+            quiet_session = quiet.session("quiet", runtime=runtime)
             for _ in range(3):  # warm: connections, the channel, the page cache
                 quiet.echo_ms(quiet_session)
             if args.lines:

@@ -10,9 +10,7 @@ import argparse
 import http.client
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -22,67 +20,30 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-runs"
 sys.path.insert(0, str(ROOT))
 
-# After those imports: bench.run_logs sets its own DATA_DIR when imported.
 from bench.common import (  # noqa: E402
+    engine_pids,
+    fresh_instance,
     p95,
-    redis_url,
-    start_daphne,
+    start_stack,
+    stop_all,
+    team_with_workspace,
+    use_instance,
 )
 from bench.run_logs import messages, websocket  # noqa: E402
 
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="config.settings",
-    DATA_DIR=str(DATA_DIR),
-    REDIS_URL=redis_url(8),
-    PYTHONUNBUFFERED="1",
-)
-
-BIN = Path(sys.executable).parent
+# After those imports: bench.run_logs sets its own DATA_DIR when imported.
+use_instance(DATA_DIR, 8)
 
 
 def setup_instance() -> str:
-    shutil.rmtree(DATA_DIR, ignore_errors=True)
-    DATA_DIR.mkdir(parents=True)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    from accounts import actions as accounts
-    from accounts.access import Actor
-    from workspaces import actions
-
-    team, _ = accounts.create_team("bench")
-    user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
-    _, token = accounts.create_token(team, user, "bench", ["workspace:read", "run"], None)
-    actions.create_workspace(team, Actor(user), "App", "app", "python-http")
-    return token
-
-
-def start(cmd: list[str], name: str) -> subprocess.Popen:
-    log = open(DATA_DIR / f"{name}.log", "w")  # noqa: SIM115 (lives as long as the process)
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    fresh_instance(DATA_DIR)
+    return team_with_workspace(scopes=["workspace:read", "run"])
 
 
 def seconds(a: str | None, b: str | None) -> float:
     if not a or not b:
         return float("nan")
     return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() * 1000
-
-
-def engine_pids() -> dict[str, int]:
-    """dockerd and containerd, found by name in /proc (they are not ours to start)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                name = (entry / "comm").read_text().strip()
-            except OSError:
-                continue
-            if name in ("dockerd", "containerd") and name not in found:
-                found[name] = int(entry.name)
-    return found
 
 
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
@@ -107,28 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     token = setup_instance()
     port = 18767
-    procs = [
-        start_daphne(port),
-        start(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "config",
-                "worker",
-                "-Q",
-                "celery,runner",
-                "--pool",
-                "threads",
-                "--concurrency",
-                "4",
-                "--without-heartbeat",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            "worker",
-        ),
-        start([sys.executable, "manage.py", "runner_agent"], "agent"),
-    ]
+    procs = start_stack(port, DATA_DIR)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
@@ -200,10 +140,6 @@ def main() -> None:
         return marks
 
     try:
-        deadline = time.monotonic() + 60
-        while "runner agent started" not in (DATA_DIR / "agent.log").read_text():
-            assert time.monotonic() < deadline, "agent did not start"
-            time.sleep(0.1)
         berth_echo()  # warm up: first connections, first container of the session
         bare_echo(0)
         berth_ms, bare_ms, phases, bare_phases = [], [], [], []
@@ -250,10 +186,7 @@ def main() -> None:
             last = time.monotonic()
         assert line == args.lines, f"{line} of {args.lines} lines"
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(20)
+        stop_all(procs)
 
     print(f"\n`echo hi`, {args.runs} runs each, interleaved\n")
     print(f"{'path':40} {'median ms':>10} {'p95 ms':>10} {'ratio':>8}")

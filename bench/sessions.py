@@ -22,9 +22,7 @@ keystroke → echo ≤ 30 ms p50 through daphne.
 import argparse
 import asyncio
 import base64
-import http.client
 import json
-import os
 import socket
 import statistics
 import sys
@@ -35,16 +33,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-sessions"
 sys.path.insert(0, str(ROOT))
-from bench.common import redis_url  # noqa: E402
-
-os.environ.update(
-    DJANGO_SETTINGS_MODULE="config.settings",
-    DATA_DIR=str(DATA_DIR),
-    REDIS_URL=redis_url(6),
-    PYTHONUNBUFFERED="1",
+from bench.common import (  # noqa: E402
+    ApiClient,
+    fresh_instance,
+    p95,
+    start_stack,
+    stop_all,
+    team_with_workspace,
+    use_instance,
 )
 
-from bench.common import fresh_instance, p95, start_stack, stop_all  # noqa: E402
+use_instance(DATA_DIR, 6)
 
 PORT = 18771
 OWN_TIME = (
@@ -66,40 +65,11 @@ if __name__ == "__main__":
 
 def setup_instance() -> str:
     fresh_instance(DATA_DIR)
-    from accounts import actions as accounts
-    from accounts.access import Actor
-    from workspaces import actions
-
-    team, _ = accounts.create_team("bench")
-    user, _ = accounts.create_user(team, "bench", "admin", None, "bench-password-1")
-    scopes = ["workspace:read", "workspace:write", "run"]
-    _, token = accounts.create_token(team, user, "bench", scopes, None)
-    actions.create_workspace(team, Actor(user), "App", "app", "python-http")
-    return token
+    return team_with_workspace()
 
 
-class Client:
-    def __init__(self, token: str) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-
-    def call(self, method: str, path: str, body: dict | None = None) -> Any:
-        self.conn.request(
-            method, "/api/v1" + path, json.dumps(body) if body else None, self.headers
-        )
-        response = self.conn.getresponse()
-        answer = json.loads(response.read())
-        assert response.status < 300, (method, path, response.status, answer)
-        return answer
-
-    def session(self, **body: Any) -> dict:
-        session = self.call("POST", "/workspaces/app/sessions", body)
-        deadline = time.monotonic() + 180
-        while session["state"] != "ready":
-            assert session["state"] == "starting" and time.monotonic() < deadline, session
-            time.sleep(0.1)
-            session = self.call("GET", f"/sessions/{session['id']}")
-        return session
+class Client(ApiClient):
+    """The API as the benchmark uses it: an exec's answer, a session's state."""
 
     def exec(self, session: dict, command: str) -> dict:
         row = self.call(
@@ -298,7 +268,7 @@ def main() -> None:
     procs = start_stack(PORT, DATA_DIR)
     results = {}
     try:
-        client = Client(token)
+        client = Client(PORT, token)
         for runtime in args.runtimes.split(","):
             results[runtime] = bench_runtime(
                 client, token, runtime, args.runs, args.resumes, set(args.parts.split(","))

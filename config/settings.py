@@ -1,76 +1,31 @@
 """Berth settings: one module, read from the environment.
 
 Every value has a default that works on one machine with `make run`; production
-deployments set SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL and REDIS_URL.
+deployments set SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL and REDIS_URL. How a value is
+read (the env* helpers, the generated key, Redis's password file): config.environment.
 """
 
-import contextlib
-import functools
 import hashlib
 import os
-import secrets
-import tempfile
 from pathlib import Path
 from typing import cast
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import lazy
 
+from config.environment import envbool, envint, envlist, generated_secret_key, with_password
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def envbool(name: str, default: str = "false") -> bool:
-    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
-
-
-def envint(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
-
-
-def envlist(name: str, default: str = "") -> list[str]:
-    return [v.strip() for v in os.environ.get(name, default).split(",") if v.strip()]
-
 
 # Importing the settings writes nothing (a script or a test process that only reads them
 # leaves no trace): DATA_DIR is made by manage.py before a command runs (`make run`'s
 # prepare among them) and by what first writes into it, like the generated key below.
 DATA_DIR = Path(os.environ.get("DATA_DIR", BASE_DIR / "var")).resolve()
 
-
-@functools.cache
-def _generated_secret_key() -> str:
-    """The SECRET_KEY generated once into DATA_DIR, read from there ever after.
-
-    It keys session signing and the HMAC of API tokens, so it must survive restarts, and
-    every process (daphne, the worker, the agent) must read the same one.
-    """
-    path = DATA_DIR / "secret_key"
-    if not path.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        # Written aside, then linked into place: processes starting at once (a worker
-        # and an agent) all end up reading the one key, never a half-written file.
-        fd, temp = tempfile.mkstemp(dir=DATA_DIR, prefix=".secret_key-")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(50))
-            try:
-                os.link(temp, path)
-            except FileExistsError:
-                pass  # another process won: its key is the one
-            except OSError:  # a filesystem without hard links: a plain rename
-                if not path.exists():
-                    os.replace(temp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-    return path.read_text().strip()
-
-
 # From the environment, else generated into DATA_DIR on first use (a lazy str: Django
 # reads it when it first signs or hashes something).
-SECRET_KEY = os.environ.get("SECRET_KEY") or cast(str, lazy(_generated_secret_key, str)())
+SECRET_KEY = os.environ.get("SECRET_KEY") or cast(str, lazy(generated_secret_key, str)(DATA_DIR))
 DEBUG = envbool("DEBUG")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 
@@ -97,30 +52,7 @@ SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/t
 # (an external Redis takes its password in REDIS_URL). No file, no password: a Redis
 # started by an older host-setup, until host-setup restarts it with one.
 REDIS_PASSWORD_FILE = Path(os.environ.get("REDIS_PASSWORD_FILE", "/etc/berth/redis.password"))
-
-
-def _with_password(url: str, password_file: Path) -> str:
-    parts = urlsplit(url)
-    if parts.password is not None:
-        return url
-    try:
-        password = password_file.read_text().strip()
-    except FileNotFoundError:
-        return url
-    except PermissionError:
-        raise ImproperlyConfigured(
-            f"{password_file} (Redis's password) is not readable by this user: run Berth "
-            "as the user `scripts/host-setup redis` made it for, or put the password in "
-            "REDIS_URL (redis://:PASSWORD@host:port/db)"
-        ) from None
-    if not password:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"{parts.username or ''}:{quote(password, safe='')}@{host}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-REDIS_URL = _with_password(
+REDIS_URL = with_password(
     os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), REDIS_PASSWORD_FILE
 )
 

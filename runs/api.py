@@ -10,6 +10,7 @@ from runs import actions, quotas
 from runs.access import access_run, may_see_outputs
 from runs.artifacts import open_artifact
 from runs.models import Purpose, Run
+from runs.resource_schemas import UsageOut
 from runs.schemas import (
     ArtifactsOut,
     EgressEventOut,
@@ -19,7 +20,6 @@ from runs.schemas import (
     RunDetail,
     RunIn,
     RunOut,
-    UsageOut,
 )
 from runs.waiting import MAX_WAIT_S, wait_for_end
 from workspaces.api import actor_of, workspace_for

@@ -10,7 +10,7 @@ from core.errors import NotFound
 from core.schemas import answers
 from runs import caches
 from runs.models import DepCache
-from runs.schemas import CacheOut, CachesOut
+from runs.resource_schemas import CacheOut, CachesOut
 from workspaces.api import actor_of, workspace_for
 from workspaces.models import Workspace
 

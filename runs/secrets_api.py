@@ -9,7 +9,7 @@ from ninja import Router
 from core.schemas import answers
 from runs import secret_actions
 from runs.models import Secret
-from runs.schemas import SecretIn, SecretOut
+from runs.resource_schemas import SecretIn, SecretOut
 from workspaces.api import actor_of, workspace_for
 
 router = Router(tags=["secrets"])

@@ -149,10 +149,10 @@ async def _lost(end: Endpoint, why: str) -> ChannelUnproven:
     return ChannelUnproven(why)
 
 
-async def opened(end: Endpoint, timeout: float = TIMEOUT_S) -> tuple[socket.socket, str]:
-    """A connection to a channel that proved its key, and the proof the first request
-    must carry. The channel proves first: nothing of the request (env, secrets,
-    keystrokes, files) is sent to a channel that cannot."""
+async def _hello(end: Endpoint, timeout: float) -> tuple[socket.socket, str, dict[str, Any]]:
+    """A connection to the channel, the agent's nonce, and the channel's answer to its
+    hello (the channel's nonce, whether it has a key, its proof): the first step of every
+    exchange. The socket is closed here when that step fails, the caller's after."""
     loop = asyncio.get_running_loop()
     try:
         sock = await connect(end.ns, CHANNEL_PORT, timeout)
@@ -165,6 +165,21 @@ async def opened(end: Endpoint, timeout: float = TIMEOUT_S) -> tuple[socket.sock
                 sock, json.dumps({"op": "hello", "nonce": ours}).encode() + b"\n"
             )
             hello = _answer(await _read_line(sock, MAX_HELLO))
+    except (OSError, TimeoutError) as e:
+        sock.close()
+        raise ChannelError(f"the exec channel did not answer ({e})") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock, ours, hello
+
+
+async def opened(end: Endpoint, timeout: float = TIMEOUT_S) -> tuple[socket.socket, str]:
+    """A connection to a channel that proved its key, and the proof the first request
+    must carry. The channel proves first: nothing of the request (env, secrets,
+    keystrokes, files) is sent to a channel that cannot."""
+    sock, ours, hello = await _hello(end, timeout)
+    try:
         theirs = str(hello.get("nonce") or "")
         if not hello.get("keyed"):
             raise await _lost(end, "the exec channel has no key: it restarted, or is not Berth's")
@@ -172,9 +187,6 @@ async def opened(end: Endpoint, timeout: float = TIMEOUT_S) -> tuple[socket.sock
             str(hello.get("proof") or ""), proof(end.key, b"channel", ours, theirs)
         ):
             raise await _lost(end, "the exec channel could not prove its key")
-    except (OSError, TimeoutError) as e:
-        sock.close()
-        raise ChannelError(f"the exec channel did not answer ({e})") from None
     except BaseException:
         sock.close()
         raise
@@ -186,17 +198,8 @@ async def hand_key(end: Endpoint, mark: Any, timeout: float = 1.0) -> bool:
     it is (before: an agent that dies between the two never keys it again). False when
     the channel has a key already (then `opened` says whether it is the right one)."""
     loop = asyncio.get_running_loop()
+    sock, ours, hello = await _hello(end, timeout)
     try:
-        sock = await connect(end.ns, CHANNEL_PORT, timeout)
-    except (OSError, NamespaceGone, TimeoutError) as e:
-        raise ChannelError(f"the exec channel does not answer ({e})") from None
-    try:
-        async with asyncio.timeout(timeout):
-            ours = os.urandom(NONCE_BYTES).hex()
-            await loop.sock_sendall(
-                sock, json.dumps({"op": "hello", "nonce": ours}).encode() + b"\n"
-            )
-            hello = _answer(await _read_line(sock, MAX_HELLO))
         if hello.get("keyed") is not False:
             return False
         # Outside the exchange's clock: a slow database must not leave a row marked

@@ -1,10 +1,11 @@
 """The runner agent's work for the sessions of its host (wired in agent.loop).
 
-1. Execs: each queued exec is handed to its session's exec channel (a frozen session is
-   thawed for it first, and every write on its branch is applied before it: an exec
-   sees what was written before it was asked for); kills asked for are sent; after an
-   agent restart, an exec the channel never heard of is ended `lost` (its output and
-   end otherwise come from the container's log, which the session's follower resumes).
+1. Execs (sessions.handoff): each queued exec is handed to its session's exec channel
+   (a frozen session is thawed for it first, and every write on its branch is applied
+   before it: an exec sees what was written before it was asked for); kills asked for
+   are sent; after an agent restart, an exec the channel never heard of is ended `lost`
+   (its output and end otherwise come from the container's log, which the session's
+   follower resumes).
    Writes on a ready session's branch are applied as soon as they are announced
    (sessions.applier), and reads of its files are made when asked (sessions.snapshot).
 2. Lifecycle, every tick and at each pause or unpause the engine reports: starting →
@@ -32,20 +33,17 @@ from django.conf import settings
 from django.utils import timezone
 
 from core import fanout
-from runs import secrets
 from runs.models import RunState
 from sandbox import backend
 from sandbox.engine import engine
 from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
-from sessions import applier, snapshot, snapstore
+from sessions import applier, handoff, snapshot, snapstore
 from sessions.actions import agent_group
 from sessions.channel import ChannelError, ChannelUnproven, ask, channel_of, hand_key
 from sessions.clocks import to_step, waiting
-from sessions.follow import handed
-from sessions.frames import frame_key
 from sessions.freeze import freeze
-from sessions.lifecycle import ask_stop, changed, expire, signal_ended
+from sessions.lifecycle import ask_stop, changed, expire
 from sessions.models import (
     LIVE_STATES,
     RESTARTABLE_STATES,
@@ -111,11 +109,6 @@ def _remove_volume(name: str) -> None:
         engine().api.remove_volume(name, force=True)
     except docker.errors.APIError as e:  # still held, or gone meanwhile: the next sweep
         log.info("session volume %s: %s", name, e)
-
-
-def _reload(pk: int) -> Session:
-    """As it is now, with its run and sandbox (read under the session's lock)."""
-    return Session.objects.select_related("run__sandbox", "workspace__team").get(pk=pk)
 
 
 def _to_sync() -> list[Session]:
@@ -207,7 +200,7 @@ class Keeper:
                 self.in_flight.add(row.pk)
                 self.engine.spawn(self.engine.safely(lambda r=row: self._hand(r)))
         for row in await db(_kills)() if execs else []:
-            self.engine.spawn(self.engine.safely(lambda r=row: self._kill(r)))
+            self.engine.spawn(self.engine.safely(lambda r=row: handoff.kill(r)))
         for session in [*await db(_to_sync)(), *await db(_to_read)()] if files else []:
             if session.pk not in self.file_work:
                 self.file_work.add(session.pk)
@@ -225,7 +218,7 @@ class Keeper:
         """Its pending writes applied, then the reads of its files asked for made."""
         try:
             async with self.locks[found.pk]:
-                session = await db(_reload)(found.pk)
+                session = await db(handoff.reload)(found.pk)
                 if session.state in (SessionState.FREEZING, SessionState.FROZEN):
                     if not await db(snapshot.pending)(session):
                         return  # a write waits for the resume
@@ -240,81 +233,12 @@ class Keeper:
             self.file_work.discard(found.pk)
 
     async def _hand(self, row: Exec) -> None:
-        """One exec to its session's channel, once the session is ready and has every
-        write on its branch announced so far."""
-        running = False
+        """Handed under its session's lock (sessions.handoff); out of `in_flight` however
+        that ends, so a later tick hands it again if it is still queued."""
         try:
-            async with self.locks[row.session_id]:
-                session = await db(_reload)(row.session_id)
-                if session.state in (SessionState.FREEZING, SessionState.FROZEN):
-                    await self._thaw(session)
-                if session.state != SessionState.READY:
-                    return  # starting: handed once ready; stopping: its end ends it
-                if session.started_at and row.created_at < session.started_at:
-                    # Asked of an earlier start that stopped before it ran: never run
-                    # by a later one, whose files and processes the asker never saw.
-                    detail = "the session stopped before it ran"
-                    await db(self._end)(
-                        row, "not_started", describe_exec("not_started", detail=detail)
-                    )
-                    return
-                await applier.apply_pending(session)
-            assert session.run is not None and session.run.sandbox is not None
-            ns = await on_thread(channel_of)(session.run.sandbox)
-            if not await db(row.mark_running)():
-                return
-            running = True
-            env = {**secrets.unseal(row.env_sealed), **secrets.unseal(row.secrets_sealed)}
-            request = {
-                "op": "exec",
-                "id": row.public_id,
-                "command": row.command,
-                "cwd": row.cwd,
-                "timeout_s": row.timeout_s,
-                "env": env,
-                "key": frame_key(row.public_id).hex(),
-            }
-            handed(session.run.public_id, row.public_id)
-            if row.secret_names and self.on_grant is not None:
-                await self.on_grant(session)  # its terminals mask them before it runs
-            try:
-                answer = await ask(ns, request)
-            except ChannelError as e:
-                answer = {"ok": False, "error": str(e)}
-            if answer.get("ok"):
-                await db(row.record_pid)(int(answer.get("pid") or 0))
-            else:
-                detail = str(answer.get("detail") or answer.get("error"))
-                await db(self._end)(row, "not_started", describe_exec("not_started", detail=detail))
-        except ChannelError as e:
-            await db(self._end)(row, "not_started", describe_exec("not_started", detail=str(e)))
-        except Exception as e:
-            if not running:
-                raise
-            # Marked running, then a fault (the database): never a row left running.
-            log.exception("exec %s: not handed", row.public_id)
-            await db(self._end)(row, "not_started", describe_exec("not_started", detail=str(e)))
+            await handoff.hand(row, self.locks[row.session_id], self._thaw, self.on_grant)
         finally:
             self.in_flight.discard(row.pk)
-
-    @staticmethod
-    def _end(row: Exec, reason: str, message: str) -> None:
-        if row.finish(reason, message):
-            signal_ended(row)
-
-    async def _kill(self, row: Exec) -> None:
-        session = row.session
-        if session.run is None or session.run.sandbox is None:
-            return
-        try:
-            ns = await on_thread(channel_of)(session.run.sandbox)
-            await ask(ns, {"op": "kill", "id": row.public_id, "force": row.kill_force})
-        except ChannelError as e:
-            # Asked again next tick (while it runs): a kill the API accepted is never
-            # dropped because the channel did not answer once.
-            log.info("exec %s: kill not delivered yet (%s)", row.public_id, e)
-            return
-        await db(lambda: Exec.objects.filter(pk=row.pk).update(kill_requested_at=None))()
 
     async def reconcile_execs(self) -> bool:
         """After a restart: an exec marked running that the channel never heard of
@@ -346,7 +270,7 @@ class Keeper:
             known = set(answer.get("running") or []) | set(answer.get("ended") or {})
             for row in running:
                 if row.public_id not in known:
-                    await db(self._end)(row, "lost", describe_exec("lost"))
+                    await db(handoff.end)(row, "lost", describe_exec("lost"))
         return checked
 
     # -- lifecycle -----------------------------------------------------------------
@@ -481,7 +405,7 @@ class Keeper:
         """A frozen session thawed for a door that needs it running now (a terminal),
         under its lock as the exec hand-off does."""
         async with self.locks[session.pk]:
-            session = await db(_reload)(session.pk)
+            session = await db(handoff.reload)(session.pk)
             if session.state in (SessionState.FREEZING, SessionState.FROZEN):
                 await self._thaw(session)
 

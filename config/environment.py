@@ -1,0 +1,79 @@
+"""How the settings read what they are given: environment variables, and the secrets
+Berth keeps beside them in files (config.settings holds every value; this, only how).
+
+Nothing here reads the environment on import: each function is called by the settings.
+"""
+
+import contextlib
+import functools
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+def envbool(name: str, default: str = "false") -> bool:
+    return os.environ.get(name, default).strip().lower() in ("1", "true", "yes", "on")
+
+
+def envint(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def envlist(name: str, default: str = "") -> list[str]:
+    return [v.strip() for v in os.environ.get(name, default).split(",") if v.strip()]
+
+
+@functools.cache
+def generated_secret_key(data_dir: Path) -> str:
+    """The SECRET_KEY generated once into `data_dir`, read from there ever after.
+
+    It keys session signing and the HMAC of API tokens, so it must survive restarts, and
+    every process (daphne, the worker, the agent) must read the same one.
+    """
+    path = data_dir / "secret_key"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        # Written aside, then linked into place: processes starting at once (a worker
+        # and an agent) all end up reading the one key, never a half-written file.
+        fd, temp = tempfile.mkstemp(dir=data_dir, prefix=".secret_key-")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(50))
+            try:
+                os.link(temp, path)
+            except FileExistsError:
+                pass  # another process won: its key is the one
+            except OSError:  # a filesystem without hard links: a plain rename
+                if not path.exists():
+                    os.replace(temp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+    return path.read_text().strip()
+
+
+def with_password(url: str, password_file: Path) -> str:
+    """`url` with the password kept in `password_file`, unless it names one already
+    (or there is no such file, or it is empty)."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        return url
+    try:
+        password = password_file.read_text().strip()
+    except FileNotFoundError:
+        return url
+    except PermissionError:
+        raise ImproperlyConfigured(
+            f"{password_file} (Redis's password) is not readable by this user: run Berth "
+            "as the user `scripts/host-setup redis` made it for, or put the password in "
+            "REDIS_URL (redis://:PASSWORD@host:port/db)"
+        ) from None
+    if not password:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{parts.username or ''}:{quote(password, safe='')}@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
