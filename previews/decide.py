@@ -106,6 +106,7 @@ class Decider:
         if scope["path"] == gate.TICKET_PATH and not websocket:
             await self.redeem(scope, send, public_id)
             return
+        since = self.lookups.generation  # what the answers below rest on (Lookups.drop)
         t = await self.lookups.target(public_id)
         if t is None:
             await _reply(send, *self.refused(scope, 404, "not_found", "No such preview."))
@@ -125,7 +126,7 @@ class Decider:
                 await _reply(send, *self.refused(scope, 403, REFUSED, why, title))
                 return
         cookie = viewer_cookie(_cookies(scope))
-        if not t.public and not await self.lookups.viewer(cookie, t):
+        if not t.public and not await self.lookups.viewer(cookie, t, since):
             await self.refuse(scope, send, t)
             return
         if t.session and not t.ready and t.state in (PreviewState.STARTING, PreviewState.READY):

@@ -300,15 +300,17 @@ class Gateway:
             route = self.routes[t.public_id] = Route("sandbox", t)
         return route
 
-    def verdict(self, ex: Any, value: bytes) -> gate.Target:
+    def verdict(self, ex: Any, value: bytes, since: int) -> gate.Target:
         """The web process said "serve it": the target it named, remembered as the
-        caches' answers for the requests after this one (which then need no asking)."""
+        caches' answers for the requests after this one (which then need no asking),
+        unless this process was told to drop answers since it asked (`since`: its
+        generation then), as the web process may have decided before it was."""
         t = gate.Target.of_verdict(value)
         now = time.monotonic()
-        self.lookups.remember_target(t, t.public_id, now)
+        self.lookups.remember_target(t, t.public_id, now, since)
         cookie = viewer_cookie(parse_cookies(ex.cookie)) if ex.cookie else None
         if cookie and not t.public:
-            self.lookups.remember_viewer(t.public_id, cookie, None)
+            self.lookups.remember_viewer(t.public_id, cookie, None, since)
             self.frame_navigation(ex, t)
         return t
 
@@ -332,9 +334,10 @@ class Gateway:
         else:
             public_id = self.lookups.preview_of(ex.host)
         if public_id is not None:
+            since = self.lookups.generation
             t = await self.lookups.target(public_id)
             if t is not None and t.ready and not t.public and ex.cookie:
-                await self.lookups.viewer(viewer_cookie(parse_cookies(ex.cookie)), t)
+                await self.lookups.viewer(viewer_cookie(parse_cookies(ex.cookie)), t, since)
         return self.decide(ex) or APP  # a cache that expired meanwhile: the slow road
 
     def _named(self, host: str) -> tuple[str | None, tuple[str, str] | None, str]:

@@ -44,6 +44,13 @@ class Lookups:
         self.routes: dict[tuple[str, str], tuple[float, str | None]] = {}
         self.targets: dict[str, tuple[float, gate.Target | None]] = {}
         self.pending: dict[str, asyncio.Future[gate.Target | None]] = {}
+        # The generation each pending target lookup started in (`generation`).
+        self.pending_since: dict[str, int] = {}
+        # Bumped by every `drop`. A lookup notes it before it reads the database and
+        # caches its answer only if no drop came meanwhile: one that began before a
+        # grant or a revocation may have read the world before it, and would otherwise
+        # store that old answer over the drop for a whole cache time.
+        self.generation = 0
         # (preview, cookie) -> (when looked up, whether it lets its holder in). Dropped
         # at once when told (`drop`: a grant, a revocation, a member removed); the
         # PREVIEW_VIEWER_TTL_S bound is the backstop for a signal that was lost.
@@ -85,7 +92,8 @@ class Lookups:
 
     async def target(self, public_id: str, fresh: bool = False) -> gate.Target | None:
         """The preview as of at most TARGET_TTL_S ago. One lookup at a time per preview:
-        requests arriving meanwhile wait for it instead of each asking the database."""
+        requests arriving meanwhile wait for it instead of each asking the database
+        (not one begun before a drop of the preview: `drop` forgets it)."""
         now = time.monotonic()
         cached = self.targets.get(public_id)
         if cached and not fresh and now - cached[0] < TARGET_TTL_S:
@@ -94,12 +102,25 @@ class Lookups:
         if pending is None:
             pending = asyncio.ensure_future(database_sync_to_async(gate.target)(public_id))
             self.pending[public_id] = pending
-            pending.add_done_callback(lambda _: self.pending.pop(public_id, None))
+            self.pending_since[public_id] = self.generation
+            pending.add_done_callback(lambda done: self._settled(public_id, done))
+        since = self.pending_since[public_id]
         t = await asyncio.shield(pending)
-        self.remember_target(t, public_id, now)
+        self.remember_target(t, public_id, now, since)
         return t
 
-    def remember_target(self, t: gate.Target | None, public_id: str, now: float) -> None:
+    def _settled(self, public_id: str, done: asyncio.Future[gate.Target | None]) -> None:
+        # Only its own entry: a drop may have put a newer lookup of the preview there.
+        if self.pending.get(public_id) is done:
+            del self.pending[public_id]
+            del self.pending_since[public_id]
+
+    def remember_target(
+        self, t: gate.Target | None, public_id: str, now: float, since: int
+    ) -> None:
+        """`t`, looked up from generation `since` on: cached unless a drop came since."""
+        if since != self.generation:
+            return
         if len(self.targets) > 10_000:
             self.targets.clear()
         before = self.targets.get(public_id)
@@ -109,19 +130,25 @@ class Lookups:
             self.drop(previews={public_id})
         self.targets[public_id] = (now, t)
 
-    async def viewer(self, value: str | None, t: gate.Target) -> bool:
-        """Whether a preview cookie's holder may see `t` (cached PREVIEW_VIEWER_TTL_S)."""
+    async def viewer(self, value: str | None, t: gate.Target, since: int) -> bool:
+        """Whether a preview cookie's holder may see `t` (cached PREVIEW_VIEWER_TTL_S).
+        `since`: the generation noted before `t` was looked up, which the answer rests
+        on as much as on the viewer's own rows."""
         if not value:
             return False
         cached = self.viewers.get((t.public_id, value))
         if cached and time.monotonic() - cached[0] < self.viewer_ttl:
             return cached[1]
         standing = await database_sync_to_async(gate.viewer_standing)(value, t)
-        self.remember_viewer(t.public_id, value, standing.code)
+        self.remember_viewer(t.public_id, value, standing.code, since)
         return standing.code is None
 
-    def remember_viewer(self, public_id: str, value: str, code: int | None) -> None:
-        """A viewer's answer: let in (`code` None), or refused with `code`."""
+    def remember_viewer(self, public_id: str, value: str, code: int | None, since: int) -> None:
+        """A viewer's answer: let in (`code` None), or refused with `code`; decided from
+        generation `since` on, and so not cached if a drop came since (the next request
+        asks the database again)."""
+        if since != self.generation:
+            return
         if len(self.viewers) > 10_000 or len(self.holders) > 10_000:
             self.viewers.clear()
             self.holders.clear()
@@ -139,9 +166,14 @@ class Lookups:
         self, previews: Collection[str] = (), user: int | None = None, token: int | None = None
     ) -> None:
         """Forget the targets of `previews` and every viewer answer about them, and every
-        answer about a cookie of `user` or `token`: the next request is decided anew."""
+        answer about a cookie of `user` or `token`: the next request is decided anew.
+        A lookup under way now stores nothing (`generation`), and a request after this
+        one never waits on a target lookup begun before it."""
+        self.generation += 1
         for public_id in previews:
             self.targets.pop(public_id, None)
+            if self.pending.pop(public_id, None) is not None:
+                del self.pending_since[public_id]
         cookies = {
             value
             for value, (u, tok) in self.holders.items()

@@ -164,6 +164,7 @@ class Answering:
         """The web process said "serve it": the request goes into the sandbox, with the
         body kept meanwhile (and the rest as it comes)."""
         verdict, upstream.verdict = upstream.verdict, None
+        since = upstream.since
         assert verdict is not None
         upstream.ex = upstream.client = None
         ex.upstream = None
@@ -174,7 +175,7 @@ class Answering:
             upstream.close()
         if self.gone or ex.answered:
             return
-        self._go(ex, self.gw.admit(ex, self.gw.verdict(ex, verdict)))
+        self._go(ex, self.gw.admit(ex, self.gw.verdict(ex, verdict, since)))
 
     def relay_answer(
         self, ex: Exchange, status: int, given: list[tuple[bytes, bytes]], body: bytes

@@ -42,6 +42,7 @@ class Upstream(asyncio.Protocol):
         self.client: Client | None = None
         self.ex: Exchange | None = None
         self.verdict: bytes | None = None  # the web process's "serve it", for `ex`
+        self.since = 0  # the lookups' generation when `ex` was sent (Lookups.drop)
         self.open = True
         self.used = self.got = self.skip = self.eof_ends = self.done = False
         self.keep = True
@@ -87,6 +88,7 @@ class Upstream(asyncio.Protocol):
     def start(self, client: "Client", ex: "Exchange") -> None:
         self.client, self.ex = client, ex
         self.verdict = None
+        self.since = self.gw.lookups.generation
         self.got = self.skip = self.eof_ends = self.done = self.headed = False
         self.keep = True
         self.mode = "raw"

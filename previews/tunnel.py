@@ -108,6 +108,7 @@ async def serve(client: "Client", ex: Exchange) -> None:
         return
     try:
         question = b"GET " + ex.target + b" HTTP/1.1\r\n"
+        since = gw.lookups.generation  # the verdict is cached only if no drop comes first
         writer.write(question + header_lines(question_headers(ex, client.peer, gw.key)))
         reply = Reply()
         with contextlib.suppress(OSError, TimeoutError, httptools.HttpParserError):
@@ -130,7 +131,7 @@ async def serve(client: "Client", ex: Exchange) -> None:
                     title="The app broke this request",
                 )
             return
-        t = gw.verdict(ex, verdict)
+        t = gw.verdict(ex, verdict, since)
         if client.gone:
             return
         if gw.lookups.open.get(t.public_id, 0) >= gw.max_connections:

@@ -78,6 +78,7 @@ async def watch(lookups: "Lookups", t: gate.Target, cookie: str | None) -> int:
                         "preview %s: a tunnel stops hearing access changes: %r", t.public_id, e
                     )
                     next_signal = _quiet
+            since = lookups.generation
             try:
                 now = await database_sync_to_async(standing)(t.public_id, cookie)
             except Exception:
@@ -85,7 +86,7 @@ async def watch(lookups: "Lookups", t: gate.Target, cookie: str | None) -> int:
                 return CHECK_FAILED
             if cookie:
                 # The HTTP requests of this process learn it too (their cache's entry).
-                lookups.remember_viewer(t.public_id, cookie, now.code)
+                lookups.remember_viewer(t.public_id, cookie, now.code, since)
             if now.code is not None:
                 log.info(
                     "preview %s: a tunnel's viewer lost access (%d): closing it",

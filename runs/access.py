@@ -1,13 +1,24 @@
 from collections.abc import Callable
 
 from accounts.access import Actor, sees_workspace
+from core import fanout
 from core.errors import NotFound
+from logs import logstore
 from runs.models import Run
 
 # Checks of the apps above that own a run's purpose (a session's run: sessions.apps),
 # each saying whether the actor may see that run's outputs. A run's own `secret_names`
 # are what its container gets in its env, so an owner's grants never go there.
 OUTPUT_CHECKS: dict[str, Callable[[Actor, Run], bool]] = {}
+
+
+def outputs_access_changed(run_public_id: str) -> None:
+    """An owner's check of the run's outputs may answer otherwise now (a session was
+    granted a secret): the run's open log sockets check their access again at once
+    (accounts.socket_access), not at their next periodic check. They are in the log's
+    group already (joined at connect, before which no message is handled); its other
+    listeners (runs.waiting) take any message as a wake-up and only look again."""
+    fanout.group_send(logstore.group_name(run_public_id), {"type": "access.changed"})
 
 
 def may_see_outputs(actor: Actor, run: Run) -> bool:

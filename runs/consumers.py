@@ -6,7 +6,8 @@ on, then `{"type": "end", state, reason, exit_code, message}` once what the log 
 ended and every entry is sent, and closes. Refusals close with 4000 + the HTTP status
 the API would answer (4404 for a run the caller may not see, whoever's it is), and so
 does a socket whose access goes while it is open (accounts.socket_access: 4401 for a
-token revoked or expired, 4404 for a person removed from the team).
+token revoked or expired, 4404 for a person removed from the team, or for a run whose
+owner's check no longer lets it in: a session's grant, runs.access.outputs_access_changed).
 """
 
 import asyncio

@@ -4,7 +4,8 @@ from django.db.models import Q
 
 from accounts.access import Actor, sees_workspace
 from core.errors import Forbidden, NotFound
-from runs.models import Run
+from runs.access import outputs_access_changed
+from runs.models import ACTIVE_STATES, Run
 from sessions.models import Exec, Session, Terminal
 
 
@@ -27,6 +28,18 @@ def covers_run(actor: Actor, run: Run) -> bool:
         Q(run=run) | Q(public_id=run.workspace_volume.rpartition("-session-")[2])
     ).first()
     return session is None or covers(actor, session)
+
+
+def on_session_granted(sender: object, session: Session, names: list[str], **_: object) -> None:
+    """The session holds a secret it did not: who may read its run (`covers_run`) has
+    narrowed, so the open log sockets of its current run, and of any start of it still
+    live, check their access again now (sessions.signals.session_granted)."""
+    runs = Run.objects.filter(
+        Q(pk=session.run_id)
+        | Q(workspace_volume__endswith=f"-session-{session.public_id}", state__in=ACTIVE_STATES)
+    ).values_list("public_id", flat=True)
+    for public_id in runs:
+        outputs_access_changed(public_id)
 
 
 def access_session(actor: Actor, public_id: str, scope: str = "run", use: bool = True) -> Session:

@@ -17,16 +17,19 @@ class SessionsConfig(AppConfig):
         from runs.engine_owner import FOLLOWERS
         from runs.models import Purpose, run_finished
         from sandbox.models import SandboxKind
-        from sessions.access import covers_run
+        from sessions.access import covers_run, on_session_granted
         from sessions.follow import SessionFollower
         from sessions.lifecycle import on_contract_lapsed, on_run_finished
         from sessions.policy import usage
+        from sessions.signals import session_granted
         from sessions.sync import on_branch_moved
         from workspaces.signals import branch_moved, contract_lapsed
 
         FOLLOWERS[SandboxKind.SESSION] = SessionFollower
         # A session's run is read only by those who may use the session.
         OUTPUT_CHECKS[Purpose.SESSION] = covers_run
+        # ...and its run's open log sockets hear of each new grant at once.
+        session_granted.connect(on_session_granted, dispatch_uid="sessions.run_outputs")
         quotas.USAGE_PARTS["sessions"] = usage
         run_finished.connect(on_run_finished, dispatch_uid="sessions.run_finished")
         # A write on a branch answers once the sessions following it have it.

@@ -8,8 +8,9 @@ from django.dispatch import Signal
 log = logging.getLogger("berth.sessions")
 
 # Sent after the commit that gave a session a secret it did not have (kwargs: session,
-# names: all it holds now): what serves from the session (its previews) follows the
-# grant from here (previews.of_sessions.on_session_granted).
+# names: all it holds now): what serves from the session (its previews) and the log
+# sockets of its run follow the grant from here (previews.of_sessions.on_session_granted,
+# sessions.access.on_session_granted).
 session_granted = Signal()
 
 

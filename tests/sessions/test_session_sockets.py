@@ -6,6 +6,8 @@ exec and moves the session as the agent does, and signals through the real Redis
 channel layer.
 """
 
+import time
+
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -17,11 +19,14 @@ from accounts.access import Actor
 from config.asgi import application
 from logs import logstore
 from logs.logstore import LogWriter
+from runs.models import Purpose, RunState
 from runs.secret_actions import set_secret
 from sessions.actions import exec_in
 from sessions.lifecycle import changed, group_name
 from sessions.models import Exec, Session, SessionState
 from tests.support.logs import closed_with, session_cookie
+from tests.support.logs import write as write_run
+from tests.support.runs import make_run
 from workspaces.actions import create_workspace
 
 pytestmark = [
@@ -213,5 +218,48 @@ def test_an_open_log_socket_is_closed_when_a_later_exec_grants_the_session_a_sec
         await database_sync_to_async(exec_in)(session, granted, "true", secret_names=["API_KEY"])
         assert await closed_with(ws) == 4403
         await ws.disconnect()
+
+    async_to_sync(watch)()
+
+
+def test_an_open_session_run_log_socket_is_closed_at_a_grant_its_viewer_does_not_cover(
+    cast, session, settings
+):
+    """The session's run log is read only by those who cover the session (security 26):
+    a grant wakes the run's log sockets (sessions.signals.session_granted), so a viewer
+    who does not cover the new name is closed at once, as a new connection would be
+    refused (4404), while a viewer who covers it streams on."""
+    settings.WEBSOCKET_ACCESS_RECHECK_S = 300  # only the grant's wake-up closes it in time
+    set_secret(session.workspace, Actor(cast.alice), "API_KEY", "sekret-value-1")
+    run = make_run(
+        session.workspace,
+        cast.carol,
+        purpose=Purpose.SESSION,
+        state=RunState.RUNNING,
+        workspace_volume=f"berth-test-session-{session.public_id}",
+    )
+    session.run = run
+    session.save(update_fields=["run"])
+    _, plain = cast.token(cast.carol, ["run"])
+    _, covering = cast.token(cast.carol, ["run"], secret_names=["API_KEY"])
+    write_run(run, ["channel ready"], signal=True)
+
+    async def watch() -> None:
+        path = f"/ws/runs/{run.public_id}/logs"
+        refused = await connect(path, secret=plain)
+        kept = await connect(path, secret=covering)
+        for ws in (refused, kept):
+            assert await texts_until(ws, 1) == ["channel ready"]
+        granted = time.monotonic()
+        await database_sync_to_async(exec_in)(
+            session, Actor(cast.carol), "true", secret_names=["API_KEY"]
+        )
+        assert await closed_with(refused) == 4404
+        assert time.monotonic() - granted < 2
+        await refused.disconnect()
+        # The covering viewer's socket is open still and gets what comes next.
+        await database_sync_to_async(write_run)(run, ["after the grant"], True)
+        assert await texts_until(kept, 2) == ["after the grant"]
+        await kept.disconnect()
 
     async_to_sync(watch)()
