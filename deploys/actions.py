@@ -25,6 +25,7 @@ from previews import actions as preview_actions
 from runs import actions as runner_actions
 from runs import services
 from workspaces.models import ContractReview, Workspace
+from workspaces.reviews import ContractHeld
 from workspaces.store import open_store, pin_commit
 
 RELEASES_KEPT = 3
@@ -293,6 +294,7 @@ def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
     route = Route.objects.filter(workspace=workspace).first()
     if route and route.release_id == target.pk:
         raise Conflict(f"Release {number} is already live.")
+    review = _admit_rollback(workspace, actor, target)
     with transaction.atomic():
         # A new request and release record who rolled back to what, in the same story;
         # the old request becomes rolled_back once this one is switched in.
@@ -322,6 +324,7 @@ def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
             deploy.ref,
             target.image,
             public=not workspace.releases_team_only,
+            review=review,
         )
         release.attach_process(process)
         record(
@@ -334,6 +337,39 @@ def rollback(workspace: Workspace, actor: Actor, number: int) -> Release:
             commit=target.commit,
         )
     return release
+
+
+def _admit_rollback(workspace: Workspace, actor: Actor, target: Release) -> ContractReview | None:
+    """A rollback starts an older release's process under its commit's contract, which
+    an approval that lapsed since (docs/security.md 29) may no longer cover: admitted as
+    a new ask, or refused the same way (typed, its review opened or named), the refusal
+    recorded. Outside any transaction, so the review it opens outlives the refusal."""
+    try:
+        return runner_actions.admit_contract(
+            workspace,
+            actor,
+            runner_actions.load_config(workspace, target.commit),
+            target.commit,
+            target.request.ref,
+            f"a rollback to release {target.number}",
+        )
+    except ContractHeld as held:
+        record(
+            workspace.team,
+            actor,
+            "deploy.rollback_refused",
+            f"deploy:{target.request.public_id}",
+            workspace.slug,
+            release=target.number,
+            reason=held.code,
+            review=held.details["review"],
+        )
+        then = " Once it is approved, roll back again." if held.code == ContractHeld.code else ""
+        raise ContractHeld(
+            f"Release {target.number} was not rolled back to: {held.message}{then}",
+            held.details,
+            code=held.code,
+        ) from None
 
 
 def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) -> None:

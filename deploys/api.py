@@ -67,5 +67,9 @@ def cancel_deploy(request: HttpRequest, deploy_id: str) -> DeployOut:
 )
 def live_release(request: HttpRequest, slug: str) -> ReleaseOut:
     workspace = workspace_for(request, slug, "deploy:request")
-    route = Route.objects.select_related("release__request").filter(workspace=workspace).first()
+    route = (
+        Route.objects.select_related("release__request", "release__process")
+        .filter(workspace=workspace)
+        .first()
+    )
     return ReleaseOut.of(route, actions.release_url(workspace, request.get_port()))

@@ -1,8 +1,9 @@
 """A release after its approval: the agent commits the build's image →
 `on_build_finished` starts the release's process (a preview of kind "release") →
 `on_process_changed` switches the route once it is healthy, then stops the previous;
-a live release's process that crashes, or an engine restart, is restored; once a
-release is live, old release images are pruned (deploys.images).
+a live release's process that crashes, or an engine restart, is restored when today's
+approvals still admit its contract; once a release is live, old release images are
+pruned (deploys.images).
 """
 
 from datetime import timedelta
@@ -22,6 +23,7 @@ from deploys.tasks import stop_release_process
 from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from runs.models import Purpose, Run, RunState
+from workspaces.reviews import ContractHeld
 
 
 def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
@@ -177,9 +179,12 @@ def _switch(release: Release) -> None:
 
 
 def restore(release: Release) -> None:
-    """The live release's process died (a crash, an engine restart): the same image
-    again, health-checked; the route never moved, so it serves once healthy. Tries back
-    off (2 s, doubling, at most 5 min) so a release that cannot start does not spin."""
+    """The live release's process ended (a crash, an engine restart, a lapse of the
+    approval it ran under): the same image again, health-checked; the route never moved,
+    so it serves once healthy. Its contract is admitted first, as a new ask's would be
+    (previews.actions.restart_preview): when today's approvals refuse it, it is not
+    started (`_refuse`). Tries back off (2 s, doubling, at most 5 min) so a release that
+    cannot start, or is refused, does not spin."""
     process = release.process
     if process is None or process.is_live:
         return
@@ -191,7 +196,33 @@ def restore(release: Release) -> None:
     if actor is None:
         return
     release.count_restore_try(now)
-    preview_actions.restart_preview(process, actor)
+    try:
+        preview_actions.restart_preview(process, actor)
+    except ContractHeld as held:
+        _refuse(release, process, actor, held)
+
+
+def _refuse(release: Release, process: Preview, actor: Actor, held: ContractHeld) -> None:
+    """Not started again: its process says why, naming the review that decides it, and
+    the refusal is recorded once (the safety net asks again at each try, so once a
+    reviewer approves that review the release serves again without a new build)."""
+    if held.code == ContractHeld.code:
+        then = "Once it is approved there, Berth starts this release again."
+    else:
+        then = "Ask for a deploy of a commit within the approved contract to replace it."
+    message = f"Release {release.number} was not started again: {held.message} {then}"
+    with transaction.atomic():
+        if preview_actions.hold_process(process, held.code, message):
+            record(
+                release.workspace.team,
+                actor,
+                "deploy.restore_refused",
+                f"deploy:{release.request.public_id}",
+                release.workspace.slug,
+                release=release.number,
+                reason=held.code,
+                review=held.details["review"],
+            )
 
 
 def _acting_for(release: Release) -> Actor | None:

@@ -114,6 +114,12 @@ class LiveRelease(Out):
     approved_by: list[str]
     restored_at: datetime | None
     rollback_of: int | None
+    state: str | None = Field(
+        description="its process: starting, ready, crashed, failed or stopped (the "
+        "route stays on it while it is not ready; `reason` and `message` say why)"
+    )
+    reason: str | None
+    message: str | None
 
 
 class ReleaseOut(Out):
@@ -125,6 +131,7 @@ class ReleaseOut(Out):
         if route is None:
             return cls(live=None, url=url)
         release: Release = route.release
+        process = release.process
         return cls(
             live=LiveRelease(
                 release=release.number,
@@ -136,6 +143,9 @@ class ReleaseOut(Out):
                 ],
                 restored_at=release.restored_at,
                 rollback_of=release.rollback_of.number if release.rollback_of else None,
+                state=process.state if process else None,
+                reason=(process.reason or None) if process else None,
+                message=(process.message or None) if process else None,
             ),
             url=url,
         )

@@ -136,11 +136,18 @@ def make_room(starting: Preview) -> None:
 
 
 def start_release(
-    workspace: Workspace, actor: Actor, commit: str, ref: str, image: str, public: bool
+    workspace: Workspace,
+    actor: Actor,
+    commit: str,
+    ref: str,
+    image: str,
+    public: bool,
+    review: ContractReview | None = None,
 ) -> Preview:
     """A release's process: the built `image`, with `[deploy]`'s command, port and
     health check, served on the workspace's release host once deploys switch to it.
-    Never stopped for idleness or the preview quota."""
+    Never stopped for idleness or the preview quota. The caller admitted its contract
+    (the build's, or a rollback's `review`)."""
     config = runner_actions.load_config(workspace, commit).deploy
     preview = Preview(
         workspace=workspace,
@@ -157,7 +164,7 @@ def start_release(
     )
     with transaction.atomic():
         preview.save()
-        _new_process(preview, actor)
+        _new_process(preview, actor, review)
     return preview
 
 
@@ -242,13 +249,19 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
             {"session": preview.session.public_id if preview.session else None},
             code="session_preview",
         )
-    review = None
-    if preview.kind == "preview":
-        target = commit or preview.commit
-        config = runner_actions.load_config(preview.workspace, target)
-        review = runner_actions.admit_contract(
-            preview.workspace, actor, config, target, preview.ref, "a preview"
-        )
+    # A release's process started again (deploys' restore after a crash, an engine
+    # restart or a lapse) asks for its commit's contract as its build did: an approval
+    # that lapsed since must not keep starting it (docs/security.md 29).
+    target = commit or preview.commit
+    config = runner_actions.load_config(preview.workspace, target)
+    review = runner_actions.admit_contract(
+        preview.workspace,
+        actor,
+        config,
+        target,
+        preview.ref,
+        "a preview" if preview.kind == "preview" else "a release's restart",
+    )
     with transaction.atomic():
         # Only the preview's row is locked: its run is a nullable join, which PostgreSQL
         # cannot lock FOR UPDATE.
@@ -279,6 +292,16 @@ def restart_preview(preview: Preview, actor: Actor, commit: str | None = None) -
             commit=preview.commit,
         )
     return preview
+
+
+def hold_process(preview: Preview, reason: str, message: str) -> bool:
+    """A release's process that deploys do not start again (its contract is held):
+    stopped, saying why; False when it said so already (Preview.hold)."""
+    with transaction.atomic():
+        if not preview.hold(reason, message):
+            return False
+        _announce(preview)
+    return True
 
 
 def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
@@ -489,7 +512,8 @@ def on_contract_lapsed(
 ) -> None:
     """A preview or a release under an approval that lapsed, and not admitted by today's
     approvals, stops (runs.lapses says why not kept). A session's preview follows its
-    session."""
+    session. A release stopped here stays routed; deploys' restore starts it again only
+    once today's approvals admit it (restart_preview)."""
     for run in lapses.unadmitted(workspace, review_ids, (Purpose.PREVIEW, Purpose.RELEASE)):
         preview = Preview.objects.select_related("workspace__team").filter(run=run).first()
         if preview is not None and preview.is_live:

@@ -116,6 +116,20 @@ class Preview(models.Model):
             self.refresh_from_db()
         return bool(updated)
 
+    def hold(self, reason: str, message: str) -> bool:
+        """An ended process Berth did not start again (a release's restore that today's
+        approvals refuse): stopped, saying why. One conditional UPDATE that skips a row
+        already saying so: the safety net repeats the refusal at each try, and a crash's
+        own try may race it, yet it is written (and recorded) once."""
+        updated = (
+            Preview.objects.filter(pk=self.pk, state__in=(*FAILED_STATES, PreviewState.STOPPED))
+            .exclude(reason=reason, message=message)
+            .update(state=PreviewState.STOPPED, reason=reason, message=message)
+        )
+        if updated:
+            self.refresh_from_db()
+        return bool(updated)
+
     # Field changes that are not state transitions: each in one place, here.
 
     def record_namespace(self, run_id: int, pid: int, netns: int) -> None:
