@@ -36,8 +36,14 @@ CHUNK = 8192  # base64 of it stays under the engine's 16 KB log message
 # default), which still holds for a process that writes to this one's stdout itself.
 PACE_LINES = 90_000
 PACE_BYTES = 14 << 20
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-FORWARDED += (signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 EXIT_NOT_FOUND = 127
 
 
@@ -115,7 +121,7 @@ def spawn(argv: list[str], out: int, err: int) -> int:
         os.dup2(err, 2)
         os.execvp(argv[0], argv)  # noqa: S606 (argv is `sh -c <the command>`, as before)
     except OSError as e:
-        os.write(2, b"berth-run: %s: %s\n" % (argv[0].encode(), e.strerror.encode()))
+        os.write(2, b"berth-run: %s: %s\n" % (argv[0].encode(), (e.strerror or str(e)).encode()))
     os._exit(EXIT_NOT_FOUND)
 
 
@@ -148,8 +154,8 @@ def main() -> int:
     for number in FORWARDED:
         signal.signal(number, forward)
     child = spawn(argv, out_w, err_w)
-    for number in pending:
-        os.kill(child, number)
+    for early in pending:
+        os.kill(child, early)
     os.close(out_w)
     os.close(err_w)
     streams = {out_r: Stream(out_r, b"o"), err_r: Stream(err_r, b"e")}
