@@ -40,8 +40,12 @@ lint:
 	$(PY) -m mypy .
 	.venv/bin/lint-imports
 
+# JUNIT_DIR=<dir>: each pass also writes its JUnit XML there (passed ids compared across
+# changes to the suite). Each pass says its wall time at its end.
 test-sqlite:
-	$(PY) -m pytest
+	@start=$$(date +%s); status=0; \
+	  $(PY) -m pytest $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/sqlite.xml) || status=$$?; \
+	  echo "test-sqlite: $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The database-heavy tests again on a throwaway PostgreSQL cluster (not the Docker or
 # browser ones): started here, removed when the target ends, pass or fail. It listens
@@ -52,5 +56,8 @@ test-postgres:
 	@dir=$$(mktemp -d /tmp/berth-test-postgres-XXXXXXXX); \
 	  trap 'scripts/host-setup postgres-stop "$$dir"' EXIT; \
 	  scripts/host-setup postgres-start "$$dir"; \
+	  start=$$(date +%s); status=0; \
 	  DATABASE_URL="postgres://postgres@$${dir//\//%2F}/berth" \
-	  $(PY) -m pytest -m "not docker and not browser"
+	  $(PY) -m pytest -m "not docker and not browser" \
+	    $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/postgres.xml) || status=$$?; \
+	  echo "test-postgres: $$(( $$(date +%s) - start )) s"; exit $$status
