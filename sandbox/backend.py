@@ -7,6 +7,7 @@ this module exports.
 
 from sandbox.containers import (
     cpu_seconds,
+    cpu_seconds_known,
     create_volume,
     engine_runtimes,
     existing,
@@ -42,6 +43,7 @@ __all__ = [
     "commit_image",
     "count",
     "cpu_seconds",
+    "cpu_seconds_known",
     "create",
     "create_volume",
     "egress_on",

@@ -175,6 +175,14 @@ def _read_cpu_file(path: str) -> float | None:
     return int(text.strip() or 0) / 1e9
 
 
+def cpu_seconds_known(name: str) -> float | None:
+    """The container's CPU time if its counter file is already known (a file read, never
+    an engine call); None otherwise. For checks run often on every sandbox (the disk
+    watch's), which fall back to their full work when this says nothing."""
+    path = _CPU_FILES.get(name)
+    return _read_cpu_file(path) if path else None
+
+
 def cpu_seconds(name: str) -> float | None:
     """CPU time the running container has used so far, from its cgroup's accounting;
     None when it is not running. The cgroup goes with the container, so this is read

@@ -12,7 +12,12 @@ waits for it.
    took (counting a big, still tree costs at most a fifth of a core); never sooner than
    MIN_EVERY_S nor later than MAX_EVERY_S. A flood of empty files is seen in well under
    a second, however big the cap.
-3. Past a cap, or when a count fails (a folder swapped for a link, too deep, too slow),
+3. A due count waits, until MAX_EVERY_S after the last one, while the sandbox's cgroup
+   has used less than STILL_CPU_S of CPU since that count: nothing in it can have made a
+   file without being charged for the syscall, so its tree is as it was. One file read
+   per sandbox, all in one thread hop, instead of a walk each: an idle sandbox was walked
+   about three times a second, most of what twenty idle ones cost the agent (issue 32).
+4. Past a cap, or when a count fails (a folder swapped for a link, too deep, too slow),
    the sandbox's stop reason is set and it is killed at once: SIGKILL, since one
    that ignored SIGTERM would go on writing through the grace period. What was counted
    goes to its owner with its end (`note_for`).
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import models
 
 from sandbox import backend
 from sandbox.models import Sandbox, SandboxKind, SandboxState
@@ -37,16 +43,22 @@ ROUND_S = 0.25
 MIN_EVERY_S = 0.25
 MAX_EVERY_S = 2.0
 COUNTERS = 2  # threads counting at once: one big tree never holds up every other run
+# Less CPU than this since the last count (an idle session's channel uses under 1 ms a
+# second) and the count waits (step 3). What it could make meanwhile is bounded by this
+# much CPU: a few hundred empty files; an fallocate of any size costs one syscall,
+# which no count could have seen before it was done either.
+STILL_CPU_S = 0.002
 
 
 @dataclass
 class Watched:
-    kind: str
+    sandbox: Sandbox  # as first seen: what the watch reads of it never changes while it runs
     roots: list[str] | None = None  # resolved once (engine calls)
     due: float = 0.0
     counting: bool = False
     killed: bool = False  # stopped by this watch: nothing left to count
     last: tuple[float, backend.Usage] | None = None  # (loop time, what was counted)
+    cpu: float | None = None  # its CPU time just before that count, if its cgroup was known
 
 
 def caps(sandbox: Sandbox) -> tuple[int, int]:
@@ -118,6 +130,13 @@ def verdict(usage: backend.Usage, sandbox: Sandbox) -> tuple[str, str] | None:
     return None
 
 
+def _running() -> "models.QuerySet[Sandbox]":
+    # A release's process has no /workspace and no writable root to count.
+    return Sandbox.objects.filter(state=SandboxState.RUNNING).exclude(
+        kind=SandboxKind.SERVICE, workdir="/app"
+    )
+
+
 class DiskWatch:
     def __init__(self, db: Any) -> None:
         self.db = db  # the loop's way to run ORM code off the event loop
@@ -132,40 +151,66 @@ class DiskWatch:
 
     async def round(self) -> None:
         loop = asyncio.get_running_loop()
-        running = await self.db(
-            lambda: list(
-                # A release's process has no /workspace and no writable root to count.
-                Sandbox.objects.filter(state=SandboxState.RUNNING).exclude(
-                    kind=SandboxKind.SERVICE, workdir="/app"
-                )
-            )
-        )()
-        ids = {s.public_id for s in running}
+        # The running ids alone, four times a second; a row is loaded once, when first
+        # seen (its name, kind, volumes and limits never change while it runs).
+        ids = await self.db(lambda: set(_running().values_list("public_id", flat=True)))()
         for gone in set(self.watched) - ids:
             if not self.watched[gone].counting:
                 del self.watched[gone]
+        new = ids - set(self.watched)
+        if new:
+            for sandbox in await self.db(lambda: list(_running().filter(public_id__in=new)))():
+                self.watched[sandbox.public_id] = Watched(sandbox)
         now = loop.time()
-        for sandbox in running:
-            watched = self.watched.get(sandbox.public_id)
-            if watched is None:
-                watched = self.watched[sandbox.public_id] = Watched(sandbox.kind)
-            if watched.counting or watched.killed or now < watched.due:
-                continue
+        due: list[tuple[Sandbox, Watched]] = []
+        for watched in self.watched.values():
+            if watched.sandbox.public_id not in ids:
+                continue  # gone, but still being counted
+            if not (watched.counting or watched.killed or now < watched.due):
+                due.append((watched.sandbox, watched))
+        for sandbox, watched in await self._not_still(due, now):
             watched.counting = True
             task = asyncio.ensure_future(self._count(sandbox, watched))
             self.background.add(task)
             task.add_done_callback(self.background.discard)
 
+    async def _not_still(
+        self, due: list[tuple[Sandbox, Watched]], now: float
+    ) -> list[tuple[Sandbox, Watched]]:
+        """Of the sandboxes due a count, those that may have written since their last
+        one (step 3). Read on a thread of the default pool: the counters' may be busy
+        with a big tree, which must not hold up this round."""
+        asked = [
+            (s, w)
+            for s, w in due
+            if w.cpu is not None and w.last is not None and now - w.last[0] < MAX_EVERY_S
+        ]
+        if not asked:
+            return due
+        used = await asyncio.to_thread(
+            lambda: [backend.cpu_seconds_known(s.name) for s, _ in asked]
+        )
+        still = {
+            id(w)
+            for (_, w), cpu in zip(asked, used, strict=True)
+            if cpu is not None and w.cpu is not None and 0 <= cpu - w.cpu < STILL_CPU_S
+        }
+        return [(s, w) for s, w in due if id(w) not in still]
+
     async def _count(self, sandbox: Sandbox, watched: Watched) -> None:
         loop = asyncio.get_running_loop()
-        try:
+
+        def measure() -> tuple[float | None, backend.Usage]:
+            # Its CPU read first: what it does while counted shows at the next look.
+            cpu = backend.cpu_seconds_known(sandbox.name)
             if watched.roots is None:
-                roots, usage = await loop.run_in_executor(self.pool, count_sandbox, sandbox)
+                roots, usage = count_sandbox(sandbox)
                 watched.roots = roots or None  # not there yet: asked again next time
-            else:
-                usage = await loop.run_in_executor(
-                    self.pool, lambda: backend.count(watched.roots or [], *caps(sandbox))
-                )
+                return cpu, usage
+            return cpu, backend.count(watched.roots, *caps(sandbox))
+
+        try:
+            watched.cpu, usage = await loop.run_in_executor(self.pool, measure)
             now = loop.time()
             watched.due = now + next_in(usage, watched.last, now, sandbox)
             watched.last = (now, usage)

@@ -222,7 +222,10 @@ class EngineLoop:
         owner = owner_of(sandbox)
         if owner is not None:
             await owner.started(sandbox)  # its output followed from the first line
-        await db(sandbox.mark_running)()
+        # A row already running is one each reconcile finds again (every live sandbox,
+        # every RECONCILE_EVERY_S): a thread hop and an update that changes nothing.
+        if sandbox.state != SandboxState.RUNNING:
+            await db(sandbox.mark_running)()
 
     async def paused(self, name: str, paused: bool) -> None:
         """A pause or unpause as the engine reported it, on the row (a frozen session is

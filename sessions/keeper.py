@@ -62,6 +62,10 @@ log = logging.getLogger("berth.runner_agent")
 TICK_S = 0.5
 TOUCH_EVERY = timedelta(seconds=5)  # a running exec keeps its session active this often
 SWEEP_EVERY_S = 10.0
+# A receive the timeout cuts short costs the channel layer its Redis connection: one
+# reconnect a second at rest, when this was 1 s (issue 32). Nothing needs it shorter:
+# the job is cancelled at stop, and a lost signal costs the dispatch's tick.
+LISTEN_S = 300.0
 # Asked to pause this long ago and the engine never said so (the agent restarted between
 # the two, or the engine thawed it at once): ready again, the next idle turn tries again.
 FREEZING_FOR = timedelta(seconds=15)
@@ -185,7 +189,7 @@ class Keeper:
             try:
                 async with fanout.listening(agent_group(settings.SANDBOX_HOST)) as next_signal:
                     while not stop.is_set():
-                        if await next_signal(1.0) is not None:
+                        if await next_signal(LISTEN_S) is not None:
                             self.woken.set()
             except Exception as e:
                 log.warning("sessions: listening for work failed, again in 1 s: %s", e)

@@ -182,7 +182,20 @@ def test_a_flood_of_empty_files_ends_inode_quota_exceeded_and_other_teams_keep_t
     flood = ours.run(f"python3 flood.py {cap}", runtime=runtime)
     assert flood["limits"]["inodes"] == cap
     waiting = theirs.run("sleep 60", runtime=runtime, timeout_s=3)
+    done = _stopped_for_its_files(ours, flood, cap)
+    assert inodes.dropped() <= 2 * cap  # ~1.1x under runc, ~1.35x under gVisor here
+    assert no_container_left(done)
 
+    # The other team's run ended at its timeout while the flood was being counted.
+    other = theirs.wait(waiting)
+    assert (other["state"], other["reason"]) == ("timed_out", "timeout"), other
+    t = other["timings"]
+    took = _seconds(t["finished_at"]) - _seconds(t["hydrated_at"])
+    assert took < 3 + 5, t
+
+
+def _stopped_for_its_files(ours: Agent, flood: dict, cap: int) -> dict:
+    """The flood run once it ended, stopped within 5 s of saying it made `cap` files."""
     crossed = None
 
     def flood_state() -> dict:
@@ -212,15 +225,23 @@ def test_a_flood_of_empty_files_ends_inode_quota_exceeded_and_other_teams_keep_t
         e["stream"] == "system" and f"more than {cap:,} files and folders" in e["text"]
         for e in ours.log(done)
     )
-    assert inodes.dropped() <= 2 * cap  # ~1.1x under runc, ~1.35x under gVisor here
-    assert no_container_left(done)
+    return done
 
-    # The other team's run ended at its timeout while the flood was being counted.
-    other = theirs.wait(waiting)
-    assert (other["state"], other["reason"]) == ("timed_out", "timeout"), other
-    t = other["timings"]
-    took = _seconds(t["finished_at"]) - _seconds(t["hydrated_at"])
-    assert took < 3 + 5, t
+
+@runtimes
+def test_a_sandbox_that_sat_still_is_stopped_as_soon_once_it_floods(
+    agents, cast, settings, runtime
+):
+    """The watch skips the counts of a sandbox that used no CPU since its last one
+    (sandbox.diskwatch, step 3): one that sat still for seconds, then floods, is stopped
+    as soon after crossing its cap as one that flooded from its start."""
+    ours, _ = agents
+    cap = 100_000 if runtime == "runc" else 5_000
+    settings.SANDBOX_MAX_INODES = cap
+    put(cast, {"flood.py": FLOOD})
+    flood = ours.run(f"sleep 5; python3 flood.py {cap}", runtime=runtime)
+    done = _stopped_for_its_files(ours, flood, cap)
+    assert no_container_left(done)
 
 
 def _seconds(iso: str) -> float:
