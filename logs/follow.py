@@ -210,6 +210,8 @@ class Follower(threading.Thread):
         self.make_masker = masker
         self.masker: Any = None
         self.framed = framed
+        # The wrapper's end frame was read: the log is whole, nothing is read after it.
+        self.ended = False
         self.done = threading.Event()
         self.count = 0
         self.bytes = 0
@@ -243,6 +245,9 @@ class Follower(threading.Thread):
         self.masker = self.make_masker() if self.make_masker else None
         writer.batching = True
         self._store(response, writer)
+        if self.ended:
+            response.close()
+            return
         # Docker 20.10's follow stream can end before it has sent a flood's last lines
         # when the container exits (its follow code was rewritten in 23.0): once it
         # ends, whatever the engine kept past the last stored line is read once more.
@@ -282,6 +287,8 @@ class Follower(threading.Thread):
         signalled_at = 0.0
         self.budget.refill()
         for frame in _frames(_blocks(response)):
+            if self.ended:
+                break
             if frame is not None:
                 stream, payload = frame
                 ts, _, data = payload.partition(b" ")
@@ -322,6 +329,9 @@ class Follower(threading.Thread):
     def _unframe(self, writer: logstore.LogWriter, ts: str, data: bytes) -> bool:
         """A wrapper's frame split back into its lines; False: no frame after all (a
         line the command wrote there itself is stored as it came: it is its output)."""
+        if data[1:3] == b"x ":
+            self.ended = True  # a process that wrote it early cut only its own log short
+            return True
         found = FRAMED.get(data[1:2])
         if found is None or data[2:3] != b" ":
             return False

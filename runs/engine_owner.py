@@ -72,7 +72,7 @@ class RunOwner:
     def follow(self, run_id: str, sandbox: Sandbox) -> None:
         container = sandbox.name
         current = self.followers.get(container)
-        if current is not None and current.is_alive():
+        if current is not None and (current.is_alive() or current.ended):
             return
         special = FOLLOWERS.get(sandbox.kind)
         follower = (

@@ -7,8 +7,10 @@ of its own and writes what they carry to its stdout as frames:
 
 Kinds: O/E whole stdout/stderr lines (several, each ending in a newline: one frame per
 read of a flood), o/e a piece of a line longer than CHUNK or the last one, unended, at
-the end. The runner agent splits frames back into one log entry per line
-(logs/follow.py), as it would have split the engine's own messages.
+the end; x (no data) the end: nothing of the command follows, so the agent need not
+wait for the engine to close the log stream, nor ask it again. The runner agent splits
+frames back into one log entry per line (logs/follow.py), as it would have split the
+engine's own messages.
 
 Why: the engine writes its log file one message per line. `yes ''` at a sandbox's one
 cpu had dockerd spend more than a core writing 200,000 JSON lines a second, which every
@@ -197,6 +199,7 @@ def main() -> int:
                 break
     if status is None:
         status = os.waitpid(child, 0)[1]
+    frame(b"x", b"")
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.waitstatus_to_exitcode(status)
