@@ -47,6 +47,8 @@ WORDS = {
     "deploy.cancelled": "cancelled a deploy request",
     "deploy.live": "put a release live",
     "deploy.rolled_back": "rolled back a release",
+    "deploy.restore_refused": "a release was not started again: its approval lapsed",
+    "deploy.rollback_refused": "was refused a rollback: the release's approval lapsed",
     "session.opened": "opened a session",
     "session.started": "started a session",
     "session.stopping": "stopped a session",

@@ -23,6 +23,13 @@ from sandbox.limits import within_bounds
 from sandbox.models import Sandbox, SandboxKind
 
 RUNTIMES = {"runc": "runc", "gvisor": "runsc"}
+# Under gVisor the engine's pids cgroup also counts gVisor's own threads (the sentry's,
+# and one a task: 56 here for a container running `sleep`, 69 behind the output
+# wrapper), so the floor of 64 left a sandbox almost no processes of its own, and the
+# sentry died (exit 2, nothing in the log) when it could not start a thread. The engine
+# gets this many more than the sandbox's pids; what the sandbox's own tasks may reach
+# stays about its pids.
+GVISOR_PIDS_HEADROOM = 64
 
 # An image's labels by its id (an id's labels never change): check_image has them in
 # hand already, so create needs no second call to the engine.
@@ -88,7 +95,7 @@ def _host_config(
         nano_cpus=int(float(limits["cpus"]) * 1e9),
         # The CPU weight under contention (its owner's quota); None: the default.
         **({"cpu_shares": cpu_shares} if cpu_shares else {}),
-        pids_limit=int(limits["pids"]),
+        pids_limit=int(limits["pids"]) + (GVISOR_PIDS_HEADROOM if runtime == "runsc" else 0),
         ulimits=[
             Ulimit(name="nofile", soft=int(limits["nofile"]), hard=int(limits["nofile"])),
             # No single file may be bigger than the whole disk allowance.

@@ -14,6 +14,7 @@ from django.conf import settings
 from accounts.access import Actor
 from deploys.models import Release
 from runs.models import Run
+from sandbox.docker import GVISOR_PIDS_HEADROOM
 from sandbox.engine import engine
 from tests.support.deploys import Requester, app, approve
 from tests.support.mcp import connect
@@ -109,14 +110,16 @@ def test_a_runs_limits_read_back_from_its_cgroup(agent, shop, cast, settings, ru
     run = agent.run("ulimit -n; echo started; exec sleep 300")
     assert wait_for_output(agent, run, "started", timeout=120)
     container = Run.objects.get(public_id=run["id"]).container_name
-    assert cgroup_limits(run["id"]) == applied
+    # Under gVisor the engine's pids limit also holds gVisor's own threads.
+    headroom = GVISOR_PIDS_HEADROOM if runtime == "gvisor" else 0
+    assert cgroup_limits(run["id"]) == {**applied, "pids": applied["pids"] + headroom}
     host = engine().api.inspect_container(container)["HostConfig"]
     assert host["NanoCpus"] == round(applied["cpus"] * 1e9)
     # The sandbox's own view of its open-file limit.
     assert wait_for_output(agent, run, str(nofile))
     current = agent.get(f"/runs/{run['id']}").json()
     assert current["limits"]["cpus"] == applied["cpus"]
-    assert current["isolation"]["pids_limit"] == applied["pids"]
+    assert current["isolation"]["pids_limit"] == applied["pids"] + headroom
     if case is TINY:
         assert set(current["warnings"]) >= {
             "workspace.toml asks for [sandbox].cpus = 1e-10; this server allows at least "
@@ -153,7 +156,9 @@ def test_a_preview_a_release_build_and_a_release_hold_cpus_within_bounds(
         },
     )
     _, secret = cast.token(cast.alice, ["workspace:read", "preview", "run", "deploy:request"])
-    expected = {"cpus": applied, "memory_bytes": 256 * MB, "pids": settings.RUN_PIDS_LIMIT}
+    headroom = GVISOR_PIDS_HEADROOM if runtime == "gvisor" else 0
+    pids = settings.RUN_PIDS_LIMIT + headroom
+    expected = {"cpus": applied, "memory_bytes": 256 * MB, "pids": pids}
 
     # The test stack gives a process PREVIEW_START_DEADLINE_S = 6 s to answer; at the
     # 0.1-CPU floor under gVisor on a loaded host, Python alone may take longer. What
