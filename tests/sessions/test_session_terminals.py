@@ -43,6 +43,7 @@ def test_a_terminal_runs_a_shell_and_a_viewer_coming_back_gets_what_it_missed(
         screen.read_until("120")
         screen.read_until("/dev/pts/")
         assert "hi-42" in screen.text and "40 120" in screen.text
+        screen.read_prompt()
         # Something that prints once this viewer has gone.
         screen.type("sleep 1; echo later-$((1+1))\r")
         screen.read_until("sleep 1")

@@ -51,5 +51,12 @@ class Screen:
             if callable(want) and want(message):
                 return message
 
+    def read_prompt(self, timeout: float = 30) -> None:
+        """Until the shell waits at its prompt. Typed ahead of it, a line's echo depends on
+        the runtime's line discipline (gVisor's may not echo input the shell reads later);
+        typed at the prompt, readline echoes it itself."""
+        if not self.text.endswith("$ "):
+            self.read_until(lambda m: self.text.endswith("$ "), timeout)
+
     def type(self, text: str) -> None:
         self.ws.send(json.dumps({"type": "input", "data": text}))
