@@ -22,6 +22,7 @@ from accounts.models import Membership, Role
 from core.errors import Conflict, Forbidden, Invalid, NotFound
 from deploys.models import IN_FLIGHT, Approval, DeployRequest, DeployState, Release, Route
 from previews import actions as preview_actions
+from previews import viewers as preview_viewers
 from runs import actions as runner_actions
 from runs import services
 from workspaces.models import ContractReview, Workspace
@@ -377,7 +378,7 @@ def set_release_visibility(workspace: Workspace, actor: Actor, team_only: bool) 
     the team, at once for the live one too. Berth's cookies are stripped either way."""
     with transaction.atomic():
         workspace.set_releases_team_only(team_only)
-        preview_actions.set_releases_public(workspace, not team_only)
+        preview_viewers.set_releases_public(workspace, not team_only)
         record(
             workspace.team,
             actor,

@@ -1,12 +1,14 @@
-"""Every state change of previews: each writes Activity and sends work after commit.
+"""Starting, restarting and stopping a preview's or a release's process, and the
+quota that makes room for a new one. What a person asks writes Activity; each sends its
+work after commit.
 
 A preview's process is a Run of purpose "preview" (runs.services.start_service):
 starting one is queueing that run; the runner agent carries it, health-checks it
-(previews.watch) and ends it; `on_run_finished` moves the preview on from its run's end.
+(previews.watch) and ends it; previews.lifecycle moves the preview on from the
+watcher's verdict and its run's end. Who may open a preview is previews.viewers.
 """
 
 import logging
-import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,23 +21,14 @@ from accounts.actions import record
 from accounts.models import Team
 from core import fanout
 from core.errors import Conflict, Invalid, QuotaExceeded
-from logs import logstore
 from previews import gate
-from previews.models import (
-    LIVE_STATES,
-    Preview,
-    PreviewState,
-    PreviewTicket,
-    preview_changed,
-)
-from previews.outcomes import describe, last_lines
+from previews.models import LIVE_STATES, Preview, PreviewState, preview_changed
+from previews.outcomes import describe
 from runs import actions as runner_actions
-from runs import lapses, services
-from runs.models import Purpose, Run
+from runs import services
+from runs.models import Purpose
 from runs.quotas import Limits
-from sessions.models import Session
 from workspaces.models import ContractReview, Workspace
-from workspaces.reviews import ContractHeld
 from workspaces.store import open_store
 
 SYSTEM = "Berth"
@@ -304,69 +297,6 @@ def hold_process(preview: Preview, reason: str, message: str) -> bool:
     return True
 
 
-def set_public(preview: Preview, actor: Actor, public: bool) -> Preview:
-    """Only a team admin may call this (the door checks): anyone with the URL can then
-    open the preview; Berth's cookies are still stripped before the app sees a request.
-    Never a preview of a session granted secrets: its app could serve them to anyone."""
-    with transaction.atomic():
-        if public and preview.session_id is not None:
-            # Under the session's row lock, as a grant is (sessions.actions.exec_in).
-            session = Session.objects.select_for_update().get(pk=preview.session_id)
-            if session.secret_names:
-                raise Invalid(
-                    f"Execs in session {session.public_id} were granted secrets "
-                    f"({', '.join(session.secret_names)}), and its app could serve them "
-                    "to anyone with the address: a preview of it stays private. Share it "
-                    f"with a link (POST /api/v1/previews/{preview.public_id}/link), or "
-                    "preview a session without grants.",
-                    {"session": session.public_id, "secrets": session.secret_names},
-                    code="session_granted_secrets",
-                )
-        Preview.objects.filter(pk=preview.pk).update(public=public)
-        preview.refresh_from_db()
-        record(
-            preview.workspace.team,
-            actor,
-            "preview.made_public" if public else "preview.made_private",
-            f"preview:{preview.public_id}",
-            preview.workspace.slug,
-        )
-        visibility_changed([preview.public_id])
-    return preview
-
-
-def visibility_changed(public_ids: list[str]) -> None:
-    """After commit, the open WebSockets of these previews (or release processes)
-    check their viewers again (previews.tunnel_access)."""
-    _signal_moved(public_ids)
-
-
-def forget_viewers(
-    previews: list[str] | None = None, user: int | None = None, token: int | None = None
-) -> None:
-    """Every preview gateway and web process drops its cached viewer answers about
-    these previews, or about the cookies of this person or token (previews.lookups):
-    their next request is decided anew, on a kept-alive connection too."""
-    message: dict[str, object] = {"type": "viewers.drop"}
-    if previews:
-        message["previews"] = previews
-    if user is not None:
-        message["user"] = user
-    if token is not None:
-        message["token"] = token
-    fanout.group_send(gate.VIEWERS_GROUP, message)
-
-
-def on_access_lost(
-    sender: object, team_id: int, user_id: int, token_id: int | None, **_: object
-) -> None:
-    """A token was revoked (its cookies go), or a member removed (all of theirs)."""
-    if token_id is not None:
-        forget_viewers(token=token_id)
-    else:
-        forget_viewers(user=user_id)
-
-
 def _signal_moved(public_ids: list[str]) -> None:
     """After commit, wake whoever waits on these previews: requests the proxy holds,
     open WebSockets into them, the pages showing their state (previews.consumers)."""
@@ -376,34 +306,6 @@ def _signal_moved(public_ids: list[str]) -> None:
             fanout.group_send(gate.moves_group(public_id), {"type": "preview.moved"})
 
     transaction.on_commit(send)
-
-
-def set_releases_public(workspace: Workspace, public: bool) -> None:
-    """A workspace's release processes, live or not, become public or team-only at once
-    (in the caller's transaction); their open WebSockets check their viewers again."""
-    processes = Preview.objects.filter(workspace=workspace, kind="release")
-    processes.update(public=public)
-    visibility_changed(list(processes.values_list("public_id", flat=True)))
-
-
-def issue_ticket(preview: Preview, actor: Actor) -> str:
-    """A single-use ticket for the preview host (see previews.tickets), valid
-    PREVIEW_TICKET_S seconds."""
-    now = timezone.now()
-    nonce = secrets.token_urlsafe(24)
-    with transaction.atomic():
-        PreviewTicket.objects.filter(expires_at__lt=now - timedelta(hours=1)).delete()
-        PreviewTicket.objects.create(
-            nonce=nonce,
-            preview=preview,
-            user=actor.user,
-            token=actor.token,
-            expires_at=now + timedelta(seconds=settings.PREVIEW_TICKET_S),
-        )
-    return nonce
-
-
-# -- what the runner agent and the run's end move ------------------------------------
 
 
 def _announce(preview: Preview) -> None:
@@ -420,101 +322,3 @@ def _announce(preview: Preview) -> None:
                 )
 
     transaction.on_commit(send)
-
-
-def mark_ready(preview: Preview, status: int) -> bool:
-    now = timezone.now()
-    # No log line here: while the process runs, the agent's follower is the log's one
-    # writer (logs.logstore). What happened is on the preview; its end is logged.
-    moved = preview.move(
-        PreviewState.READY,
-        (PreviewState.STARTING,),
-        ready_at=now,
-        last_health_status=status,
-        last_health_at=now,
-    )
-    if moved:
-        _announce(preview)
-    return moved
-
-
-def fail_start(preview: Preview, reason: str, status: int | None = None, **facts: Any) -> None:
-    """The process is alive but never became healthy: not_listening, health_failed, or
-    listening_on_other_port (`ports`: where it listens instead)."""
-    with transaction.atomic():
-        if preview.move(
-            PreviewState.FAILED,
-            (PreviewState.STARTING,),
-            reason=reason,
-            message=describe(reason, preview, status=status, **facts),
-            ended_at=timezone.now(),
-        ):
-            _end_process(preview, SYSTEM)
-            _announce(preview)
-
-
-def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
-    """A preview's process ended: starting → failed, ready → crashed (a stopped or
-    failed preview already says why; an old process of a restarted one is no news)."""
-    preview = Preview.objects.select_related("run").filter(run=run).first()
-    if preview is None:
-        return
-    if not preview.is_live:
-        # Stopped or failed on purpose: the process is over, so its log may say why.
-        logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
-        return
-    if run.reason in ("setup_failed", "setup_oom"):
-        reason = "setup_failed"
-    elif run.reason in ("exit_zero", "exit_nonzero", "command_not_found", "oom"):
-        reason = "process_exited"
-    else:
-        reason = run.reason  # engine_unavailable, image_missing, worker_lost, ...
-    to = PreviewState.CRASHED if preview.state == PreviewState.READY else PreviewState.FAILED
-    if preview.move(
-        to,
-        LIVE_STATES,
-        reason=reason,
-        exit_code=run.exit_code,
-        message=describe(
-            reason,
-            preview,
-            exit_code=run.exit_code,
-            run_message=run.message,
-            network_failure=run.network_failure,
-            crashed=to == PreviewState.CRASHED,
-            last_lines=last_lines(run),
-        ),
-        ended_at=timezone.now(),
-    ):
-        logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
-        _announce(preview)
-
-
-def on_branch_moved(
-    sender: object, workspace: Workspace, branch: str, sha: str, actor: Actor, **kwargs: object
-) -> None:
-    """Previews that follow `branch` restart on its new commit."""
-    for preview in (
-        Preview.objects.select_related("run", "workspace__team")
-        .filter(workspace=workspace, follow=True, ref=branch, kind="preview", state__in=LIVE_STATES)
-        .exclude(commit=sha)
-    ):
-        try:
-            restart_preview(preview, actor, commit=sha)
-        except ContractHeld as e:
-            # The branch asks for a contract a person has not approved: the preview
-            # stops, saying so, rather than keep serving a commit it no longer follows.
-            stop_preview(preview, None, reason=e.code, run_message=e.message)
-
-
-def on_contract_lapsed(
-    sender: object, workspace: Workspace, review_ids: list[int], who: str, **_: object
-) -> None:
-    """A preview or a release under an approval that lapsed, and not admitted by today's
-    approvals, stops (runs.lapses says why not kept). A session's preview follows its
-    session. A release stopped here stays routed; deploys' restore starts it again only
-    once today's approvals admit it (restart_preview)."""
-    for run in lapses.unadmitted(workspace, review_ids, (Purpose.PREVIEW, Purpose.RELEASE)):
-        preview = Preview.objects.select_related("workspace__team").filter(run=run).first()
-        if preview is not None and preview.is_live:
-            stop_preview(preview, None, reason=lapses.REASON, by=who)

@@ -5,7 +5,7 @@ from ninja import Router, Status
 
 from accounts.access import require_team_admin
 from core.schemas import answers
-from previews import actions
+from previews import actions, viewers
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
@@ -122,7 +122,7 @@ def set_public(request: HttpRequest, preview_id: str, body: PublicIn) -> Preview
     actor = actor_of(request)
     preview = managed_preview(actor, preview_id)
     require_team_admin(actor, preview.workspace.team)
-    preview = actions.set_public(preview, actor, body.public)
+    preview = viewers.set_public(preview, actor, body.public)
     return PreviewOut.of(preview, _port(request))
 
 

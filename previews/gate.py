@@ -1,7 +1,7 @@
 """Who may reach a preview through its own host, and what the gateway needs to know of it.
 
 Private by default (docs/security.md): the app checks access and hands out a single-use
-ticket (previews.actions.issue_ticket); the preview host exchanges it once for a cookie
+ticket (previews.viewers.issue_ticket); the preview host exchanges it once for a cookie
 of its own, signed, naming the preview and the person (or token) it was issued to.
 Every use of the cookie re-checks that they may still see the preview (cached briefly).
 

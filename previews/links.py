@@ -8,7 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from accounts.access import Actor
-from previews import actions, gate
+from previews import gate, viewers
 from previews.models import Preview
 
 
@@ -17,7 +17,7 @@ def ticket_url(
 ) -> tuple[str, datetime]:
     if not next_path.startswith("/") or next_path.startswith("//"):
         next_path = "/"
-    nonce = actions.issue_ticket(preview, actor)
+    nonce = viewers.issue_ticket(preview, actor)
     url = (
         preview.url(port).rstrip("/")
         + gate.TICKET_PATH

@@ -19,8 +19,9 @@ from django.db import transaction
 from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Invalid
-from previews.actions import forget_viewers, stop_preview, visibility_changed
+from previews.actions import stop_preview
 from previews.models import LIVE_STATES, Preview
+from previews.viewers import forget_viewers, visibility_changed
 from sandbox.egress.policy import PROXY_PORT
 from sessions.actions import require_usable, wake
 from sessions.channel import CHANNEL_PORT

@@ -19,7 +19,7 @@ from accounts.access import Actor, require_team_admin
 from accounts.models import Membership
 from core.errors import BerthError, NotFound
 from logs import logstore
-from previews import actions, of_sessions
+from previews import actions, of_sessions, viewers
 from previews.access import access_preview, managed_preview
 from previews.links import ticket_url
 from previews.models import Preview
@@ -97,7 +97,7 @@ def act(request: HttpRequest, preview_id: str, action: str) -> HttpResponse:
             actions.restart_preview(preview, actor)
         elif action == "public":
             require_team_admin(actor, preview.workspace.team)
-            actions.set_public(preview, actor, request.POST.get("public") == "1")
+            viewers.set_public(preview, actor, request.POST.get("public") == "1")
         else:
             raise Http404("No such action.")
     except BerthError as e:

@@ -7,7 +7,7 @@ passed with nothing on its port while something listens on another one, it fails
 once (listening_on_other_port, naming them); a ready one is probed every
 PREVIEW_HEALTH_EVERY_S and stopped once idle past its timeout. Probes connect from
 inside the sandbox's network namespace (previews.probe). Crashes need no
-polling: the process's exit ends its run, and previews.actions.on_run_finished follows.
+polling: the process's exit ends its run, and previews.lifecycle.on_run_finished follows.
 
 A preview of a session (previews.of_sessions) is probed only while its session is
 ready: a freezing or frozen session's processes are paused, and a probe would hang on
@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from previews import actions
+from previews import actions, lifecycle
 from previews.models import LIVE_STATES, Preview, PreviewState
 from previews.probe import probe
 from runs.models import Run, RunState
@@ -142,7 +142,7 @@ class Watcher:
             return False
         healthy = status is not None and 200 <= status < 400
         if preview.state == PreviewState.STARTING:
-            if healthy and actions.mark_ready(preview, status or 0):
+            if healthy and lifecycle.mark_ready(preview, status or 0):
                 return False
             # A session's app was started by an exec of its own: timed from the ask.
             started = preview.started_at if preview.session_id else process.process_started_at
@@ -156,12 +156,12 @@ class Watcher:
                         sorted(ports),
                         preview.port,
                     )
-                    actions.fail_start(preview, "listening_on_other_port", ports=sorted(ports))
+                    lifecycle.fail_start(preview, "listening_on_other_port", ports=sorted(ports))
                     return False
             if started and timezone.now() > started + timedelta(
                 seconds=settings.PREVIEW_START_DEADLINE_S
             ):
-                actions.fail_start(
+                lifecycle.fail_start(
                     preview, "not_listening" if status is None else "health_failed", status
                 )
                 return False

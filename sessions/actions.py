@@ -312,7 +312,7 @@ def exec_in(
         locked = Session.objects.select_for_update().get(pk=session.pk)
         require_usable(locked)
         if set(names) - set(locked.secret_names):
-            # Under the same lock as making a preview of it public (previews.actions).
+            # Under the same lock as making a preview of it public (previews.viewers).
             require_unpublished(locked)
         if names and session.grant(names):
             changed(session)  # open log sockets check their access again

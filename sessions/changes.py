@@ -140,7 +140,7 @@ def commit(
         contract_writes.note(workspace, actor, store, [sha], [head])
     result = SessionCommit(sha, branch, head, files, row.withheld, row.skipped)
     # Committing a session's files approves nothing, whoever commits: its workspace.toml
-    # may be what an agent wrote there (workspaces.reviews.written_on_page is the
+    # may be what an agent wrote there (workspaces.review_editor.written_on_page is the
     # editor's alone); a widening is held when something asks for it.
     record(
         workspace.team,

@@ -195,7 +195,7 @@ def commit_changes(
             except workspace_config.ConfigError as e:
                 result.warnings.append(e.as_dict()["error"])
     # No approval here: only what a person typed in the editor is theirs (edits.save,
-    # workspaces.reviews.written_on_page); a write through the API, MCP or another page
+    # workspaces.review_editor.written_on_page); a write through the API, MCP or another page
     # door is held when something asks for it.
     record(
         workspace.team,

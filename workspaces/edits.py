@@ -24,7 +24,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from accounts.access import Actor
 from accounts.models import Membership
 from core.errors import BerthError, Conflict, Invalid, NotFound
-from workspaces import actions, reviews
+from workspaces import actions, review_editor
 from workspaces import config as workspace_config
 from workspaces.changes import Change
 from workspaces.forms import FileActionForm, NewBranchForm
@@ -83,9 +83,9 @@ def save(request: HttpRequest, membership: Membership, workspace: Workspace) -> 
         review = None
         if path == workspace_config.FILENAME and not result.merged:
             # What a reviewer typed here is theirs: a narrowing is the new baseline, a
-            # widening their approval where the team allows it (workspaces.reviews).
+            # widening their approval where the team allows it (workspaces.review_editor).
             # Merged with lines the branch got since, it is not all theirs: nothing.
-            review = reviews.written_on_page(
+            review = review_editor.written_on_page(
                 workspace,
                 Actor(membership.user),
                 result.sha,

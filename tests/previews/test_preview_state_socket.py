@@ -2,15 +2,15 @@
 preview pane follows: each move at once (ready, stopped, a restart's new process), with
 the preview's access; it stays open, for a stopped preview may be restarted.
 
-The test moves the preview as the agent and a user do (previews.actions, whose signals
-go after commit through the real Redis channel layer)."""
+The test moves the preview as the agent and a user do (previews.lifecycle,
+previews.actions, whose signals go after commit through the real Redis channel layer)."""
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 
 from accounts.access import Actor
-from previews import actions
+from previews import actions, lifecycle
 from previews.models import Preview
 from tests.support.logs import closed_with, open_socket
 from workspaces.actions import create_workspace
@@ -46,7 +46,7 @@ def test_the_pane_hears_ready_then_a_stop_and_others_are_refused(cast, preview):
             "reason": "",
             "run": None,
         }
-        await database_sync_to_async(actions.mark_ready)(preview, 200)
+        await database_sync_to_async(lifecycle.mark_ready)(preview, 200)
         assert (await ws.receive_json_from(timeout=5))["state"] == "ready"
         await database_sync_to_async(actions.stop_preview)(preview, Actor(cast.carol))
         assert await ws.receive_json_from(timeout=5) == {

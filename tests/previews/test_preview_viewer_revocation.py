@@ -16,7 +16,7 @@ from django.test import Client
 
 from config.asgi import application
 from previews import decide, gate
-from previews.actions import forget_viewers
+from previews.viewers import forget_viewers
 from tests.support.previews import Browser, KeptAlive, cookie_header
 from tests.support.servers import wait_for, wait_for_async
 
