@@ -10,9 +10,21 @@ from urllib.parse import urlsplit, urlunsplit
 
 # A data dir (and so a BERTH_INSTANCE) of its own, whatever DATA_DIR the shell exports:
 # tests never touch a dev server's database, containers or volumes.
-os.environ["DATA_DIR"] = os.environ.get(
+_data_dir = os.environ.get(
     "TEST_DATA_DIR", str(Path(__file__).resolve().parents[1] / "var" / "test")
 )
+# A pytest-xdist worker (`make test` runs several) has a folder of its own below it, so a
+# BERTH_INSTANCE, queues, channel prefix, database and preview port of its own: workers
+# share the engine and Redis as separate checkouts do. Done once per worker: the servers
+# it starts inherit the worker's TEST_DATA_DIR and BERTH_TEST_WORKER and keep them.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker and os.environ.get("BERTH_TEST_WORKER") != _worker:
+    _data_dir = str(Path(_data_dir) / _worker)
+    os.environ["BERTH_TEST_WORKER"] = _worker
+    os.environ["TEST_DATA_DIR"] = _data_dir
+    # The controller chose one before the workers started, and they inherited it.
+    os.environ.pop("TEST_PREVIEW_PORT", None)
+os.environ["DATA_DIR"] = _data_dir
 # The same Redis server, but a database of its own so a test run never consumes or
 # floods a dev server's queues.
 _redis = urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))

@@ -178,6 +178,7 @@ def test_a_crashed_release_process_is_started_again_and_the_page_says_so(
     assert "Started again after its process stopped" in page
 
 
+@pytest.mark.alone  # restarts the shared dockerd
 def test_after_an_engine_restart_the_live_release_is_served_again_within_a_minute(
     agent, cast, shop, signed_in, berth_server
 ):

@@ -193,6 +193,7 @@ def test_a_ready_preview_survives_a_restart_of_the_runner_agent(
     )
 
 
+@pytest.mark.alone  # restarts the shared dockerd
 def test_an_engine_restart_under_a_ready_preview_ends_it_typed_and_restartable(
     agent, ready, berth_server
 ):

@@ -72,6 +72,7 @@ def test_a_frozen_session_survives_an_agent_restart_and_resumes_with_its_egress(
     assert agent.session(session)["state"] == "ready"
 
 
+@pytest.mark.alone  # restarts the shared dockerd
 def test_an_engine_restart_under_a_session_ends_it_lost_and_a_start_keeps_its_files(agent):
     """The engine's restart stops every container (no live-restore): the session ends
     `lost`, never `ready` with nothing behind it, its running exec ends typed, and a

@@ -7,6 +7,8 @@ from shutil import which
 
 from playwright.sync_api import Page, sync_playwright
 
+from tests.support import marks
+
 # Screenshots the browser tests take (the README's come from here), kept after a run.
 OUTPUT = Path(__file__).resolve().parents[2] / "var" / "test-output"
 
@@ -38,6 +40,7 @@ AS_CHROME_SHIPS = [
 def chromium_page(partitioned_storage: bool = False) -> Iterator[Page]:
     """A page in a fresh context; `partitioned_storage`: with third-party frames'
     storage as Chrome ships it (AS_CHROME_SHIPS)."""
+    marks.require("Chromium", "browser")
     executable = which("chromium") or which("chromium-browser")
     assert executable, "Chromium is not installed; `make test` installs it"
     args = CHROMIUM_ARGS + (AS_CHROME_SHIPS if partitioned_storage else [])
@@ -54,6 +57,7 @@ def chromium_page(partitioned_storage: bool = False) -> Iterator[Page]:
 @contextmanager
 def chromium_pages(count: int) -> Iterator[list[Page]]:
     """Pages in separate browser contexts: people with sessions of their own."""
+    marks.require("Chromium", "browser")
     executable = which("chromium") or which("chromium-browser")
     assert executable, "Chromium is not installed; `make test` installs it"
     with sync_playwright() as p:

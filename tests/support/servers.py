@@ -19,6 +19,8 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
+from tests.support import marks
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -141,6 +143,7 @@ class Server:
 def running(
     cmd: list[str], log_path: Path, ready, what: str, env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen]:
+    marks.require(what, "docker", "servers")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -277,6 +280,7 @@ def runner_agent(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen
 def restart_engine() -> None:
     """SIGTERM the Docker engine, then start it the way `make test` does: its containers
     stop with it (no live-restore), as after a host's engine restart."""
+    marks.require("restarting the engine", "alone")
     pid = int(Path("/var/run/docker.pid").read_text())
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, interval=0.1, what="dockerd to stop")

@@ -26,6 +26,7 @@ from typing import Any
 import redis
 import requests
 
+from tests.support import marks
 from tests.support.servers import ROOT, free_port, wait_for
 
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "oom_killed", "error", "lost"}
@@ -179,6 +180,7 @@ class Stack:
         ).stdout
 
     def start(self) -> None:
+        marks.require("a supervised stack", "docker")
         with open(self.log_path, "ab") as log:
             # A session of its own, as a terminal's `make run` is its own process group.
             self.proc = subprocess.Popen(

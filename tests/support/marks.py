@@ -1,0 +1,44 @@
+"""Marks that tell the truth. `make check` runs the tests without `docker`, `servers`,
+`browser` or `alone` and must need no engine, server or browser; the PostgreSQL pass
+runs those and the `servers` ones; `make test` runs the `alone` tests after the
+parallel workers. So a test's marks are checked where it reaches those things: the
+engine through DOCKER_HOST, servers, stacks and browsers through `require` (called by the
+helpers that start them). tests/conftest.py sets `current` before each test's set-up."""
+
+import os
+
+from sandbox.engine import engine
+
+# Fixtures that start a Celery worker and runner agent, or a whole stack (so the engine),
+# and those that start daphne alone: a test using one (directly or through another
+# fixture) is marked `docker`, or `servers`, by the conftest.
+ENGINE = frozenset({"_run_stack", "stack"})
+SERVERS = frozenset({"_daphne"})
+# An engine no test without the mark can reach: its calls fail at once, naming the cause.
+NO_ENGINE = "unix:///nonexistent/a-test-without-the-docker-mark-reached-the-engine"
+
+current: frozenset[str] = frozenset()
+_saved_host = os.environ.get("DOCKER_HOST")
+
+
+def enter(marks: set[str]) -> None:
+    """The marks of the test about to be set up."""
+    global current
+    current = frozenset(marks)
+    host = _saved_host if "docker" in current else NO_ENGINE
+    if os.environ.get("DOCKER_HOST") == host:
+        return
+    if host is None:
+        del os.environ["DOCKER_HOST"]
+    else:
+        os.environ["DOCKER_HOST"] = host
+    engine.cache_clear()  # the client is made again from the new DOCKER_HOST
+
+
+def require(what: str, *allowed: str) -> None:
+    """Fails unless the test carries one of the `allowed` marks."""
+    if not current.intersection(allowed):
+        raise RuntimeError(
+            f"{what} needs the `{allowed[0]}` mark on the test (tests/support/marks.py; "
+            f"one using {sorted(ENGINE)} gets `docker`, {sorted(SERVERS)} `servers`)"
+        )
