@@ -17,6 +17,9 @@ import redis
 
 from tests.support.servers import ROOT, free_port, wait_for
 
+# redis-servers of their own, started by scripts/host-setup.
+pytestmark = pytest.mark.servers
+
 
 class Host:
     def __init__(self, tmp: Path) -> None:

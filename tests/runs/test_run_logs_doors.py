@@ -201,6 +201,7 @@ logstore.signal(run_id, total)
 """
 
 
+@pytest.mark.servers  # an agent of its own, in a second process
 @pytest.mark.django_db(transaction=True)
 def test_100k_lines_arrive_complete_in_order_and_fast(cast, run, tmp_path):
     _, secret = cast.token(cast.carol)

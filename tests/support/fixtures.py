@@ -154,7 +154,7 @@ def files() -> Iterator[int]:
     """A host-local HTTP server on 127.0.0.1: sandboxes reach it as files.test:<port>
     (the egress tests, of runs and of sessions)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     yield server.server_address[1]
     server.shutdown()
