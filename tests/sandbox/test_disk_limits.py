@@ -168,6 +168,8 @@ class FreeInodes:
         return self.before - self.lowest
 
 
+# Alone: it bounds the host filesystem's free inodes, which other workers' tests use too.
+@pytest.mark.alone
 @runtimes
 def test_a_flood_of_empty_files_ends_inode_quota_exceeded_and_other_teams_keep_their_timeouts(
     agents, cast, settings, runtime
