@@ -67,11 +67,11 @@ def main() -> int:
             print(f"  + {ident}")
         lost |= bool(gone)
 
-    by_file: collections.Counter[str] = collections.Counter()
+    by_file: dict[str, float] = collections.defaultdict(float)
     for ident, _, seconds in everything:
         by_file[ident.split("::")[0]] += seconds
     print("\nseconds by file (both passes)")
-    for path, seconds in by_file.most_common(args.slowest):
+    for path, seconds in sorted(by_file.items(), key=lambda f: -f[1])[: args.slowest]:
         print(f"{seconds:8.1f}  {path}")
     print(f"\nthe {args.slowest} slowest tests")
     for ident, _, seconds in sorted(everything, key=lambda c: -c[2])[: args.slowest]:
