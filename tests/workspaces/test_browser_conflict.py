@@ -40,11 +40,14 @@ def test_the_second_save_sees_what_landed_and_can_save_on_top(berth_server, cast
     with chromium_pages(2) as (carol, bob):
         open_app_py(carol, berth_server, "carol")
         open_app_py(bob, berth_server, "bob")
+        # Bob types before carol's save lands: a page with nothing unsaved takes the
+        # branch's new version when it hears of it (watch.js), and his save would then
+        # simply go on top of hers.
         add_line(carol, "carol was here")
+        add_line(bob, "bob was here")
         carol.keyboard.press("Control+s")
         carol.wait_for_selector("#save-status.ok")
 
-        add_line(bob, "bob was here")
         bob.keyboard.press("Control+s")
         bob.wait_for_selector("#save-status.error")
         status = bob.inner_text("#save-status")
