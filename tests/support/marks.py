@@ -35,6 +35,18 @@ def enter(marks: set[str]) -> None:
     engine.cache_clear()  # the client is made again from the new DOCKER_HOST
 
 
+def server_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the engine the run was given: a server (daphne, per worker, for the
+    rest of the run) started by a test without `docker` must still reach it for the
+    docker tests it serves later."""
+    env = dict(env)
+    if _saved_host is None:
+        env.pop("DOCKER_HOST", None)
+    else:
+        env["DOCKER_HOST"] = _saved_host
+    return env
+
+
 def require(what: str, *allowed: str) -> None:
     """Fails unless the test carries one of the `allowed` marks."""
     if not current.intersection(allowed):

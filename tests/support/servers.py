@@ -90,7 +90,7 @@ def test_database_url() -> str:
 
 def subprocess_env() -> dict[str, str]:
     return {
-        **os.environ,
+        **marks.server_env(dict(os.environ)),
         "DJANGO_SETTINGS_MODULE": "config.settings_test",
         "DATABASE_URL": test_database_url(),
         "TEST_DATA_DIR": str(settings.DATA_DIR),

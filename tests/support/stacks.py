@@ -130,7 +130,7 @@ class Stack:
     def env(self) -> dict[str, str]:
         env = {
             k: v
-            for k, v in os.environ.items()
+            for k, v in marks.server_env(dict(os.environ)).items()
             if not k.startswith("TEST_") and k not in ("DATABASE_URL",)
         }
         if self.code != ROOT:
