@@ -57,9 +57,12 @@ def main() -> int:
         outcomes = collections.Counter(o for _, o, _ in found)
         passed = {i for i, o, _ in found if o == "passed"}
         gone, new = sorted(before[name] - passed), sorted(passed - before[name])
+        runtimes = {r: sum(f"[{r}" in i for i in passed) for r in ("runc", "gvisor")}
+        earlier = {r: sum(f"[{r}" in i for i in before[name]) for r in ("runc", "gvisor")}
         print(
             f"{name}: {dict(outcomes)}; before {len(before[name])} passed; "
-            f"{len(gone)} no longer pass here, {len(new)} newly pass here"
+            f"{len(gone)} no longer pass here, {len(new)} newly pass here; "
+            f"runtime parametrisations passed {runtimes} (before {earlier})"
         )
         for ident in gone:
             print(f"  - {ident}")
