@@ -6,7 +6,6 @@ is for; sandbox.docker creates them.
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -103,15 +102,31 @@ def finalize_facts(name: str) -> dict[str, Any] | None:
 
 def remove_sandbox(name: str) -> None:
     """Remove a run's container and its volume of the same name (if any); gone already
-    is fine. One engine call each, by name (no look-up first)."""
+    is fine, and so is a removal someone else began (the engine answers 409: then its
+    end is awaited, so the volume is no longer held). One engine call each, by name (no
+    look-up first)."""
     api = engine().api
-    removals: tuple[Callable[[], object], ...] = (
-        lambda: api.remove_container(name, force=True),
-        lambda: api.remove_volume(name, force=True),
-    )
-    for remove in removals:
-        with contextlib.suppress(docker.errors.NotFound):
-            remove()
+    try:
+        api.remove_container(name, force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as error:
+        if error.status_code != 409 or "already in progress" not in str(error.explanation):
+            raise
+        _await_removal(name)
+    with contextlib.suppress(docker.errors.NotFound):
+        api.remove_volume(name, force=True)
+
+
+def _await_removal(name: str, within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            engine().api.inspect_container(name)
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"container {name} was still being removed after {within_s:.0f} s")
 
 
 def sandbox_pid(name: str) -> int | None:

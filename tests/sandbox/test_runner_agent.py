@@ -3,6 +3,7 @@ one run's fault never stops it looking after the others."""
 
 import asyncio
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import docker
@@ -15,6 +16,7 @@ from accounts.access import Actor
 from agent.loop import Agent
 from core.ids import new_id
 from runs.models import Run, RunState
+from sandbox.containers import remove_sandbox
 from sandbox.engine import engine, instance_label, resource_name
 from sandbox.models import Sandbox, SandboxKind, SandboxState
 from workspaces import actions as workspace_actions
@@ -47,6 +49,34 @@ def test_it_removes_this_instances_orphans_but_not_another_instances(transaction
         theirs.remove(force=True)
         if mine.name in {c["Names"][0].lstrip("/") for c in engine().api.containers(all=True)}:
             mine.remove(force=True)
+
+
+def test_two_removals_of_one_sandbox_at_once_both_end_with_it_gone():
+    """Two removers at once (two agents' sweeps, a sweep and a cancel): the engine
+    answers the second 409 "removal already in progress"; it waits for the first, so
+    neither fails and the volume the container held goes too."""
+    names = [resource_name("run", new_id()) for _ in range(4)]
+    for name in names:
+        engine().volumes.create(name, labels=instance_label())
+        engine().containers.run(
+            settings.SANDBOX_IMAGE,
+            ["sleep", "300"],
+            name=name,
+            labels={**instance_label(), "berth.kind": "run", "berth.owner": new_id()},
+            network_mode="none",
+            volumes={name: {"bind": "/workspace", "mode": "rw"}},
+            detach=True,
+        )
+    try:
+        for name in names:
+            with ThreadPoolExecutor(2) as pool:
+                for removal in [pool.submit(remove_sandbox, name) for _ in range(2)]:
+                    removal.result()
+            assert not engine().api.containers(all=True, filters={"name": name})
+            assert name not in {v.name for v in engine().volumes.list()}
+    finally:
+        for name in names:
+            remove_sandbox(name)
 
 
 def test_one_sandboxs_fault_never_keeps_another_sandboxs_deadline_from_applying(
