@@ -107,6 +107,10 @@ def test_after_an_agent_restart_an_exec_the_channel_never_heard_of_ends_lost(age
         30,
         what="the sleeper to run",
     )
+    # Running in the sandbox, not only marked so: an exec marked running whose channel
+    # never got it is exactly the ghost below (seen on a loaded machine).
+    found = agent.exec(session, "cat /proc/[0-9]*/comm 2>/dev/null | grep -x sleep")
+    assert lines(found) == ["sleep"], "the sleeper is not in the sandbox"
     # As the agent leaves it when it dies between marking an exec running and asking
     # the channel: running, and unknown to the channel.
     ghost = Exec.objects.create(
