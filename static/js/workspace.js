@@ -24,6 +24,18 @@
     }
   }, true);
 
+  // A folder opened before htmx had processed the page (a quick click while the deferred
+  // scripts still load) fired its toggle with no one listening: it would stay open and
+  // empty. htmx's own ready handler runs before this one (its script comes first), so
+  // by now every folder listens; load those that were opened too early. "toggle once"
+  // keeps a late native toggle from loading one twice.
+  document.addEventListener("DOMContentLoaded", () => {
+    if (!window.htmx) return;
+    document.querySelectorAll(".tree details.dir[open][hx-get]").forEach((folder) => {
+      if (!folder.querySelector(":scope > ul")) window.htmx.trigger(folder, "toggle");
+    });
+  });
+
   // 5xx answers are not swapped (see the htmx-config meta); say something anyway.
   document.addEventListener("htmx:responseError", (event) => {
     const status = event.detail.xhr.status;

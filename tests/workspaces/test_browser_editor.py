@@ -1,6 +1,7 @@
 """Editing a file in a real Chromium: the CodeMirror editor, Ctrl-S, and the commit."""
 
 import json
+import time
 import urllib.request
 
 import pytest
@@ -74,10 +75,21 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
         page.goto(f"{berth_server.url}/signin/?next=/t/team-a/w/site/")
         page.fill("input[name=username]", "carol")
         page.fill("input[name=password]", "carol-password-1")
+        # The workspace page's htmx is held back until a folder has been opened: a
+        # quick click on a slow machine, before the deferred scripts ran, must still
+        # load the folder (it once stayed open and empty).
+        held: list = []
+        page.route("**/htmx.min*.js", lambda route: held.append(route))
         page.click("button[type=submit]")
         page.wait_for_selector(".tree")
-
         page.click(".tree summary .name:text-is('src')")
+        deadline = time.monotonic() + 15
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(20)  # lets Playwright deliver the held request
+        assert held, "the workspace page never asked for htmx"
+        held[0].continue_()
+        page.unroute("**/htmx.min*.js")
+
         page.click(".tree summary .name:text-is('lib')")  # loaded by htmx, no page load
         page.click(".tree a:text-is('util.js')")
         page.wait_for_url("**/w/site/?ref=main&path=src/lib/util.js")
