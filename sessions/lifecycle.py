@@ -15,9 +15,10 @@ from core import fanout
 from core.errors import Conflict
 from logs import logstore
 from runs import lapses
-from runs.models import Purpose, Run, RunState
+from runs.models import OWNER, Purpose, Run, RunState
 from runs.services import stop_service
 from sandbox.engine import engine
+from sandbox.models import Sandbox
 from sessions import snapstore
 from sessions.models import (
     LIVE_STATES,
@@ -126,7 +127,13 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
     session = Session.objects.select_related("workspace__team").filter(run=run).first()
     if session is None or session.state not in LIVE_STATES:
         return
-    end_execs(session, session.stop_reason or run.reason, oom=run.reason == "oom")
+    # The engine's word on memory, whatever stop was asked meanwhile (the run's reason
+    # is the first stop asked; a stop asked as gVisor's sandbox ran out of memory
+    # would otherwise say "session_stopped" of the exec that took it).
+    oom = run.reason == "oom" or Sandbox.objects.filter(
+        owner_kind=OWNER, owner_id=run.public_id, oom_killed=True
+    ).exists()
+    end_execs(session, session.stop_reason or run.reason, oom=oom)
     # Their shells were processes of that container: gone with it.
     for term in Terminal.objects.filter(session=session, run=run, state=TerminalState.OPEN):
         term.end(TerminalState.CLOSED, "session_stopped")
