@@ -22,7 +22,9 @@ from deploys.releasing import restore_all
 from previews.watch import Watcher
 from runs.engine_owner import RunOwner
 from runs.models import OWNER
-from sandbox.loop import EngineLoop, db
+from sandbox import heartbeat
+from sandbox.hosts import HEARTBEAT_S, Host
+from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.owners import register
 from sessions.keeper import Keeper
 from sessions.terminal_relay import TerminalRelay
@@ -49,8 +51,15 @@ class Agent(EngineLoop):
 
     async def run(self, stop: asyncio.Event) -> None:
         runs = self._wire()
+        # Before anything is touched: a host Berth does not know acts on nothing.
+        host: Host = await on_thread(heartbeat.claim)()
+
+        async def beat() -> None:
+            await on_thread(heartbeat.beat)(host)
+
+        await self.safely(beat)
         consume = self.start_events(stop)
-        log.info("runner agent started (instance %s)", settings.BERTH_INSTANCE)
+        log.info("runner agent started (host %s, instance %s)", host.name, settings.BERTH_INSTANCE)
         await self.safely(self.reconcile)
         watcher = Watcher()
         keeper = Keeper(self)
@@ -62,6 +71,7 @@ class Agent(EngineLoop):
             asyncio.create_task(self.every(watcher.TICK_S, watcher.tick, stop, self.started_event)),
             asyncio.create_task(self.every(UNDELIVERED_EVERY_S, runs.send_undelivered, stop)),
             *keeper.jobs(stop),
+            asyncio.create_task(self.every(HEARTBEAT_S, beat, stop)),
             *relay.jobs(stop),
         ]
         await stop.wait()
@@ -81,4 +91,5 @@ class Agent(EngineLoop):
 
 
 def reconcile_once() -> None:
+    heartbeat.claim()
     asyncio.run(Agent().reconcile())

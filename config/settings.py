@@ -44,6 +44,9 @@ SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
 # The Docker host a new sandbox is made on (sandbox.models.Sandbox.host): one value until
 # runner agents on several hosts share a database.
 SANDBOX_HOST = os.environ.get("BERTH_SANDBOX_HOST", "local")
+# What this host's agent says of it in its heartbeat, besides its engine's facts
+# (sandbox.heartbeat): labels for placement, "k=v,k2=v2".
+HOST_LABELS = dict(item.split("=", 1) for item in envlist("BERTH_HOST_LABELS", "") if "=" in item)
 SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/tmp"))  # noqa: S108 (root-only build)
 
 # Redis asks for a password (docs/security.md 28): kept in a 0600 file outside any
@@ -204,8 +207,15 @@ CELERY_TASK_IGNORE_RESULT = True
 # A worker killed mid-task gets it redelivered; tasks are written to be harmless
 # when run twice (docs/architecture.md, "Processes").
 CELERY_TASK_ACKS_LATE = True
-# Sandbox work goes to the runner queue (one per Docker host past one machine).
-CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": "runner"}}
+# Sandbox work goes to its host's queue, `runner.<host>` (runs.tasks.runner_queue: a
+# run's prepare to the host it was placed on); retention touches no engine and goes to
+# the web host's default queue. Tests name theirs per instance (settings_test).
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+RUNNER_QUEUE_PREFIX = "runner"
+CELERY_TASK_ROUTES = {
+    "runner.tasks.apply_retention": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    "runner.tasks.*": {"queue": f"{RUNNER_QUEUE_PREFIX}.{SANDBOX_HOST}"},
+}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A broker that drops packets (rather than refusing) must not hold a request's task send

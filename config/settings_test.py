@@ -64,11 +64,15 @@ if "DB_CONN_MAX_AGE" not in os.environ:
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
 
-from config.settings import BERTH_INSTANCE  # noqa: E402
+from config.settings import BERTH_INSTANCE, SANDBOX_HOST  # noqa: E402
 
 # Queues of their own: two test runs sharing one Redis never take each other's tasks.
 CELERY_TASK_DEFAULT_QUEUE = f"celery-{BERTH_INSTANCE}"
-CELERY_TASK_ROUTES = {"runner.tasks.*": {"queue": f"runner-{BERTH_INSTANCE}"}}
+RUNNER_QUEUE_PREFIX = f"runner-{BERTH_INSTANCE}"
+CELERY_TASK_ROUTES = {
+    "runner.tasks.apply_retention": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    "runner.tasks.*": {"queue": f"{RUNNER_QUEUE_PREFIX}.{SANDBOX_HOST}"},
+}
 
 # Off only where a test starts servers with TEST_PREVIEW_CROSS_SITE_GUARD_OFF=1, to
 # show that the attacks the guard stops do work without it (test_preview_cross_site.py).

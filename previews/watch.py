@@ -29,6 +29,7 @@ from runs.models import Run, RunState
 from sandbox import backend
 from sandbox.egress.policy import PROXY_PORT
 from sandbox.loop import db as _db
+from sandbox.models import this_host
 from sandbox.netns import Namespace, NamespaceGone, listening_ports
 from sessions.models import SessionState
 
@@ -206,6 +207,8 @@ def _watched() -> list[Preview]:
                 run__hydrated_at__isnull=False,
             )
             | Q(kind="session", session__state=SessionState.READY),
+            # This host's alone: another's pids name processes of another machine.
+            Q(session=None, run__runner_host=this_host()) | Q(session__runner_host=this_host()),
             state__in=LIVE_STATES,
         )
     )

@@ -15,6 +15,7 @@ from runs.models import Purpose, Run, RunState, Secret
 from runs.outcomes import describe
 from runs.outputs import clean_artifact_paths
 from runs.tasks import send_prepare
+from sandbox import placement
 from sandbox.egress import policy as egress_policy
 from sandbox.limits import effective_limits, within_bounds
 from workspaces import config as workspace_config
@@ -336,15 +337,18 @@ def queue_run(
     run.requested_by, run.token = actor.user, actor.token
     if run.purpose != Purpose.RUN:
         # A preview's quota is its own (previews.actions); a build was approved by a
-        # person, and waits for no team's flood.
+        # person, and waits for no team's flood. Placed now (or refused, nothing
+        # written): pinned where its caller says (a session's volume is there).
+        run.runner_host = placement.place(run.runtime, placement.load(), pinned=run.runner_host)
         run.admitted_at = timezone.now()
     with transaction.atomic():
         if run.purpose == Purpose.RUN:
             # Under admission's lock: requests at once cannot all pass the queue limit.
             quotas.lock()
             quotas.check_submission(workspace.team)
-            if quotas.admits_at_once(workspace.team):
-                run.admitted_at = timezone.now()
+            host = quotas.admits_at_once(workspace.team, run.runtime)
+            if host:
+                run.admitted_at, run.runner_host = timezone.now(), host
         run.save()
         pin_commit(workspace, run.commit)
         record(

@@ -23,7 +23,7 @@ from runs.outcomes import describe
 from runs.prepare import remove_run
 from sandbox.engine import engine
 from sandbox.loop import db, on_thread
-from sandbox.models import Sandbox, SandboxKind
+from sandbox.models import Sandbox, SandboxKind, this_host
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -228,7 +228,10 @@ def lost_runs(carried: set[str]) -> list[int]:
     data), to be sent again (idempotent: the run finds the sandboxes it made)."""
     now = timezone.now()
     stale = []
-    for run in Run.objects.filter(state__in=ACTIVE_STATES).exclude(public_id__in=carried):
+    # This host's runs alone: `carried` names this engine's containers, so another
+    # host's running runs would all look lost here.
+    mine = Run.objects.filter(state__in=ACTIVE_STATES, runner_host=this_host())
+    for run in mine.exclude(public_id__in=carried):
         if (
             run.state == RunState.RUNNING
             and run.process_started_at

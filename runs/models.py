@@ -146,6 +146,9 @@ class Run(models.Model):
     queued_at = models.DateTimeField(default=timezone.now)
     # When runs.quotas let it go on to a worker (runs wait in `queued` until then).
     admitted_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # The host it was placed on at admission (sandbox.placement): its sandboxes, its
+    # prepare task's queue and its agent are that host's. Empty while it waits.
+    runner_host = models.CharField(max_length=40, blank=True, db_index=True)
     # When its prepare task last reached the broker. Null on an admitted run: the broker
     # was unreachable when it was sent (the row was committed all the same), so the
     # runner agent sends it again (runs.tasks.undelivered_runs).
@@ -280,12 +283,12 @@ class Run(models.Model):
         Run.objects.filter(pk=self.pk).update(secrets_sealed=sealed)
 
     @staticmethod
-    def admit(pk: int, at: datetime) -> bool:
-        """Let a queued run go on to a worker (runs.quotas.admit, under its lock); True if
-        this call did."""
+    def admit(pk: int, at: datetime, host: str) -> bool:
+        """Let a queued run go on to `host`'s worker (runs.quotas.admit, under its lock);
+        True if this call did."""
         return bool(
             Run.objects.filter(pk=pk, state=RunState.QUEUED, admitted_at=None).update(
-                admitted_at=at
+                admitted_at=at, runner_host=host
             )
         )
 

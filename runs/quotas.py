@@ -3,7 +3,7 @@
 Admission is a database step, not queue order. A run is recorded `queued` with no
 `admitted_at`; `admit` decides which waiting runs go on to a worker:
 1. under one lock (AdmissionLock), count the admitted, still active runs per team and
-   in all (the host's RUNNER_SLOTS);
+   per host (each ready host's slots, sandbox.hosts);
 2. while a slot is free, among the teams below their own concurrency limit that have a
    run waiting, take the team that has waited longest for a slot — the one whose last
    admission is oldest (never: first; a tie goes to the older waiting run) — and admit
@@ -11,7 +11,8 @@ Admission is a database step, not queue order. A run is recorded `queued` with n
    team therefore gets every other slot at most while another team waits; and while
    a team with fewer runs waiting has work, a flooding team (more runs waiting than
    its limit) yields: it runs at most half its limit (`_yielding_caps`), so the
-   lighter team keeps most of the machine;
+   lighter team keeps most of the machine. The run goes to the least loaded ready
+   host that has its runtime and a free slot (sandbox.placement): its `runner_host`;
 3. after commit, send each admitted run's prepare task (a broker that is down then
    delays it: the runner agent sends it once the broker answers).
 It is called when a run is asked for, when any run ends, and by the agent's reconcile
@@ -38,6 +39,8 @@ from django.utils import timezone
 from accounts.models import Team
 from core.errors import QuotaExceeded
 from runs.models import ACTIVE_STATES, AdmissionLock, Purpose, Run, RunState, TeamCpuDay
+from sandbox import placement
+from sandbox.hosts import Host, HostState
 
 NEVER = datetime.datetime.min.replace(tzinfo=datetime.UTC)
 
@@ -121,17 +124,17 @@ def check_submission(team: Team) -> None:
             )
 
 
-def admits_at_once(team: Team) -> bool:
-    """Under the lock, before a new run of `team` is saved: True when `admit` would take
-    it at once, since nothing else waits and both a host slot and one of the team's are
-    free. Two queries instead of admission's round (anything else goes through it)."""
+def admits_at_once(team: Team, runtime: str) -> str:
+    """Under the lock, before a new run of `team` is saved: the host `admit` would give
+    it at once, since nothing else waits and both a slot of a host that has `runtime`
+    and one of the team's are free; else "". A few queries instead of admission's
+    round (anything else goes through it)."""
     if Run.objects.filter(purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None).exists():
-        return False
-    active = _admitted_by_team()
-    return (
-        sum(active.values()) < settings.RUNNER_SLOTS
-        and active.get(team.pk, 0) < Limits.of(team).concurrent_runs
-    )
+        return ""
+    if _admitted_by_team().get(team.pk, 0) >= Limits.of(team).concurrent_runs:
+        return ""
+    host = placement.choose(placement.able(runtime), _admitted_by_host(), slotted=True)
+    return host.name if host else ""
 
 
 def lock() -> None:
@@ -153,24 +156,29 @@ def admit() -> list[int]:
     with transaction.atomic():
         lock()
         active = _admitted_by_team()
-        free = settings.RUNNER_SLOTS - sum(active.values())
+        load = _admitted_by_host()
+        able = {runtime: placement.able(runtime) for runtime in ("runc", "gvisor")}
+        hosts = {h.name: h for group in able.values() for h in group}
+        free = sum(max(0, h.slots - load.get(name, 0)) for name, h in hosts.items())
         if free <= 0:
             return admitted
         waiting = list(
             Run.objects.filter(purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None)
             .order_by("queued_at", "id")
-            .values_list("id", "workspace__team")
+            .values_list("id", "workspace__team", "runtime")
         )
         if not waiting:
             return admitted
+        runtimes = {run_id: runtime for run_id, _, runtime in waiting}
+        waiting_teams = [(run_id, team) for run_id, team, _ in waiting]
         limits = {
             t.pk: Limits.of(t).concurrent_runs
-            for t in Team.objects.filter(pk__in={team for _, team in waiting})
+            for t in Team.objects.filter(pk__in={team for _, team in waiting_teams})
         }
         queues: dict[int, list[int]] = {}
-        for run_id, team in waiting:  # oldest first, so each team's queue is too
+        for run_id, team in waiting_teams:  # oldest first, so each team's queue is too
             queues.setdefault(team, []).append(run_id)
-        order = {run_id: i for i, (run_id, _) in enumerate(waiting)}
+        order = {run_id: i for i, (run_id, _) in enumerate(waiting_teams)}
         last = dict(
             Run.objects.filter(purpose=Purpose.RUN, workspace__team__in=list(queues))
             .values_list("workspace__team")
@@ -179,18 +187,41 @@ def admit() -> list[int]:
         served = {team: at or NEVER for team, at in last.items()}
         now = timezone.now()
         caps = _yielding_caps(limits, {t: len(q) for t, q in queues.items()}, active)
+        blocked: set[int] = set()  # teams whose next run no host can take this round
         while free > 0:
-            ready = [t for t, q in queues.items() if q and active.get(t, 0) < caps[t]]
+            ready = [
+                t
+                for t, q in queues.items()
+                if q and active.get(t, 0) < caps[t] and t not in blocked
+            ]
             if not ready:
                 break
             team = min(ready, key=lambda t: (served.get(t, NEVER), order[queues[t][0]]))
-            run_id = queues[team].pop(0)
+            # Its oldest run that a host can take now: a run whose runtime has no free
+            # slot (gVisor on runc-only hosts) holds up none of the others, as a CI job
+            # no runner matches holds up no other job.
+            pick = next(
+                (
+                    (i, host)
+                    for i, run_id in enumerate(queues[team])
+                    if (
+                        host := placement.choose(able.get(runtimes[run_id], []), load, slotted=True)
+                    )
+                ),
+                None,
+            )
+            if pick is None:
+                blocked.add(team)  # none of its runs fits now; other teams go on
+                continue
+            i, host = pick
+            run_id = queues[team].pop(i)
             # A microsecond apart: the order of one round's admissions stays readable
             # from admitted_at, which ranks the teams in the next round.
             at = now + datetime.timedelta(microseconds=len(admitted))
-            if Run.admit(run_id, at):
+            if Run.admit(run_id, at, host.name):
                 admitted.append(run_id)
                 active[team] = active.get(team, 0) + 1
+                load[host.name] = load.get(host.name, 0) + 1
                 free -= 1
                 served[team] = at  # to the back of the line
         for run_id in admitted:
@@ -231,6 +262,22 @@ def _admitted_by_team() -> dict[int, int]:
     )
 
 
+def _admitted_by_host() -> dict[str, int]:
+    """Host name → the admitted runs still going there (the slots they hold)."""
+    return dict(
+        Run.objects.filter(purpose=Purpose.RUN, state__in=ACTIVE_STATES, admitted_at__isnull=False)
+        .values_list("runner_host")
+        .annotate(n=Count("id"))
+    )
+
+
+def _slots_for(runtime: str) -> tuple[int, int]:
+    """The run slots of the ready hosts that have `runtime`, and how many are taken."""
+    hosts = placement.able(runtime)
+    load = _admitted_by_host()
+    return sum(h.slots for h in hosts), sum(min(h.slots, load.get(h.name, 0)) for h in hosts)
+
+
 def _cap_now(team: Team, limit: int) -> int:
     """The team's cap as admission would apply it at this moment."""
     waiting = dict(
@@ -239,6 +286,10 @@ def _cap_now(team: Team, limit: int) -> int:
         .annotate(n=Count("id"))
     )
     return _yielding_caps({team.pk: limit}, waiting, _admitted_by_team())[team.pk]
+
+
+def _ready_hosts() -> list[Host]:
+    return list(Host.objects.filter(state=HostState.READY))
 
 
 def cpu_weight(run: Run) -> int:
@@ -265,9 +316,7 @@ def queue_position(run: Run) -> dict[str, Any] | None:
     )
     limit = Limits.of(team).concurrent_runs
     running = _running(team).count()
-    busy = Run.objects.filter(
-        purpose=Purpose.RUN, state__in=ACTIVE_STATES, admitted_at__isnull=False
-    ).count()
+    slots, busy = _slots_for(run.runtime)
     behind = f"{ahead} of the team's runs wait ahead of this one."
     cap = _cap_now(team, limit) if running < limit else limit
     if running >= limit:
@@ -287,10 +336,21 @@ def queue_position(run: Run) -> dict[str, Any] | None:
                 f"its limit of {limit}. " + behind
             ),
         )
-    elif busy >= settings.RUNNER_SLOTS:
+    elif not slots:
+        why, message = (
+            "no_host",
+            (
+                f"Waiting: no host that can run {run.runtime} is ready (an operator starts "
+                "or undrains one: manage.py hosts); " + behind
+            ),
+        )
+    elif busy >= slots:
         why, message = (
             "host_busy",
-            (f"Waiting: all {settings.RUNNER_SLOTS} run slots of this host are taken; " + behind),
+            (
+                f"Waiting: all {slots} run slots of the hosts that can run {run.runtime} "
+                "are taken; " + behind
+            ),
         )
     else:
         why, message = "admission", "Waiting for admission; a slot is free, so any moment."
@@ -321,7 +381,7 @@ def usage(team: Team) -> dict[str, Any]:
             "resets_at": resets.isoformat(),
         },
         "host": {
-            "slots": settings.RUNNER_SLOTS,
+            "slots": sum(h.slots for h in _ready_hosts()),
             "busy": Run.objects.filter(
                 purpose=Purpose.RUN, state__in=ACTIVE_STATES, admitted_at__isnull=False
             ).count(),

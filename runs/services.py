@@ -21,6 +21,7 @@ def start_service(
     contract_review: ContractReview | None = None,
     runtime: str | None = None,
     workspace_volume: str = "",
+    host: str = "",
 ) -> Run:
     """A long-lived server for another app (a preview, a release, a session's exec
     channel): a run of `purpose`
@@ -28,8 +29,8 @@ def start_service(
     cache from the commit's workspace.toml — but no wall-clock timeout and no outputs.
     A release runs its own built `image`, with its setup already inside: none here.
     A session asks for its `runtime` (its contract review admitted it) and keeps its
-    /workspace in `workspace_volume`. The owner records its own Activity; this records
-    the run's."""
+    /workspace in `workspace_volume`, on its `host`. The owner records its own Activity;
+    this records the run's."""
     config = load_config(workspace, commit)
     limits, warnings = effective_limits(config.sandbox, {})
     chosen, why = policy_runtime(workspace, runtime or config.sandbox.runtime)
@@ -52,6 +53,7 @@ def start_service(
             image=image or config.sandbox.image,
             runtime=chosen,
             workspace_volume=workspace_volume,
+            runner_host=host,
             limits=limits,
             network=network,
             setup=setup,

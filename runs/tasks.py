@@ -10,6 +10,7 @@ from datetime import timedelta
 import docker
 import requests
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from core import broker
@@ -17,6 +18,7 @@ from runs import caches, prepare, retention, secrets
 from runs.models import Run, RunState
 from runs.outcomes import describe
 from sandbox import backend
+from sandbox.models import this_host
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,11 @@ def prepare_run(run_id: int) -> None:
                 backend.signal_sandbox(sandbox.name, "SIGKILL")
 
 
+def runner_queue(host: str) -> str:
+    """The queue `host`'s worker takes sandbox work from."""
+    return f"{settings.RUNNER_QUEUE_PREFIX}.{host}"
+
+
 def send_prepare(run_id: int) -> bool:
     """Hand an admitted run's prepare task to the broker, on commit of its admission.
 
@@ -89,16 +96,19 @@ def send_prepare(run_id: int) -> bool:
     (`prepare_sent_at`), and the runner agent sends the ones that did not once the
     broker answers again (`undelivered_runs`, `send_again`). The task is idempotent,
     so a send that got through but was not recorded costs one extra delivery at most."""
-    if not broker.send(prepare_run, (run_id,)):
+    host = Run.objects.filter(pk=run_id).values_list("runner_host", flat=True).first()
+    if not broker.send(prepare_run, (run_id,), queue=runner_queue(host or this_host())):
         return False
     Run.mark_prepare_sent(run_id)
     return True
 
 
 def undelivered_runs() -> list[int]:
-    """Admitted runs still queued whose prepare task never reached the broker."""
+    """Admitted runs of this host still queued whose prepare task never reached the
+    broker (each host's agent sends its own)."""
     return list(
         Run.objects.filter(
+            runner_host=this_host(),
             state=RunState.QUEUED,
             admitted_at__lt=timezone.now() - UNDELIVERED_AFTER,
             prepare_sent_at=None,

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import models
 
 from sandbox import backend
-from sandbox.models import Sandbox, SandboxKind, SandboxState
+from sandbox.models import Sandbox, SandboxKind, SandboxState, this_host
 from sandbox.usage import WalkFailed
 
 log = logging.getLogger("berth.runner_agent")
@@ -131,8 +131,9 @@ def verdict(usage: backend.Usage, sandbox: Sandbox) -> tuple[str, str] | None:
 
 
 def _running() -> "models.QuerySet[Sandbox]":
-    # A release's process has no /workspace and no writable root to count.
-    return Sandbox.objects.filter(state=SandboxState.RUNNING).exclude(
+    # A release's process has no /workspace and no writable root to count; another
+    # host's volumes are on its own engine, counted by its own agent.
+    return Sandbox.objects.filter(host=this_host(), state=SandboxState.RUNNING).exclude(
         kind=SandboxKind.SERVICE, workdir="/app"
     )
 

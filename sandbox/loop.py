@@ -33,7 +33,7 @@ from sandbox import backend
 from sandbox.diskwatch import ROUND_S, DiskWatch
 from sandbox.egress.service import Egress
 from sandbox.engine import engine
-from sandbox.models import LIVE_STATES, Sandbox, SandboxState
+from sandbox.models import LIVE_STATES, Sandbox, SandboxState, this_host
 from sandbox.owners import owner_of, registered_kinds
 
 log = logging.getLogger("berth.runner_agent")
@@ -280,7 +280,9 @@ class EngineLoop:
         # rest, most of them at rest, are never loaded twice a second).
         running = await db(
             lambda: list(
-                Sandbox.objects.filter(state=SandboxState.RUNNING).filter(
+                # This host's alone: another's are stopped by their own agent (marked
+                # signalled here, they would get no SIGTERM there, only the SIGKILL).
+                Sandbox.objects.filter(host=this_host(), state=SandboxState.RUNNING).filter(
                     ~Q(stop_reason="") | Q(deadline__lt=now)
                 )
             )
@@ -311,7 +313,9 @@ class EngineLoop:
     async def sample_cpu(self) -> None:
         """Each running sandbox's CPU time, for its owner's budget; its own job, so a
         slow engine answer never holds up deadlines and stops."""
-        running = await db(lambda: list(Sandbox.objects.filter(state=SandboxState.RUNNING)))()
+        running = await db(
+            lambda: list(Sandbox.objects.filter(host=this_host(), state=SandboxState.RUNNING))
+        )()
         if not running:
             return
         # One thread hop for them all: each is a file read (sandbox.containers).
@@ -338,7 +342,7 @@ class EngineLoop:
             lambda: {
                 s.name: s
                 for s in Sandbox.objects.filter(name__in=names)
-                | Sandbox.objects.filter(host=settings.SANDBOX_HOST, state__in=LIVE_STATES)
+                | Sandbox.objects.filter(host=this_host(), state__in=LIVE_STATES)
             }
         )()
         for sandbox in await db(_orphaned)(list(rows.values())):

@@ -199,3 +199,7 @@ class Sandbox(models.Model):
     def record_pid(self, pid: int, netns: int | None) -> None:
         Sandbox.objects.filter(pk=self.pk).update(pid=pid, netns=netns)
         self.pid, self.netns = pid, netns
+
+
+# The machines sandboxes run on: their own module, one model each.
+from sandbox.hosts import Host, HostState  # noqa: E402, F401

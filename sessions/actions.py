@@ -18,7 +18,6 @@ from runs.actions import check_env_names, check_grants, load_config
 from runs.models import Purpose
 from runs.services import start_service
 from sandbox.images import SESSION_INIT
-from sandbox.models import this_host
 from sessions.access import require_cover
 from sessions.lifecycle import (
     ask_stop,
@@ -56,8 +55,9 @@ def nudge(host: str) -> None:
 
 
 def host_of(session: Session) -> str:
-    run = session.run
-    return run.sandbox.host if run is not None and run.sandbox is not None else this_host()
+    """Where its volume and its agent are: recorded at its first placement, never the
+    caller's own host (a nudge sent there would reach the wrong agent)."""
+    return session.runner_host
 
 
 def queue_sync(session: Session, commit: str) -> SessionSync:
@@ -184,8 +184,12 @@ def _start(session: Session, actor: Actor, admitted: tuple[str, ContractReview |
         contract_review=review,
         runtime=session.runtime or None,
         workspace_volume=session.volume,
+        host=session.runner_host,
     )
-    Session.objects.filter(pk=session.pk).update(run=run, starts=session.starts + 1)
+    # Its first start places its volume: every later one goes to the same host.
+    Session.objects.filter(pk=session.pk).update(
+        run=run, starts=session.starts + 1, runner_host=run.runner_host
+    )
     session.refresh_from_db()
     if commit != session.base_commit:
         # Started again on its volume: the branch's head reaches its files once it is

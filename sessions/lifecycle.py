@@ -130,9 +130,12 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
     # The engine's word on memory, whatever stop was asked meanwhile (the run's reason
     # is the first stop asked; a stop asked as gVisor's sandbox ran out of memory
     # would otherwise say "session_stopped" of the exec that took it).
-    oom = run.reason == "oom" or Sandbox.objects.filter(
-        owner_kind=OWNER, owner_id=run.public_id, oom_killed=True
-    ).exists()
+    oom = (
+        run.reason == "oom"
+        or Sandbox.objects.filter(
+            owner_kind=OWNER, owner_id=run.public_id, oom_killed=True
+        ).exists()
+    )
     end_execs(session, session.stop_reason or run.reason, oom=oom)
     # Their shells were processes of that container: gone with it.
     for term in Terminal.objects.filter(session=session, run=run, state=TerminalState.OPEN):

@@ -90,6 +90,10 @@ class Session(Timers):
     base_commit = models.CharField(max_length=40)
     runtime = models.CharField(max_length=10)  # as asked; its run says what applied
     run = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
+    # The host its volume is on, from its first placement: every start goes there (on
+    # another host an empty volume would be refilled from the commit, losing what was
+    # not committed).
+    runner_host = models.CharField(max_length=40, blank=True)
     starts = models.PositiveIntegerField(default=0)
     state = models.CharField(
         max_length=10, choices=SessionState.choices, default=SessionState.STARTING, db_index=True

@@ -8,6 +8,7 @@ from django.conf import settings as django_settings
 from accounts.access import Actor
 from runs import quotas
 from runs.models import Run
+from tests.support.hosts import local_host
 from workspaces import actions as workspace_actions
 
 
@@ -43,7 +44,7 @@ def end(run: Run) -> None:
 
 
 def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast, shops, settings):
-    settings.RUNNER_SLOTS = 3
+    local_host(slots=3)
     cast.team_a.max_concurrent_runs = 2
     cast.team_a.save()
     flood = waiting(shops[cast.team_a], 6)  # team A asked first
@@ -74,7 +75,7 @@ def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast
 
 def test_two_floods_keep_their_limits(cast, shops, settings):
     """Yielding is for a flood next to a lighter team: two equal queues split evenly."""
-    settings.RUNNER_SLOTS = 4
+    local_host(slots=4)
     for team in (cast.team_a, cast.team_b):
         team.max_concurrent_runs = 2
         team.save()
@@ -84,7 +85,7 @@ def test_two_floods_keep_their_limits(cast, shops, settings):
 
 
 def test_the_host_slots_bound_every_team(cast, shops, settings):
-    settings.RUNNER_SLOTS = 2
+    local_host(slots=2)
     waiting(shops[cast.team_a], 3)
     waiting(shops[cast.team_b], 3)
     assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0"]
@@ -95,14 +96,14 @@ def test_the_host_slots_bound_every_team(cast, shops, settings):
         "position": 2,
         "waiting_for": "host_busy",
         "message": (
-            "Waiting: all 2 run slots of this host are taken; 1 of the team's runs wait ahead "
-            "of this one."
+            "Waiting: all 2 run slots of the hosts that can run runc are taken; 1 of the team's "
+            "runs wait ahead of this one."
         ),
     }
 
 
 def test_a_cancelled_waiting_run_is_never_admitted(cast, shops, settings):
-    settings.RUNNER_SLOTS = 1
+    local_host(slots=1)
     first, second = waiting(shops[cast.team_a], 2)
     second.finish("cancelled", "cancelled_by_user", "cancelled")
     assert quotas.admit() == [first.pk]
@@ -111,7 +112,7 @@ def test_a_cancelled_waiting_run_is_never_admitted(cast, shops, settings):
 
 
 def test_a_team_within_its_limit_never_yields(cast, shops, settings):
-    settings.RUNNER_SLOTS = 4
+    local_host(slots=4)
     cast.team_a.max_concurrent_runs = 2
     cast.team_a.save()
     waiting(shops[cast.team_a], 2)  # no more than its limit: not a flood

@@ -15,6 +15,7 @@ from accounts.access import Actor
 from accounts.models import ApiToken, Role, Team
 from tests.support import servers
 from tests.support.egress import Files
+from tests.support.hosts import local_host
 from tests.support.runs import Agent
 from workspaces import actions as workspace_actions
 
@@ -30,6 +31,7 @@ class Cast:
         self.bob = self._user("bob", self.team_a, Role.REVIEWER)
         self.carol = self._user("carol", self.team_a, Role.MEMBER)
         self.charlie = self._user("charlie", self.team_b, Role.ADMIN)
+        self.host = local_host()
 
     @staticmethod
     def _user(name: str, team: Team, role: str) -> User:

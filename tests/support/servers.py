@@ -249,7 +249,7 @@ def celery_worker() -> Iterator[subprocess.Popen]:
         "-n",
         name,
         "-Q",
-        f"celery-{settings.BERTH_INSTANCE},runner-{settings.BERTH_INSTANCE}",
+        f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.RUNNER_QUEUE_PREFIX}.{settings.SANDBOX_HOST}",
         "--concurrency",
         "2",
         "--pool",

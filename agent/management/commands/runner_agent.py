@@ -3,10 +3,11 @@ import signal
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from agent.loop import Agent
+from agent.loop import Agent, reconcile_once
+from sandbox.heartbeat import HostRefused
 
 
 class Command(BaseCommand):
@@ -16,11 +17,14 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="reconcile once and exit")
 
     def handle(self, *args: Any, once: bool, **options: Any) -> None:
-        if once:
-            asyncio.run(Agent().reconcile())
-            self.stdout.write("reconciled")
-            return
-        asyncio.run(self._serve())
+        try:
+            if once:
+                reconcile_once()
+                self.stdout.write("reconciled")
+                return
+            asyncio.run(self._serve())
+        except HostRefused as e:
+            raise CommandError(str(e)) from None
 
     async def _serve(self) -> None:
         for alias in connections:

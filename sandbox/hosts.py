@@ -1,0 +1,112 @@
+"""The machines that run sandboxes, one row each (docs/hosts.md).
+
+A host is named by `BERTH_SANDBOX_HOST` (the value every Sandbox row of it carries in
+`host`); `local` is the one machine of `make run`, made by the migration. Any other
+host is added by an operator (`manage.py hosts add`), which shows its token once and
+keeps only its hash. Its runner agent refuses to start on a name with no row, and
+beats every HEARTBEAT_S seconds: what its engine has (version, runtimes with their
+arguments, the images present, memory) and what the operator gave it (slots, labels,
+its gateway's address). Placement (sandbox.placement) takes only a ready host whose
+last beat is fresh; draining keeps its work running and gives it nothing new.
+"""
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+# A host beats this often; one silent for STALE_AFTER_S is given nothing new.
+HEARTBEAT_S = 5.0
+STALE_AFTER_S = 30.0
+TOKEN_PREFIX = "berth_host_"
+# A host's name is a label value, a queue's suffix and a channel group's part.
+NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
+
+
+class HostState(models.TextChoices):
+    READY = "ready"  # takes new work
+    DRAINING = "draining"  # keeps what it runs, takes nothing new
+    LOST = "lost"  # silent past its bound; its work is ended elsewhere (part 3)
+
+
+def _digest(secret: str) -> str:
+    """Keyed like API tokens' (accounts.models): a leaked table leaks no usable token."""
+    return hmac.new(settings.SECRET_KEY.encode(), secret.encode(), hashlib.sha256).hexdigest()
+
+
+class Host(models.Model):
+    name = models.CharField(max_length=40, unique=True)
+    state = models.CharField(max_length=10, choices=HostState.choices, default=HostState.READY)
+    # For the runner's own API (runner hosts, part 2): the hash alone, shown once.
+    token_hash = models.CharField(max_length=64, blank=True)
+    # What the agent's last beat said of its engine.
+    engine_version = models.CharField(max_length=40, blank=True)
+    # The engine's own ID: two agents beating one name from two engines (a second host
+    # left named `local`) are told apart, and the second refuses to start.
+    engine_id = models.CharField(max_length=100, blank=True)
+    # {"runc": [], "runsc": ["--oci-seccomp", ...]}: each runtime with its arguments.
+    runtimes = models.JSONField(default=dict, blank=True)
+    images = models.JSONField(default=list, blank=True)  # ids of this instance's images
+    memory_bytes = models.BigIntegerField(default=0)
+    # Set by the agent from its settings (HOST_SLOTS, HOST_LABELS, its gateway).
+    slots = models.PositiveIntegerField(default=0)
+    labels = models.JSONField(default=dict, blank=True)
+    gateway_address = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    added_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"host {self.name} ({self.state})"
+
+    @property
+    def has_gvisor(self) -> bool:
+        """gVisor as Berth needs it: runsc that applies the container's seccomp filter
+        too (without `--oci-seccomp` it ignores it, so a sandbox would run without)."""
+        return "--oci-seccomp" in (self.runtimes.get("runsc") or [])
+
+    def has_runtime(self, runtime: str) -> bool:
+        return self.has_gvisor if runtime == "runsc" else runtime in self.runtimes
+
+    def fresh(self, now: datetime | None = None) -> bool:
+        """Beat within STALE_AFTER_S."""
+        if self.heartbeat_at is None:
+            return False
+        return (now or timezone.now()) - self.heartbeat_at <= timedelta(seconds=STALE_AFTER_S)
+
+    def issue_token(self) -> str:
+        """A new token for this host; the plaintext is returned once and never kept."""
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        Host.objects.filter(pk=self.pk).update(token_hash=_digest(secret))
+        self.token_hash = _digest(secret)
+        return secret
+
+    def token_matches(self, secret: str) -> bool:
+        return bool(self.token_hash) and hmac.compare_digest(self.token_hash, _digest(secret))
+
+    def beat(self, facts: dict[str, Any]) -> None:
+        """The agent's heartbeat: its engine's facts and its own settings, now. A lost
+        host that beats again is ready: its agent is back (a drain stays a drain)."""
+        now = timezone.now()
+        Host.objects.filter(pk=self.pk).update(heartbeat_at=now, **facts)
+        Host.objects.filter(pk=self.pk, state=HostState.LOST).update(state=HostState.READY)
+        self.refresh_from_db()
+
+    def drain(self) -> bool:
+        """Nothing new goes to it; what it runs carries on. True if this changed it."""
+        return self._set_state(HostState.DRAINING, (HostState.READY,))
+
+    def undrain(self) -> bool:
+        return self._set_state(HostState.READY, (HostState.DRAINING,))
+
+    def _set_state(self, state: str, from_states: tuple[str, ...]) -> bool:
+        done = Host.objects.filter(pk=self.pk, state__in=from_states).update(state=state)
+        self.refresh_from_db(fields=["state"])
+        return bool(done)

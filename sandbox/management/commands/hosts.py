@@ -1,0 +1,127 @@
+"""`manage.py hosts`: the machines that run sandboxes (docs/hosts.md).
+
+hosts                 list them: state, last heartbeat, engine, runtimes, slots
+hosts add NAME        a new host; prints its token once (only the hash is kept)
+hosts drain NAME      nothing new goes to it; what it runs carries on
+hosts undrain NAME    it takes new work again
+hosts forget NAME     its row goes (refused while it still holds live sandboxes)
+"""
+
+import re
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Count
+from django.utils import timezone
+
+from sandbox.hosts import NAME_PATTERN, Host
+from sandbox.models import LIVE_STATES, Sandbox
+
+
+class Command(BaseCommand):
+    help = "List, add, drain, undrain or forget the hosts that run sandboxes."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "action",
+            nargs="?",
+            default="list",
+            choices=["list", "add", "drain", "undrain", "forget"],
+        )
+        parser.add_argument("name", nargs="?", help="the host's name (BERTH_SANDBOX_HOST there)")
+
+    def handle(self, *args: Any, action: str, name: str | None, **options: Any) -> None:
+        if action == "list":
+            self._list()
+            return
+        if not name:
+            raise CommandError(f"Say which host: manage.py hosts {action} NAME")
+        if action == "add":
+            self._add(name)
+            return
+        host = Host.objects.filter(name=name).first()
+        if host is None:
+            known = ", ".join(Host.objects.values_list("name", flat=True)) or "none"
+            raise CommandError(f"No host is named {name!r} (known: {known}).")
+        if action == "drain":
+            changed = host.drain()
+            self.stdout.write(
+                f"{name}: draining; its work carries on, nothing new goes to it"
+                if changed
+                else f"{name} is {host.state}: nothing changed"
+            )
+        elif action == "undrain":
+            changed = host.undrain()
+            self.stdout.write(
+                f"{name}: ready; it takes new work again"
+                if changed
+                else f"{name} is {host.state}: nothing changed"
+            )
+        else:
+            self._forget(host)
+
+    def _add(self, name: str) -> None:
+        if not re.match(NAME_PATTERN, name):
+            raise CommandError(
+                f"{name!r} cannot name a host: use lowercase letters, digits and dashes, "
+                "starting with a letter, at most 40."
+            )
+        if Host.objects.filter(name=name).exists():
+            raise CommandError(f"A host named {name!r} exists already.")
+        host = Host.objects.create(name=name)
+        token = host.issue_token()
+        self.stdout.write(
+            f"Added host {name}. Its token, shown this once (only its hash is kept):\n"
+            f"{token}\n"
+            f"On that machine set BERTH_SANDBOX_HOST={name} and start its runner agent; "
+            "it beats within seconds (manage.py hosts)."
+        )
+
+    def _forget(self, host: Host) -> None:
+        live = Sandbox.objects.filter(host=host.name, state__in=LIVE_STATES).count()
+        if live:
+            raise CommandError(
+                f"{host.name} still holds {live} live sandbox(es): drain it and wait for "
+                "them to end (manage.py hosts shows them), then forget it."
+            )
+        host.delete()
+        self.stdout.write(f"Forgot host {host.name}; its agent is given nothing new.")
+
+    def _list(self) -> None:
+        now = timezone.now()
+        live = dict(
+            Sandbox.objects.filter(state__in=LIVE_STATES)
+            .values_list("host")
+            .annotate(n=Count("id"))
+            .values_list("host", "n")
+        )
+        header = ("HOST", "STATE", "HEARTBEAT", "ENGINE", "RUNTIMES", "SANDBOXES", "SLOTS")
+        rows = [header]
+        for host in Host.objects.all():
+            if host.heartbeat_at is None:
+                beat = "never"
+            else:
+                age = (now - host.heartbeat_at).total_seconds()
+                beat = f"{age:.0f}s ago" + ("" if host.fresh(now) else " (stale)")
+            runtimes = ["runc"] if "runc" in host.runtimes else []
+            if host.has_gvisor:
+                runtimes.append("gvisor")
+            rows.append(
+                (
+                    host.name,
+                    host.state,
+                    beat,
+                    host.engine_version or "-",
+                    ",".join(runtimes) or "-",
+                    str(live.get(host.name, 0)),
+                    str(host.slots),
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for row in rows:
+            self.stdout.write(
+                "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            )
+        for host in Host.objects.exclude(labels={}):
+            labels = ", ".join(f"{k}={v}" for k, v in sorted(host.labels.items()))
+            self.stdout.write(f"{host.name} labels: {labels}")

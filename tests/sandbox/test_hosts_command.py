@@ -1,0 +1,83 @@
+"""`manage.py hosts`: an operator adds, lists, drains, undrains and forgets the hosts
+that run sandboxes (sandbox.hosts); a host's token is shown once and kept hashed."""
+
+import io
+import re
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from sandbox.hosts import Host, HostState
+from sandbox.models import Sandbox, SandboxKind, SandboxState
+
+
+def hosts(*args: str) -> str:
+    out = io.StringIO()
+    call_command("hosts", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_a_host_is_added_with_a_token_shown_once_and_kept_hashed(db, cast):
+    said = hosts("add", "b")
+    token = re.search(r"^(berth_host_\S+)$", said, re.MULTILINE)
+    assert token, said
+    assert "BERTH_SANDBOX_HOST=b" in said
+    host = Host.objects.get(name="b")
+    assert host.token_hash and token.group(1) not in host.token_hash
+    assert host.token_matches(token.group(1)) and not host.token_matches(token.group(1) + "x")
+    assert host.state == HostState.READY and host.heartbeat_at is None
+
+    with pytest.raises(CommandError, match="exists already"):
+        hosts("add", "b")
+    for bad in ("B", "b.c", "b_c", "b" * 41, "1b"):
+        with pytest.raises(CommandError, match="cannot name a host"):
+            hosts("add", bad)
+    assert set(Host.objects.values_list("name", flat=True)) == {"local", "b"}
+
+
+def test_the_list_says_each_hosts_state_heartbeat_runtimes_and_sandboxes(db, cast):
+    hosts("add", "b")
+    Host.objects.filter(name="b").update(runtimes={"runc": [], "runsc": ["--network=host"]})
+    Sandbox.objects.create(host="b", kind=SandboxKind.RUN, owner_kind="run", owner_id="x1")
+    lines = hosts().splitlines()
+    assert lines[0].split() == [
+        "HOST",
+        "STATE",
+        "HEARTBEAT",
+        "ENGINE",
+        "RUNTIMES",
+        "SANDBOXES",
+        "SLOTS",
+    ]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    # b's runsc lacks --oci-seccomp: it would drop the sandbox's seccomp filter, so b is
+    # no gVisor host; the cast's local row has both runtimes.
+    assert rows["b"][:3] == ["b", "ready", "never"] and rows["b"][4:6] == ["runc", "1"]
+    assert rows["local"][4] == "runc,gvisor" and rows["local"][5] == "0"
+
+
+def test_drain_and_undrain_change_only_what_they_say(db, cast):
+    hosts("add", "b")
+    assert "draining" in hosts("drain", "b")
+    assert Host.objects.get(name="b").state == HostState.DRAINING
+    assert "nothing changed" in hosts("drain", "b")
+    assert "ready" in hosts("undrain", "b")
+    assert Host.objects.get(name="b").state == HostState.READY
+    assert "nothing changed" in hosts("undrain", "b")
+    with pytest.raises(CommandError, match=r"No host is named 'c' \(known: b, local\)"):
+        hosts("drain", "c")
+    with pytest.raises(CommandError, match="Say which host"):
+        hosts("drain")
+
+
+def test_a_host_with_live_sandboxes_is_not_forgotten(db, cast):
+    hosts("add", "b")
+    sandbox = Sandbox.objects.create(
+        host="b", kind=SandboxKind.RUN, owner_kind="run", owner_id="x1", state="running"
+    )
+    with pytest.raises(CommandError, match="still holds 1 live sandbox"):
+        hosts("forget", "b")
+    assert Host.objects.filter(name="b").exists()
+    Sandbox.objects.filter(pk=sandbox.pk).update(state=SandboxState.REMOVED)
+    assert "Forgot host b" in hosts("forget", "b")
+    assert not Host.objects.filter(name="b").exists()
