@@ -23,7 +23,7 @@ from previews.watch import Watcher
 from runs.engine_owner import RunOwner
 from runs.models import OWNER
 from sandbox import heartbeat
-from sandbox.hosts import HEARTBEAT_S, Host
+from sandbox.hosts import Host
 from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.owners import register
 from sessions.keeper import Keeper
@@ -55,7 +55,7 @@ class Agent(EngineLoop):
         host: Host = await on_thread(heartbeat.claim)()
 
         async def beat() -> None:
-            await on_thread(heartbeat.beat)(host)
+            await on_thread(heartbeat.beat)(host.name)
 
         await self.safely(beat)
         consume = self.start_events(stop)
@@ -71,7 +71,7 @@ class Agent(EngineLoop):
             asyncio.create_task(self.every(watcher.TICK_S, watcher.tick, stop, self.started_event)),
             asyncio.create_task(self.every(UNDELIVERED_EVERY_S, runs.send_undelivered, stop)),
             *keeper.jobs(stop),
-            asyncio.create_task(self.every(HEARTBEAT_S, beat, stop)),
+            asyncio.create_task(self.every(settings.HOST_HEARTBEAT_S, beat, stop)),
             *relay.jobs(stop),
         ]
         await stop.wait()

@@ -4,15 +4,15 @@ Berth keeps beside them in files (config.settings holds every value; this, only 
 Nothing here reads the environment on import: each function is called by the settings.
 """
 
-import contextlib
 import functools
 import os
 import secrets
-import tempfile
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
+
+from core.keys import kept
 
 
 def envbool(name: str, default: str = "false") -> bool:
@@ -32,28 +32,10 @@ def generated_secret_key(data_dir: Path) -> str:
     """The SECRET_KEY generated once into `data_dir`, read from there ever after.
 
     It keys session signing and the HMAC of API tokens, so it must survive restarts, and
-    every process (daphne, the worker, the agent) must read the same one.
+    every process of the web host (daphne, the worker, the agent) must read the same one
+    (core.keys.kept: processes starting at once agree on one). A runner host has none.
     """
-    path = data_dir / "secret_key"
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        # Written aside, then linked into place: processes starting at once (a worker
-        # and an agent) all end up reading the one key, never a half-written file.
-        fd, temp = tempfile.mkstemp(dir=data_dir, prefix=".secret_key-")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(50))
-            try:
-                os.link(temp, path)
-            except FileExistsError:
-                pass  # another process won: its key is the one
-            except OSError:  # a filesystem without hard links: a plain rename
-                if not path.exists():
-                    os.replace(temp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-    return path.read_text().strip()
+    return kept(data_dir / "secret_key", lambda: secrets.token_urlsafe(50), bool, True)
 
 
 def with_password(url: str, password_file: Path) -> str:

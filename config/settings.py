@@ -7,6 +7,7 @@ read (the env* helpers, the generated key, Redis's password file): config.enviro
 
 import hashlib
 import os
+import secrets
 from pathlib import Path
 from typing import cast
 
@@ -23,9 +24,27 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # prepare among them) and by what first writes into it, like the generated key below.
 DATA_DIR = Path(os.environ.get("DATA_DIR", BASE_DIR / "var")).resolve()
 
-# From the environment, else generated into DATA_DIR on first use (a lazy str: Django
-# reads it when it first signs or hashes something).
-SECRET_KEY = os.environ.get("SECRET_KEY") or cast(str, lazy(generated_secret_key, str)(DATA_DIR))
+# What this machine is (docs/hosts.md): "all" (one machine: `make run`), "web" (the web
+# host of several) or "runner" (a host that runs sandboxes for the web host).
+BERTH_ROLE = os.environ.get("BERTH_ROLE", "all")
+if BERTH_ROLE not in ("all", "web", "runner"):
+    raise ImproperlyConfigured(f'BERTH_ROLE must be "all", "web" or "runner", not {BERTH_ROLE!r}.')
+if BERTH_ROLE == "runner":
+    # A runner host holds no key that signs browser sessions or API tokens: its
+    # processes sign nothing with SECRET_KEY, so each has a throwaway of its own.
+    if os.environ.get("SECRET_KEY"):
+        raise ImproperlyConfigured(
+            "A runner host must not hold SECRET_KEY (it signs sign-in sessions and keys "
+            "API tokens' hashes): unset it here; the runner needs only the shared keys "
+            "(docs/hosts.md)."
+        )
+    SECRET_KEY = secrets.token_urlsafe(50)
+else:
+    # From the environment, else generated into DATA_DIR on first use (a lazy str:
+    # Django reads it when it first signs or hashes something).
+    SECRET_KEY = os.environ.get("SECRET_KEY") or cast(
+        str, lazy(generated_secret_key, str)(DATA_DIR)
+    )
 DEBUG = envbool("DEBUG")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 
@@ -46,6 +65,7 @@ SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
 SANDBOX_HOST = os.environ.get("BERTH_SANDBOX_HOST", "local")
 # What this host's agent says of it in its heartbeat, besides its engine's facts
 # (sandbox.heartbeat): labels for placement, "k=v,k2=v2".
+HOST_HEARTBEAT_S = float(os.environ.get("HOST_HEARTBEAT_S", "5"))
 HOST_LABELS = dict(item.split("=", 1) for item in envlist("BERTH_HOST_LABELS", "") if "=" in item)
 SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/tmp"))  # noqa: S108 (root-only build)
 
@@ -177,12 +197,18 @@ if envbool("BEHIND_TLS_PROXY"):
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# Every channel-layer message is sealed (encrypted and authenticated) with a key of its
-# own, not derived from SECRET_KEY: from the environment (every host of an instance
-# shares it), else generated once into DATA_DIR. One that does not open is logged and
-# dropped (core.channel_layer).
-CHANNEL_LAYER_KEY = os.environ.get("BERTH_CHANNEL_LAYER_KEY", "")
-CHANNEL_LAYER_KEY_FILE = DATA_DIR / "channel_layer.key"
+# The keys every host of an instance shares (core.keys): each from here, else from its
+# file in DATA_DIR, else made there by the web host (never by a runner host):
+# - the channel layer's: every message is sealed (encrypted and authenticated) with a
+#   key of its own, not derived from SECRET_KEY; one that does not open is logged and
+#   dropped (core.channel_layer);
+# - workspace secrets': Fernet, urlsafe base64 of 32 bytes (runs.secrets), separate
+#   from SECRET_KEY, so rotating one never makes the other's data unreadable;
+# - the gateways' proof to daphne, and preview cookies' signing key (previews.gate).
+BERTH_CHANNEL_LAYER_KEY = os.environ.get("BERTH_CHANNEL_LAYER_KEY", "")
+BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
+BERTH_GATEWAY_KEY = os.environ.get("BERTH_GATEWAY_KEY", "")
+BERTH_PREVIEW_COOKIE_KEY = os.environ.get("BERTH_PREVIEW_COOKIE_KEY", "")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "core.channel_layer.SealedRedisChannelLayer",
@@ -214,6 +240,7 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 RUNNER_QUEUE_PREFIX = "runner"
 CELERY_TASK_ROUTES = {
     "runner.tasks.apply_retention": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    "runner.tasks.evict_caches": {"queue": CELERY_TASK_DEFAULT_QUEUE},
     "runner.tasks.*": {"queue": f"{RUNNER_QUEUE_PREFIX}.{SANDBOX_HOST}"},
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -312,11 +339,6 @@ RUN_RETENTION_DAYS = envint("RUN_RETENTION_DAYS", 30)
 # Dependency caches (/deps volumes): past this total, least recently used go first.
 DEPS_CACHE_MAX_BYTES = envint("DEPS_CACHE_MAX_MB", 20 * 1024) * 1024 * 1024
 
-# Workspace secrets are encrypted at rest with this key (Fernet, urlsafe base64 of 32
-# bytes): from the environment, else generated once into DATA_DIR. It is separate from
-# SECRET_KEY, so rotating one never makes the other's data unreadable.
-SECRETS_KEY_FILE = DATA_DIR / "secrets.key"
-BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 
 # Previews (previews/): how long a preview may take to answer its health check, how
 # long it may sit with no proxied request, and the proxy's caps (request bodies arrive

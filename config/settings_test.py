@@ -71,6 +71,7 @@ CELERY_TASK_DEFAULT_QUEUE = f"celery-{BERTH_INSTANCE}"
 RUNNER_QUEUE_PREFIX = f"runner-{BERTH_INSTANCE}"
 CELERY_TASK_ROUTES = {
     "runner.tasks.apply_retention": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    "runner.tasks.evict_caches": {"queue": CELERY_TASK_DEFAULT_QUEUE},
     "runner.tasks.*": {"queue": f"{RUNNER_QUEUE_PREFIX}.{SANDBOX_HOST}"},
 }
 

@@ -13,14 +13,11 @@ receives, daphne's consumers, the terminal relay, the runner agent's, goes throu
 """
 
 import logging
-import os
-import secrets
-import time
-from pathlib import Path
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
-from django.conf import settings
+
+from core import keys
 
 log = logging.getLogger("berth.channel_layer")
 
@@ -30,36 +27,9 @@ class UnsealedMessage(Exception):
 
 
 def layer_key() -> str:
-    """BERTH_CHANNEL_LAYER_KEY, else the key generated once into DATA_DIR (0600) and
-    read from there ever after: every process of an instance must share it."""
-    if settings.CHANNEL_LAYER_KEY:
-        return str(settings.CHANNEL_LAYER_KEY)
-    path = Path(settings.CHANNEL_LAYER_KEY_FILE)
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        # O_EXCL: processes starting at once (a worker and an agent) agree on one key.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _written_by_another(path)
-    key = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(key)
-    return key
-
-
-def _written_by_another(path: Path) -> str:
-    """The key another process is writing: it writes 43 characters at once, so an
-    empty read is only the moment between its open and its write."""
-    deadline = time.monotonic() + 5
-    while not (key := path.read_text().strip()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{path} stays empty; remove it and start Berth again")
-        time.sleep(0.01)
-    return key
+    """The instance's channel-layer key (core.keys): every process of every host of an
+    instance must share it."""
+    return keys.CHANNEL_LAYER.value()
 
 
 class SealedRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]  # untyped base

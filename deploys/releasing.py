@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.access import Actor
@@ -23,6 +24,7 @@ from deploys.tasks import stop_release_process
 from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from runs.models import Purpose, Run, RunState
+from sandbox.models import this_host
 from workspaces.reviews import ContractHeld
 
 
@@ -241,15 +243,23 @@ def restore_all() -> None:
     """The agent's safety net (every reconcile): a routed release whose process is not
     live is started again — after an engine restart the first tries may fail; and the
     process of a release the route moved away from is stopped if its stop task never
-    came (the broker was down when it was sent)."""
-    for route in Route.objects.select_related("release__process").exclude(
-        release__process__state__in=LIVE_STATES
+    came (the broker was down when it was sent). Each agent looks after the releases
+    whose process ran on its own host (its image is there); one whose process never
+    ran, any agent (the preview's row lock in restart_preview serialises two)."""
+    here = Q(process__run__runner_host=this_host())
+    for route in (
+        Route.objects.select_related("release__process")
+        .filter(
+            Q(release__process__run__runner_host=this_host())
+            | Q(release__process__run__isnull=True)
+        )
+        .exclude(release__process__state__in=LIVE_STATES)
     ):
         restore(route.release)
     # Well past the drain time, so the task (sent with that countdown) goes first.
     overdue = timezone.now() - timedelta(seconds=2 * settings.RELEASE_DRAIN_S + 30)
     for release in Release.objects.filter(
-        ended_at__lt=overdue, process__state__in=LIVE_STATES
+        here, ended_at__lt=overdue, process__state__in=LIVE_STATES
     ).exclude(process__in=Route.objects.values("release__process")):
         assert release.process_id is not None
         stop_release_process(release.process_id)

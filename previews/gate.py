@@ -23,6 +23,7 @@ from django.core import signing
 from django.utils import timezone
 
 from accounts.models import ApiToken, Membership
+from core import keys
 from logs import logstore
 from previews.models import Preview, PreviewState, PreviewTicket
 from sandbox.netns import Namespace
@@ -96,14 +97,15 @@ class Target:
         fields = json.loads(value)
         ns = fields.pop("ns")
         secrets = tuple(fields.pop("secrets", ()))
-        return cls(**fields, ns=Namespace(ns["pid"], ns["inode"]) if ns else None, secrets=secrets)
+        return cls(**fields, ns=Namespace(**ns) if ns else None, secrets=secrets)
 
 
 def gateway_key() -> bytes:
-    """What the gateway sends in X-Berth-Gateway: derived from SECRET_KEY, which the
-    gateway and the web process share (and nobody else has)."""
+    """What the gateway sends in X-Berth-Gateway: derived from the gateway key (core.keys),
+    which the gateways and the web process share, and nobody else has (not SECRET_KEY:
+    a runner host holds none)."""
     return (
-        hmac.new(settings.SECRET_KEY.encode(), b"berth.preview.gateway", hashlib.sha256)
+        hmac.new(keys.GATEWAY.value().encode(), b"berth.preview.gateway", hashlib.sha256)
         .hexdigest()
         .encode()
     )
@@ -145,7 +147,11 @@ def target(public_id: str) -> Target | None:
     )
     if p is None:
         return None
-    ns = Namespace(p.sandbox_pid, p.sandbox_netns) if p.sandbox_pid and p.sandbox_netns else None
+    ns = (
+        Namespace(p.sandbox_pid, p.sandbox_netns, p.process_host)
+        if p.sandbox_pid and p.sandbox_netns
+        else None
+    )
     return Target(
         p.pk,
         p.public_id,
@@ -174,10 +180,18 @@ def redeem(nonce: str, public_id: str) -> str | None:
     return viewer_cookie_for(public_id, ticket.user_id, ticket.token_id)
 
 
+def _cookie_key() -> str:
+    """Preview cookies are signed with a key of their own (core.keys), which gateways
+    and web share: not SECRET_KEY, which signs sign-in sessions and no runner holds."""
+    return keys.PREVIEW_COOKIE.value()
+
+
 def viewer_cookie_for(public_id: str, user_id: int, token_id: int | None) -> str:
     """A preview cookie's value: the preview, and who it lets in (a person, through a
     token or not); checked again at every use (`viewer_standing`)."""
-    return signing.dumps({"p": public_id, "u": user_id, "t": token_id}, salt=COOKIE_SALT)
+    return signing.dumps(
+        {"p": public_id, "u": user_id, "t": token_id}, key=_cookie_key(), salt=COOKIE_SALT
+    )
 
 
 # What ends a viewer's access, as the close code a tunnel gets (the codes Berth's own
@@ -214,7 +228,9 @@ def cookie_holder(cookie: str | None) -> tuple[int | None, int | None]:
     if not cookie:
         return None, None
     try:
-        data = signing.loads(cookie, salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S)
+        data = signing.loads(
+            cookie, key=_cookie_key(), salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S
+        )
     except signing.BadSignature:
         return None, None
     if not isinstance(data, dict):
@@ -231,7 +247,9 @@ def viewer_standing(cookie: str | None, t: Target) -> Standing:
     if not cookie:
         return Standing(CLOSE_CREDENTIALS)
     try:
-        data = signing.loads(cookie, salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S)
+        data = signing.loads(
+            cookie, key=_cookie_key(), salt=COOKIE_SALT, max_age=settings.PREVIEW_COOKIE_S
+        )
     except signing.BadSignature:
         return Standing(CLOSE_CREDENTIALS)
     if not isinstance(data, dict) or data.get("p") != t.public_id:

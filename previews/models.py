@@ -96,6 +96,14 @@ class Preview(models.Model):
             return f"{self.workspace.slug}--{self.workspace.team.slug}.{settings.APPS_DOMAIN}"
         return f"{self.public_id}.{settings.PREVIEW_DOMAIN}"
 
+    @property
+    def process_host(self) -> str:
+        """The runner host its process runs on (its session's, for a session's): whose
+        namespace `sandbox_pid` names. `host` is the preview's hostname."""
+        if self.session_id is not None:
+            return self.session.runner_host if self.session else ""
+        return self.run.runner_host if self.run else ""
+
     def url(self, port: str = "") -> str:
         """The preview's own address: on the gateway's PREVIEW_PORT, else on `port`,
         Berth's, as the asking request came in on (an edge routes it to the gateway)."""

@@ -110,7 +110,7 @@ class Watcher:
     async def _namespace(self, preview: Preview) -> Namespace | None:
         """The sandbox's namespace, found once per process and recorded for the proxy."""
         if preview.sandbox_pid and preview.sandbox_netns:
-            return Namespace(preview.sandbox_pid, preview.sandbox_netns)
+            return Namespace(preview.sandbox_pid, preview.sandbox_netns, preview.process_host)
         process = _process(preview)
         assert process is not None
         pid = await asyncio.to_thread(backend.sandbox_pid, process.container_name)

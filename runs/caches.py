@@ -23,6 +23,7 @@ from accounts.actions import record
 from core.errors import Conflict, NotFound
 from runs.models import ACTIVE_STATES, DepCache, Run
 from sandbox.engine import engine
+from sandbox.models import this_host
 from workspaces.gitstore import GitStore
 from workspaces.store import open_store
 
@@ -67,8 +68,11 @@ def volume_exists(name: str) -> bool:
 
 
 def find_ready(run: Run, key: str) -> DepCache | None:
-    """The filled cache for this key whose volume still exists, marked as used now."""
-    cache = DepCache.objects.filter(workspace=run.workspace_id, key=key).first()
+    """The filled cache for this key on the run's host whose volume still exists there
+    (this is that host's worker), marked as used now."""
+    cache = DepCache.objects.filter(
+        workspace=run.workspace_id, key=key, host=run.runner_host
+    ).first()
     if cache is None:
         return None
     if not volume_exists(cache.volume):
@@ -111,7 +115,10 @@ def remove_volume(name: str, quiet: bool = False) -> bool:
 
 
 def drop_cache(cache: DepCache, actor: Actor) -> None:
-    """An admin drops a cache: the next run with its key runs setup again."""
+    """An admin drops a cache: the next run with its key runs setup again. The row goes
+    here; the volume is its host's agent's to remove (its sweep takes every /deps
+    volume no cache row and no active run holds), so this door never touches an engine
+    (the cache may be on another host's)."""
     if in_use(cache.volume):
         raise Conflict(
             "A run is using this cache right now; drop it once that run ends.",
@@ -128,14 +135,15 @@ def drop_cache(cache: DepCache, actor: Actor) -> None:
             size_bytes=cache.size_bytes,
         )
         cache.delete()
-    remove_volume(cache.volume)
 
 
 def evict(max_bytes: int | None = None) -> list[str]:
-    """Least recently used first, drop caches of this instance until their total is
-    under the operator's limit; caches in use by an active run are kept."""
+    """Least recently used first, drop this host's caches until their total is under the
+    operator's limit (per host: it bounds this host's disk); caches in use by an active
+    run are kept. Run by this host's worker (runs.tasks.evict_host_caches): the volumes
+    are on its engine, and another host's rows are never touched."""
     limit = settings.DEPS_CACHE_MAX_BYTES if max_bytes is None else max_bytes
-    caches = list(DepCache.objects.order_by("last_used_at", "id"))
+    caches = list(DepCache.objects.filter(host=this_host()).order_by("last_used_at", "id"))
     total = sum(c.size_bytes for c in caches)
     evicted = []
     for cache in caches:

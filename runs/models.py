@@ -402,13 +402,18 @@ class DepCache(models.Model):
     key = models.CharField(max_length=64)
     image_id = models.CharField(max_length=100)
     volume = models.CharField(max_length=200, unique=True)
+    # The host whose engine holds the volume: runs placed there use it, its own worker
+    # evicts it, its agent removes it once dropped. Another host builds its own.
+    host = models.CharField(max_length=40)
     size_bytes = models.PositiveBigIntegerField(default=0)
     built_by = models.ForeignKey(Run, models.SET_NULL, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        constraints = [models.UniqueConstraint("workspace", "key", name="one_cache_per_key")]
+        constraints = [
+            models.UniqueConstraint("workspace", "key", "host", name="one_cache_per_key_and_host")
+        ]
         ordering = ["-last_used_at"]
 
     def __str__(self) -> str:
@@ -421,6 +426,7 @@ class DepCache(models.Model):
         cache, _ = DepCache.objects.get_or_create(
             workspace_id=run.workspace_id,
             key=run.setup["key"],
+            host=run.runner_host,
             defaults={
                 "image_id": run.image_id,
                 "volume": run.deps_volume_name,

@@ -1,19 +1,18 @@
 """Workspace secrets: encrypted at rest, handed to a run only by name, masked in outputs.
 
 Values are Fernet tokens (AES-128-CBC + HMAC-SHA256) under a key of their own
-(BERTH_SECRETS_KEY, else one generated into DATA_DIR), so a copied database alone
+(BERTH_SECRETS_KEY, else one generated into DATA_DIR: core.keys), so a copied database alone
 reveals nothing and rotating SECRET_KEY loses nothing.
 """
 
 import json
-import os
 from collections.abc import Iterable
 from functools import cache
 
 from cryptography.fernet import Fernet, InvalidToken
-from django.conf import settings
 
 from accounts.secret_names import NAME, check_name
+from core import keys
 from runs.models import Secret
 
 __all__ = ["NAME", "check_name"]
@@ -24,24 +23,7 @@ MASK = "***"
 
 @cache
 def _fernet() -> Fernet:
-    key = settings.BERTH_SECRETS_KEY
-    if not key:
-        path = settings.SECRETS_KEY_FILE
-        try:
-            key = path.read_text().strip()
-        except FileNotFoundError:
-            # O_EXCL: two processes starting at once agree on one key.
-            new = Fernet.generate_key().decode()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                key = path.read_text().strip()
-            else:
-                with os.fdopen(fd, "w") as f:
-                    f.write(new)
-                key = new
-    return Fernet(key.encode())
+    return Fernet(keys.SECRETS.value().encode())
 
 
 def encrypt(value: str) -> str:
@@ -54,7 +36,7 @@ def decrypt(ciphertext: str) -> str:
     except InvalidToken:
         raise RuntimeError(
             "a secret cannot be decrypted: BERTH_SECRETS_KEY or "
-            f"{settings.SECRETS_KEY_FILE} changed since it was set"
+            f"{keys.SECRETS.path()} changed since it was set"
         ) from None
 
 

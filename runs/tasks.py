@@ -18,6 +18,7 @@ from runs import caches, prepare, retention, secrets
 from runs.models import Run, RunState
 from runs.outcomes import describe
 from sandbox import backend
+from sandbox.hosts import Host, HostState
 from sandbox.models import this_host
 
 log = logging.getLogger(__name__)
@@ -146,4 +147,12 @@ def apply_retention() -> None:
 
 @shared_task(name="runner.tasks.evict_caches", ignore_result=True)
 def evict_caches() -> None:
+    """Beat's, on the web queue: each host that is not lost evicts its own caches, on
+    its own queue (its volumes are on its engine)."""
+    for host in Host.objects.exclude(state=HostState.LOST).values_list("name", flat=True):
+        broker.send(evict_host_caches, (), queue=runner_queue(host))
+
+
+@shared_task(name="runner.tasks.evict_host_caches", ignore_result=True)
+def evict_host_caches() -> None:
     caches.evict()

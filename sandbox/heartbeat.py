@@ -1,7 +1,7 @@
 """A runner agent's word about its host: who it is, and its heartbeat (docs/hosts.md).
 
 The agent checks its name before it touches anything (`claim`), then beats every
-HEARTBEAT_S seconds with what its engine has and what its settings give it (`beat`).
+HOST_HEARTBEAT_S seconds with what its engine has and what its settings give it (`beat`).
 """
 
 import logging
@@ -82,14 +82,16 @@ def claim() -> Host:
     return host
 
 
-def beat(host: Host) -> bool:
-    """One heartbeat; False when the host's row is gone (forgotten by an operator):
-    this agent then carries what it has to its end and is given nothing new."""
+def beat(name: str) -> bool:
+    """One heartbeat of host `name`; False while its row is gone (forgotten by an
+    operator): this agent then carries what it has to its end and is given nothing
+    new. Found by name each time: a host forgotten and added again beats on."""
     facts = {**engine_facts(), **own_facts()}
-    if not Host.objects.filter(pk=host.pk).exists():
-        if host.name != DEFAULT_HOST:
-            log.error("host %s was forgotten: nothing new will be placed here", host.name)
+    host = Host.objects.filter(name=name).first()
+    if host is None:
+        if name != DEFAULT_HOST:
+            log.error("host %s is not known (forgotten?): nothing new is placed here", name)
             return False
-        host.pk = Host.objects.get_or_create(name=host.name)[0].pk
+        host, _ = Host.objects.get_or_create(name=name)
     host.beat(facts)
     return True

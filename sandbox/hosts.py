@@ -4,10 +4,10 @@ A host is named by `BERTH_SANDBOX_HOST` (the value every Sandbox row of it carri
 `host`); `local` is the one machine of `make run`, made by the migration. Any other
 host is added by an operator (`manage.py hosts add`), which shows its token once and
 keeps only its hash. Its runner agent refuses to start on a name with no row, and
-beats every HEARTBEAT_S seconds: what its engine has (version, runtimes with their
+beats every HOST_HEARTBEAT_S seconds: what its engine has (version, runtimes with their
 arguments, the images present, memory) and what the operator gave it (slots, labels,
-its gateway's address). Placement (sandbox.placement) takes only a ready host whose
-last beat is fresh; draining keeps its work running and gives it nothing new.
+its gateway's address). Placement (sandbox.placement) takes a ready host that has the
+runtime; draining keeps its work running and gives it nothing new.
 """
 
 import hashlib
@@ -20,8 +20,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-# A host beats this often; one silent for STALE_AFTER_S is given nothing new.
-HEARTBEAT_S = 5.0
+# A host silent this long shows as stale (it beats every HOST_HEARTBEAT_S).
 STALE_AFTER_S = 30.0
 TOKEN_PREFIX = "berth_host_"
 # A host's name is a label value, a queue's suffix and a channel group's part.

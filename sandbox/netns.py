@@ -10,38 +10,78 @@ anywhere, for example on the asyncio loop.
 """
 
 import asyncio
+import logging
 import os
 import socket
 import threading
 from dataclasses import dataclass
+
+from django.conf import settings
+
+log = logging.getLogger("berth.netns")
 
 
 class NamespaceGone(Exception):
     """The sandbox's process (and so its namespace) is not the one recorded any more."""
 
 
+class OtherHost(NamespaceGone):
+    """The namespace is on another host: its pid and inode name nothing here (or,
+    worse, something else: another machine's pid may be reused by any process here)."""
+
+
 @dataclass(frozen=True)
 class Namespace:
-    """A sandbox's network namespace: the pid of a process in it, and the namespace's
-    inode, checked at every use so a reused pid can never lead into another namespace
-    (least of all the host's own, where Berth's database and Redis listen)."""
+    """A sandbox's network namespace: the host it is on, the pid of a process in it and
+    the namespace's inode, checked at every use so a reused pid can never lead into
+    another namespace (least of all the host's own, where Berth's database and Redis
+    listen). The host is checked first and alone decides for another host's: a pid
+    and an inode from another machine prove nothing here."""
 
     pid: int
     inode: int
+    host: str
 
     @classmethod
     def of_pid(cls, pid: int) -> "Namespace":
+        """A process's namespace on this host (its /proc is this host's)."""
         try:
             inode = os.stat(f"/proc/{pid}/ns/net").st_ino
         except OSError as e:
             raise NamespaceGone(f"process {pid} is gone") from e
         if inode == os.stat("/proc/self/ns/net").st_ino:
             raise NamespaceGone(f"process {pid} is in Berth's own namespace")
-        return cls(pid, inode)
+        return cls(pid, inode, settings.SANDBOX_HOST)
+
+
+_refused = 0
+_refused_lock = threading.Lock()
+
+
+def refusals() -> int:
+    """How many times this process refused to enter another host's namespace."""
+    return _refused
+
+
+def _here(ns: Namespace) -> None:
+    """Refuse, counted and said, a namespace of another host."""
+    global _refused
+    if ns.host == settings.SANDBOX_HOST:
+        return
+    with _refused_lock:
+        _refused += 1
+    log.warning(
+        "refused to enter the namespace of pid %d: it is on host %r, this is %r",
+        ns.pid,
+        ns.host,
+        settings.SANDBOX_HOST,
+    )
+    raise OtherHost(f"the sandbox is on host {ns.host!r}, not this one")
 
 
 def socket_in(ns: Namespace) -> socket.socket:
     """A new non-blocking TCP socket created inside namespace `ns`."""
+    _here(ns)
     result: dict[str, object] = {}
 
     def body() -> None:
@@ -105,6 +145,7 @@ def listening_ports(ns: Namespace) -> set[int]:
     inside the sandbox's own namespace) gVisor's sockets are kernel sockets there too.
     Berth's own sockets in the namespace (the egress listener) are listed as well.
     The namespace is checked after reading, so a reused pid never shows another's."""
+    _here(ns)
     ports: set[int] = set()
     for table in ("tcp", "tcp6"):
         try:

@@ -17,25 +17,21 @@ connection (docs/security.md, 32).
 """
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import hmac
 import json
 import os
-import secrets
 import socket
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
+from core import keys
 from sandbox import backend
 from sandbox.loop import db
 from sandbox.models import Sandbox
 from sandbox.netns import Namespace, NamespaceGone, connect
+from sessions.frames import HOST_SECRET_FILE
 from sessions.lifecycle import lose_unproven
 
 CHANNEL_PORT = 61001
@@ -55,32 +51,8 @@ class ChannelUnproven(ChannelError):
 
 @functools.cache
 def host_secret() -> bytes:
-    """This host's channel secret, generated once into DATA_DIR (0600), read ever after."""
-    path = settings.DATA_DIR / "session-channel.key"
-    if not path.exists():
-        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-        # mkstemp makes it 0600; linked into place, so agents starting at once all end
-        # up with the one secret, never a half-written file.
-        fd, temp = tempfile.mkstemp(dir=settings.DATA_DIR, prefix=".session-channel-")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32))
-                f.flush()
-                os.fsync(f.fileno())  # whole on disk before it has its name
-            with contextlib.suppress(FileExistsError):
-                os.link(temp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-    text = path.read_text().strip()
-    # A file cut short by a crash (or emptied by hand) would key every channel with a
-    # guessable secret: refuse to go on rather than hand such keys out.
-    if len(text) != 64 or not all(c in "0123456789abcdef" for c in text):
-        raise ImproperlyConfigured(
-            f"{path} does not hold a channel secret (64 hex characters). Remove it and "
-            "restart the runner agent: live sessions keyed with the old one end lost."
-        )
-    return bytes.fromhex(text)
+    """This host's channel secret (core.keys.host_key): made here, never shared."""
+    return keys.host_key(HOST_SECRET_FILE)
 
 
 def channel_key(sandbox_id: str) -> bytes:
@@ -108,7 +80,7 @@ def channel_of(sandbox: Sandbox) -> Endpoint:
     """Its channel, in its namespace as recorded while it runs, else as the engine says."""
     key = channel_key(sandbox.public_id)
     if sandbox.pid and sandbox.netns:
-        return Endpoint(Namespace(sandbox.pid, sandbox.netns), sandbox.public_id, key)
+        return Endpoint(Namespace(sandbox.pid, sandbox.netns, sandbox.host), sandbox.public_id, key)
     pid = backend.sandbox_pid(sandbox.name)
     if pid is None:
         raise ChannelError("the session's container is not running")

@@ -20,7 +20,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from django.utils.crypto import salted_hmac
+from core import keys
 
 MARK = b"\x1e"
 KINDS = (b"o", b"e", b"O", b"E", b"x")
@@ -29,11 +29,16 @@ LINES = {b"o": "stdout", b"e": "stderr", b"O": "stdout", b"E": "stderr"}
 # (sessions.channel.channel_key): no exec's id, those are alphanumeric.
 OWN_ID = "_"
 MAC_BYTES = 16
+# This host's own secret (core.keys.host_key): its session channels' keys and its exec
+# frames' keys both derive from it (sessions.channel), each under its own label.
+HOST_SECRET_FILE = "session-channel.key"
 
 
 def frame_key(exec_id: str) -> bytes:
-    """The exec's key: only the host can make it (it needs SECRET_KEY)."""
-    return salted_hmac("berth.sessions.frames", exec_id, algorithm="sha256").digest()
+    """The exec's key: only its host can make it (from the host's own channel secret,
+    core.keys.host_key; the same agent makes and checks it)."""
+    secret = keys.host_key(HOST_SECRET_FILE)
+    return hmac.new(secret, b"berth.sessions.frames " + exec_id.encode(), "sha256").digest()
 
 
 def mac_of(key: bytes, head: bytes, data: bytes) -> bytes:

@@ -14,6 +14,7 @@ from channels.layers import channel_layers, get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
+from core import keys
 from core.channel_layer import SealedRedisChannelLayer
 
 PREFIX_BYTES = 12  # channels_redis's random prefix before every stored message
@@ -46,7 +47,7 @@ def test_the_layer_seals_what_it_sends_with_a_key_of_its_own(tmp_path):
         assert type(e).__name__ == "InvalidToken"
     else:
         raise AssertionError("a message opened with SECRET_KEY")
-    key_file = settings.CHANNEL_LAYER_KEY_FILE
+    key_file = keys.CHANNEL_LAYER.path()
     assert key_file.stat().st_mode & 0o777 == 0o600
     assert key_file.read_text().strip() != str(settings.SECRET_KEY)
     channel_layers.backends.clear()

@@ -321,12 +321,14 @@ def labelled_volumes(transactional_db: None) -> Iterator[Callable[[], str]]:
         caches.remove_volume(name)
 
 
-def add_cache(shop: Workspace, name: str, size: int, used_ago_s: int) -> DepCache:
+def add_cache(shop: Workspace, name: str, size: int, used_ago_s: int, host: str = "") -> DepCache:
     """A cache row first, then its volume: the row (committed) keeps a live agent's
-    reconcile from taking the volume for a stray."""
+    reconcile from taking the volume for a stray. `host`: the row says it is there
+    (the volume is on this engine all the same)."""
     cache = DepCache.objects.create(
         workspace=shop,
         key=new_id(40),
+        host=host or settings.SANDBOX_HOST,
         image_id="sha256:test",
         volume=name,
         size_bytes=size,
@@ -420,6 +422,17 @@ def test_eviction_takes_the_least_recently_used_first_and_spares_one_in_use(
     assert volume_gone(old.volume) and volume_gone(older_than_last.volume)
     assert not volume_gone(oldest_in_use.volume) and not volume_gone(newest.volume)
     assert caches.evict(max_bytes=400) == []  # under the limit: nothing more goes
+
+
+def test_eviction_takes_this_hosts_caches_alone(shop, cast, labelled_volumes):
+    """Another host's caches are its own worker's to evict: however old, and however
+    far over the limit, none of its rows goes here (their volumes are on its engine:
+    not finding them here is no reason to drop them)."""
+    theirs = add_cache(shop, labelled_volumes(), 500, 9000, host="b")
+    mine = add_cache(shop, labelled_volumes(), 100, 10)
+    assert caches.evict(max_bytes=0) == [mine.public_id]
+    assert list(DepCache.objects.values_list("pk", flat=True)) == [theirs.pk]
+    assert not volume_gone(theirs.volume)
 
 
 # -- retention ---------------------------------------------------------------------------

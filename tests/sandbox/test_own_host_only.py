@@ -5,6 +5,7 @@ engine); each check has a twin on this host that the same agent call does act on
 "left alone" is never "not looked at yet"."""
 
 import asyncio
+import dataclasses
 import io
 import subprocess
 import sys
@@ -19,8 +20,9 @@ from accounts.access import Actor
 from agent.loop import Agent
 from core.ids import new_id
 from runs.models import OWNER, Run, RunState
-from sandbox.engine import engine
-from sandbox.hosts import HEARTBEAT_S, Host
+from sandbox import netns
+from sandbox.engine import engine, instance_label, resource_name
+from sandbox.hosts import Host
 from sandbox.models import Sandbox, SandboxKind, SandboxState
 from tests.support.servers import subprocess_env, wait_for
 from workspaces import actions as workspace_actions
@@ -102,7 +104,7 @@ def test_the_agent_beats_with_its_engines_facts_and_the_list_shows_it_fresh(run_
     host = Host.objects.get(name="local")
     wait_for(
         lambda: Host.objects.filter(name="local", heartbeat_at__isnull=False).exists(),
-        3 * HEARTBEAT_S,
+        15,
         what="the runner agent's heartbeat",
     )
     host.refresh_from_db()
@@ -120,3 +122,34 @@ def test_the_agent_beats_with_its_engines_facts_and_the_list_shows_it_fresh(run_
     assert row[1] == "ready" and row[2].endswith("s") and row[3] == "ago"
     assert row[4] == host.engine_version and row[5] == "runc,gvisor"
     assert row[7] == str(settings.RUNNER_SLOTS)
+
+
+def test_another_hosts_namespace_is_refused_and_counted_though_entering_it_would_work():
+    """Both hosts of the tests share one kernel: the pid and inode of a container here,
+    labelled as b's, would lead right into it. The host check refuses first."""
+    container = engine().containers.run(
+        settings.SANDBOX_IMAGE,
+        ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"],
+        name=resource_name("test", new_id()),
+        labels=instance_label(),
+        network_mode="none",
+        detach=True,
+    )
+    try:
+        container.reload()
+        ns = netns.Namespace.of_pid(container.attrs["State"]["Pid"])
+        assert ns.host == settings.SANDBOX_HOST
+        wait_for(lambda: 8000 in netns.listening_ports(ns), 30, what="the server to listen")
+        netns.socket_in(ns).close()  # this host's: entered
+
+        theirs = dataclasses.replace(ns, host="b")
+        before = netns.refusals()
+        with pytest.raises(netns.OtherHost, match="on host 'b'"):
+            netns.socket_in(theirs)
+        with pytest.raises(netns.OtherHost):
+            netns.listening_ports(theirs)
+        with pytest.raises(netns.OtherHost):
+            asyncio.run(netns.connect(theirs, 8000))
+        assert netns.refusals() == before + 3
+    finally:
+        container.remove(force=True)

@@ -129,6 +129,7 @@ def test_a_run_whose_container_was_made_but_never_started_is_sent_again(transact
         limits={},
         state=RunState.PREPARING,
         admitted_at=long_ago,
+        runner_host=settings.SANDBOX_HOST,  # placed here at its admission
         started_at=long_ago,
         prepare_sent_at=long_ago,
     )

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import requests
+from django.conf import settings
 
 from previews import gate
 from previews.gateway import Gateway
@@ -196,7 +197,9 @@ def gateway(app_port: int, web_port: int, client: type = Client) -> Iterator[Gat
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     gw = Gateway(("127.0.0.1", web_port))
-    ns = Namespace(os.getpid(), os.stat(f"/proc/{os.getpid()}/ns/net").st_ino)
+    ns = Namespace(
+        os.getpid(), os.stat(f"/proc/{os.getpid()}/ns/net").st_ino, settings.SANDBOX_HOST
+    )
     target = gate.Target(1, "abc123", 1, "probe", "ready", "", "", None, False, app_port, ns, None)
     forever = time.monotonic() + 3600
     gw.lookups.targets["abc123"] = (forever, target)

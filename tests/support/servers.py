@@ -105,6 +105,8 @@ def subprocess_env() -> dict[str, str]:
         "ALLOWED_IMAGES": f"{settings.SANDBOX_IMAGE},berth-test-missing:none",
         # Crash tests should not wait the production intervals.
         "RUN_RECONCILE_EVERY_S": "3",
+        # A host's row holds its engine's facts within a second or two of a test's flush.
+        "HOST_HEARTBEAT_S": "1",
         # A preview that never listens fails in seconds, not a minute.
         "PREVIEW_START_DEADLINE_S": "6",
         # A request to a starting preview is held at most this long (then: "starting").
@@ -233,10 +235,17 @@ def preview_gateway(
 
 
 @contextmanager
-def celery_worker() -> Iterator[subprocess.Popen]:
+def celery_worker(
+    env: dict[str, str] | None = None, host: str = "", log: str = "celery-worker.log"
+) -> Iterator[subprocess.Popen]:
+    """A Celery worker taking the web queue and `host`'s runner queue (this host's by
+    default); with `host`, only that host's queue, as a runner host's worker."""
     from config.celery import app
 
-    name = f"test-{os.getpid()}@localhost"
+    name = f"test-{os.getpid()}-{host or 'web'}@localhost"
+    queues = f"{settings.RUNNER_QUEUE_PREFIX}.{host or settings.SANDBOX_HOST}"
+    if not host:
+        queues = f"{settings.CELERY_TASK_DEFAULT_QUEUE},{queues}"
 
     def ready() -> bool:
         return bool(app.control.ping(destination=[name], timeout=0.5))
@@ -249,7 +258,7 @@ def celery_worker() -> Iterator[subprocess.Popen]:
         "-n",
         name,
         "-Q",
-        f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.RUNNER_QUEUE_PREFIX}.{settings.SANDBOX_HOST}",
+        queues,
         "--concurrency",
         "2",
         "--pool",
@@ -260,14 +269,17 @@ def celery_worker() -> Iterator[subprocess.Popen]:
         "--without-mingle",
         "--without-gossip",
     ]
-    with running(cmd, settings.DATA_DIR / "celery-worker.log", ready, "celery worker") as p:
+    with running(cmd, settings.DATA_DIR / log, ready, "celery worker", env) as p:
         yield p
 
 
 @contextmanager
-def runner_agent(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """The runner agent; with `env`, settings of its own (a test's small budget)."""
-    log_path = settings.DATA_DIR / "runner-agent.log"
+def runner_agent(
+    env: dict[str, str] | None = None, log: str = "runner-agent.log"
+) -> Iterator[subprocess.Popen]:
+    """The runner agent; with `env`, settings of its own (a test's small budget, or
+    another host's engine and name)."""
+    log_path = settings.DATA_DIR / log
 
     def ready() -> bool:
         return "runner agent started" in log_path.read_text(errors="replace")

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from agent.loop import Agent, reconcile_once
+from core import keys
 from sandbox.heartbeat import HostRefused
 
 
@@ -18,12 +19,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, once: bool, **options: Any) -> None:
         try:
+            keys.check_runner_keys()
             if once:
                 reconcile_once()
                 self.stdout.write("reconciled")
                 return
             asyncio.run(self._serve())
-        except HostRefused as e:
+        except (HostRefused, keys.MissingKey) as e:
             raise CommandError(str(e)) from None
 
     async def _serve(self) -> None:

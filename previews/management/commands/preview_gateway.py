@@ -6,6 +6,7 @@ import uvloop
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from core import keys
 from previews.relay import serve
 
 
@@ -23,6 +24,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, bind: str, port: int | None, app: str, **options: Any) -> None:
+        try:
+            keys.check_runner_keys()
+        except keys.MissingKey as e:
+            raise CommandError(str(e)) from None
         port = port or int(settings.PREVIEW_PORT or 0)
         if not port:
             raise CommandError("Give --port, or set PREVIEW_PORT.")

@@ -1,0 +1,73 @@
+"""A runner host's keys (core.keys, docs/hosts.md): its agent, worker and gateway refuse
+to start without the instance's shared keys rather than make keys of their own, hold
+no SECRET_KEY, and start once they are given the web host's."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+from core import keys
+from tests.support.servers import BIN, subprocess_env
+
+COMMANDS = {
+    "agent": [sys.executable, "manage.py", "runner_agent"],
+    "gateway": [sys.executable, "manage.py", "preview_gateway", "--port", "1"],
+    "worker": [str(BIN / "celery"), "-A", "config", "worker", "--pool", "solo", "-Q", "none"],
+}
+
+
+def runner(data_dir, command: list[str], **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command,
+        env={**subprocess_env(), "BERTH_ROLE": "runner", "TEST_DATA_DIR": str(data_dir), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("process", sorted(COMMANDS))
+def test_a_runner_process_without_the_shared_keys_refuses_to_start_and_makes_none(
+    tmp_path, process
+):
+    done = runner(tmp_path, COMMANDS[process])
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "refuses to start without the instance's shared keys" in said
+    for key in keys.SHARED:
+        assert key.env in said and key.file in said
+    made = (
+        [p.name for p in tmp_path.rglob("*") if p.name.endswith(".key")]
+        if tmp_path.exists()
+        else []
+    )
+    assert made == [], "a runner host made a key of its own"
+
+
+def test_a_runner_host_holds_no_secret_key(tmp_path):
+    done = runner(tmp_path, COMMANDS["agent"], SECRET_KEY="x" * 50)
+    assert done.returncode != 0
+    assert "A runner host must not hold SECRET_KEY" in done.stderr
+
+
+@pytest.mark.docker
+def test_a_runner_given_the_web_hosts_keys_starts(tmp_path, transactional_db, cast):
+    """The files copied from the web host (as docs/hosts.md says), and for one of them
+    the variable instead: the agent reconciles, and made no key of its own."""
+    web = {key: key.value() for key in keys.SHARED}  # the web host's, made if missing
+    data = tmp_path / "runner"
+    data.mkdir(mode=0o700)
+    for key in keys.SHARED[1:]:
+        shutil.copy2(key.path(), data / key.file)
+        assert os.stat(data / key.file).st_mode & 0o077 == 0
+    first = keys.SHARED[0]
+    done = runner(data, [*COMMANDS["agent"], "--once"], **{first.env: web[first]})
+    assert done.returncode == 0, done.stderr
+    assert "reconciled" in done.stdout
+    assert not (data / first.file).exists()
+    assert not (data / "secret_key").exists()
+    assert settings.BERTH_ROLE == "all"  # this process: the web host's own

@@ -1,0 +1,146 @@
+"""Two hosts on one machine (docs/hosts.md): engine B beside engine A, with B's own
+runner agent, Celery worker and preview gateway, sharing the database and Redis. One
+module, so one worker of the suite starts B once (`--dist loadfile`).
+
+This host (`local`, engine A) is drained in each test: new work goes to b. Both hosts
+share one kernel, so "A never touched B's work" is shown by rows and counts, never by
+a failed connect."""
+
+import asyncio
+import io
+
+import docker
+import pytest
+from django.core.management import call_command
+
+from accounts.access import Actor
+from agent.loop import Agent
+from runs import caches
+from runs.models import DepCache, Run
+from sandbox.engine import engine
+from sandbox.hosts import Host, HostState
+from sandbox.models import Sandbox, SandboxKind
+from sessions.models import Session
+from tests.support import engine_b
+from tests.support.runs import Agent as RunAgent
+from tests.support.runs import wait_for_output
+from tests.support.servers import wait_for
+from tests.support.sessions import SessionAgent, lines
+from workspaces import actions as workspace_actions
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def b_stack(_daphne, _run_stack, django_db_blocker):
+    with django_db_blocker.unblock():
+        Host.objects.get_or_create(name=engine_b.NAME)  # its agent claims it at start
+    with engine_b.host_b(_daphne.port) as b:
+        yield b
+
+
+@pytest.fixture
+def b(b_stack, run_stack, cast):
+    """Host b's row as its agent beats it (a test's flush removed it: added again, as an
+    operator would), and this host draining."""
+    Host.objects.get_or_create(name=engine_b.NAME)
+    wait_for(
+        lambda: Host.objects.filter(name=engine_b.NAME, heartbeat_at__isnull=False).first(),
+        30,
+        what="host b's heartbeat",
+        until=lambda host: host is not None and host.has_gvisor,
+    )
+    cast.host.drain()
+    return b_stack
+
+
+@pytest.fixture
+def shop(cast):
+    return workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
+
+
+@pytest.fixture
+def agent(client, cast, shop):
+    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
+    return RunAgent(client, secret)
+
+
+def sandbox_of(run_id: str, kind: str = SandboxKind.RUN) -> Sandbox:
+    return Sandbox.objects.get(owner_kind="run", owner_id=run_id, kind=kind)
+
+
+def on_engine(client: docker.DockerClient, name: str) -> bool:
+    try:
+        client.containers.get(name)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
+def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, runtime):
+    run = agent.run("echo started; sleep 12; echo done", runtime=runtime)
+    assert wait_for_output(agent, run, "started")
+    row = Run.objects.get(public_id=run["id"])
+    box = sandbox_of(run["id"])
+    assert (row.runner_host, box.host) == ("b", "b")
+    assert on_engine(b.client, box.name) and not on_engine(engine(), box.name)
+
+    # A's agent, now: a tick (stops, deadlines) and a whole reconcile. No container of
+    # A's engine carries the run, and it is not A's to judge.
+    asyncio.run(Agent().tick())
+    call_command("runner_agent", once=True)
+    row.refresh_from_db()
+    box.refresh_from_db()
+    assert (row.state, box.state, box.stop_signalled_at) == ("running", "running", None)
+
+    done = agent.wait(run)
+    assert done["state"] == "succeeded", done
+    assert agent.output(run) == ["started", "done"]
+    # Its setup filled a dependency cache on b: b's, and A's eviction leaves it alone.
+    cache = DepCache.objects.get(workspace__slug="shop")
+    assert cache.host == "b"
+    assert caches.evict(max_bytes=0) == []
+    assert DepCache.objects.filter(pk=cache.pk).exists()
+    assert b.client.volumes.get(cache.volume)
+
+
+def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
+    b, run_stack, client, cast, shop
+):
+    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
+    agent = SessionAgent(client, secret)
+    session = agent.ready()
+    assert lines(agent.exec(session, "echo kept > note.txt && echo written")) == ["written"]
+    stored = Session.objects.select_related("run").get(public_id=session["id"])
+    assert stored.runner_host == "b" and stored.run is not None
+    box = sandbox_of(stored.run.public_id, SandboxKind.SESSION)
+    assert box.host == "b" and on_engine(b.client, box.name)
+
+    # A's agent dies and comes back: its start reconciles, and b's session is not its.
+    run_stack.agent.kill()
+    run_stack.agent.start()
+    assert lines(agent.exec(session, "cat note.txt")) == ["kept"]
+    assert agent.session(session)["state"] == "ready"
+    box.refresh_from_db()
+    assert box.state == "running" and box.stop_reason == ""
+
+
+def test_hosts_lists_both_with_fresh_heartbeats_and_drain_moves_new_work(b, agent, cast):
+    out = io.StringIO()
+    call_command("hosts", stdout=out)
+    rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[1:]}
+    assert rows["local"][1] == "draining" and rows["b"][1] == "ready"
+    for name in ("local", "b"):
+        assert rows[name][3] == "ago" and "(stale)" not in " ".join(rows[name]), rows[name]
+        assert rows[name][5] == "runc,gvisor"
+
+    # Undrained, drained the other way: the next run goes to this host.
+    cast.host.undrain()
+    Host.objects.get(name="b").drain()
+    run = agent.wait(agent.run("echo here"))
+    assert run["state"] == "succeeded"
+    assert Run.objects.get(public_id=run["id"]).runner_host == "local"
+    assert Host.objects.get(name="b").state == HostState.DRAINING

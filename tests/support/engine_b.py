@@ -1,0 +1,150 @@
+"""Host B for the tests (docs/hosts.md, "Tests"): a second Docker engine on this
+machine, with its own socket, data root, exec root, pid file and managed containerd,
+started once for the module that uses it and stopped after, and B's own runner agent,
+Celery worker and preview gateway on it.
+
+Both engines share one kernel and one /proc here: what B runs is reachable from A by
+pid. So the tests never take "could not connect" for "never entered": they count the
+refusals of the host check (sandbox.netns) and assert the host columns.
+"""
+
+import json
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+from django.conf import settings
+
+from tests.support import marks, servers
+from tests.support.servers import free_port, wait_for
+
+NAME = "b"
+
+
+@dataclass
+class HostB:
+    docker_host: str
+    client: docker.DockerClient
+    gateway_port: int
+    agent_log: Path
+    gateway_log: Path
+    env: dict[str, str]
+
+
+def _paths() -> tuple[Path, Path]:
+    """Its data root and its run dir: per instance, so two checkouts' suites at once
+    never share an engine B."""
+    return (
+        Path(f"/var/lib/berth-test-{settings.BERTH_INSTANCE}-b"),
+        Path(f"/run/berth-test-{settings.BERTH_INSTANCE}-b"),
+    )
+
+
+@contextmanager
+def dockerd() -> Iterator[str]:
+    """The second engine (`--bridge=none --iptables=false --ip-masq=false`, runsc with
+    `--oci-seccomp` in its own daemon.json), with the sandbox image loaded from A
+    (`docker save | docker load`: the same image id). Yields its DOCKER_HOST."""
+    marks.require("a second Docker engine", "docker")
+    root, run = _paths()
+    run.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sock, pidfile = run / "docker.sock", run / "docker.pid"
+    config = run / "daemon.json"
+    runsc = shutil.which("runsc") or "/usr/bin/runsc"
+    args = ["--network=host", "--oci-seccomp"]
+    config.write_text(json.dumps({"runtimes": {"runsc": {"path": runsc, "runtimeArgs": args}}}))
+    pidfile.unlink(missing_ok=True)  # a killed one's: no dockerd lives behind it
+    log_path = settings.DATA_DIR / "dockerd-b.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    dockerd_bin = shutil.which("dockerd") or "/usr/sbin/dockerd"
+    cmd = [dockerd_bin, "--host", f"unix://{sock}", "--data-root", str(root)]
+    cmd += ["--exec-root", str(run / "exec"), "--pidfile", str(pidfile)]
+    cmd += ["--config-file", str(config), "--bridge=none", "--iptables=false", "--ip-masq=false"]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    docker_host = f"unix://{sock}"
+    try:
+        client = docker.DockerClient(base_url=docker_host, timeout=60)
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"dockerd B exited:\n{log_path.read_text()[-3000:]}")
+            try:
+                return bool(client.ping())
+            except (docker.errors.DockerException, OSError):
+                return False
+
+        wait_for(up, 60, interval=0.1, what="dockerd B")
+        _load_image(client, docker_host)
+        yield docker_host
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        # Its containers went with it (no live-restore); its data goes too: the next
+        # run of a new checkout is a new instance and loads the image again.
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def _load_image(client: docker.DockerClient, docker_host: str) -> None:
+    """The sandbox image of engine A, same id, unless B has it already."""
+    from sandbox.engine import engine
+
+    wanted = engine().images.get(settings.SANDBOX_IMAGE).id
+    try:
+        if client.images.get(settings.SANDBOX_IMAGE).id == wanted:
+            return
+    except docker.errors.ImageNotFound:
+        pass
+    saving = subprocess.Popen(
+        ["docker", "save", settings.SANDBOX_IMAGE],
+        stdout=subprocess.PIPE,
+        env={**servers.subprocess_env()},
+    )
+    loaded = subprocess.run(
+        ["docker", "-H", docker_host, "load", "-q"],
+        stdin=saving.stdout,
+        capture_output=True,
+        text=True,
+    )
+    assert saving.stdout is not None
+    saving.stdout.close()
+    assert saving.wait() == 0 and loaded.returncode == 0, loaded.stderr
+    assert client.images.get(settings.SANDBOX_IMAGE).id == wanted
+
+
+@contextmanager
+def host_b(app_port: int) -> Iterator[HostB]:
+    """Engine B with B's runner agent, worker (queue runner-<instance>.b) and gateway
+    (handing what it does not serve to daphne on `app_port`), all as a runner host:
+    BERTH_ROLE=runner, the instance's shared keys from the data dir they share with A
+    in part 1 (no SECRET_KEY). Host b's row must exist: its agent claims it."""
+    with ExitStack() as stack:
+        docker_host = stack.enter_context(dockerd())
+        gateway_port = free_port()
+        env = {
+            "DOCKER_HOST": docker_host,
+            "BERTH_SANDBOX_HOST": NAME,
+            "BERTH_ROLE": "runner",
+            "PREVIEW_GATEWAY_ADDRESS": f"127.0.0.1:{gateway_port}",
+        }
+        stack.enter_context(servers.runner_agent(env, log="runner-agent-b.log"))
+        stack.enter_context(servers.celery_worker(env, host=NAME, log="celery-worker-b.log"))
+        stack.enter_context(servers.preview_gateway(app_port, env, gateway_port, NAME))
+        yield HostB(
+            docker_host,
+            docker.DockerClient(base_url=docker_host, timeout=60),
+            gateway_port,
+            settings.DATA_DIR / "runner-agent-b.log",
+            settings.DATA_DIR / f"{NAME}-preview-gateway.log",
+            env,
+        )
