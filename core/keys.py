@@ -131,6 +131,17 @@ def is_runner() -> bool:
     return str(settings.BERTH_ROLE) == "runner"
 
 
+def make_shared() -> list[Path]:
+    """On the web host (`manage.py prepare`): every shared key made now, not at first
+    use, so an operator adding a runner host has all of them to copy. The files
+    holding them (a key given in the environment has none)."""
+    if is_runner():
+        raise MissingKey("A runner host makes no shared key: copy them from the web host.")
+    for key in SHARED:
+        key.value()
+    return [key.path() for key in SHARED if key.path().exists()]
+
+
 def check_runner_keys() -> None:
     """At a runner process's start: every shared key is there, or MissingKey naming
     all that are not (one start, one message, not one per try)."""

@@ -8,6 +8,7 @@ a failed connect."""
 
 import asyncio
 import io
+from types import SimpleNamespace
 
 import docker
 import pytest
@@ -15,13 +16,17 @@ from django.core.management import call_command
 
 from accounts.access import Actor
 from agent.loop import Agent
+from core import broker, keys
+from previews.models import Preview
 from runs import caches
 from runs.models import DepCache, Run
+from runs.tasks import evict_caches
 from sandbox.engine import engine
 from sandbox.hosts import Host, HostState
 from sandbox.models import Sandbox, SandboxKind
 from sessions.models import Session
 from tests.support import engine_b
+from tests.support.previews import ENDED, PROBE_APP, Browser, PreviewAgent, probe_toml, write
 from tests.support.runs import Agent as RunAgent
 from tests.support.runs import wait_for_output
 from tests.support.servers import wait_for
@@ -33,6 +38,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def b_stack(_daphne, _run_stack, django_db_blocker):
+    keys.make_shared()  # as the web host's `manage.py prepare` does: B finds them
     with django_db_blocker.unblock():
         Host.objects.get_or_create(name=engine_b.NAME)  # its agent claims it at start
     with engine_b.host_b(_daphne.port) as b:
@@ -105,17 +111,28 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, run
     assert caches.evict(max_bytes=0) == []
     assert DepCache.objects.filter(pk=cache.pk).exists()
     assert b.client.volumes.get(cache.volume)
+    # Beat's eviction, on the web queue, asks each host's worker for its own: B's (a
+    # limit of 0 there) evicts it from its engine.
+    assert broker.send(evict_caches, ())
+    wait_for(
+        lambda: not DepCache.objects.filter(pk=cache.pk).exists(),
+        30,
+        what="b's worker to evict b's cache",
+    )
+    assert cache.volume not in {v.name for v in b.client.volumes.list()}
 
 
+@pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
-    b, run_stack, client, cast, shop
+    b, run_stack, client, cast, shop, runtime
 ):
     _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
     agent = SessionAgent(client, secret)
-    session = agent.ready()
+    session = agent.ready(runtime=runtime)
     assert lines(agent.exec(session, "echo kept > note.txt && echo written")) == ["written"]
     stored = Session.objects.select_related("run").get(public_id=session["id"])
     assert stored.runner_host == "b" and stored.run is not None
+    assert stored.run.runtime == runtime
     box = sandbox_of(stored.run.public_id, SandboxKind.SESSION)
     assert box.host == "b" and on_engine(b.client, box.name)
 
@@ -129,6 +146,11 @@ def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
 
 
 def test_hosts_lists_both_with_fresh_heartbeats_and_drain_moves_new_work(b, agent, cast):
+    wait_for(  # this host's row is the cast's: its agent beats over it within a second
+        lambda: Host.objects.filter(heartbeat_at__isnull=False).count() == 2,
+        30,
+        what="both hosts' heartbeats",
+    )
     out = io.StringIO()
     call_command("hosts", stdout=out)
     rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[1:]}
@@ -144,3 +166,36 @@ def test_hosts_lists_both_with_fresh_heartbeats_and_drain_moves_new_work(b, agen
     assert run["state"] == "succeeded"
     assert Run.objects.get(public_id=run["id"]).runner_host == "local"
     assert Host.objects.get(name="b").state == HostState.DRAINING
+
+
+def test_a_preview_on_b_is_served_by_bs_gateway_and_as_gateway_never_enters_it(
+    b, client, cast, berth_server
+):
+    probe = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Probe", "probe")
+    write(probe, cast.carol, {"probe_app.py": PROBE_APP, "workspace.toml": probe_toml()})
+    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "preview"])
+    previews = PreviewAgent(client, secret, "probe")
+    ready = previews.wait(previews.start(), {"ready"} | ENDED)
+    assert ready["state"] == "ready", ready
+    preview = Preview.objects.select_related("run").get(public_id=ready["id"])
+    assert preview.process_host == "b" and preview.run is not None
+    assert sandbox_of(preview.run.public_id, SandboxKind.SERVICE).host == "b"
+
+    # B's gateway serves it (the cookie key is the instance's: A's web issued it).
+    at_b = Browser(SimpleNamespace(gateway_port=b.gateway_port))
+    at_b.open(previews.link(ready))
+    r = at_b.get(ready["url"])
+    assert r.status_code == 200 and b"probe app" in r.content
+
+    # A's gateway is given the same target and refuses to enter b's namespace, though
+    # on this machine its pid would lead right in: said in its log, never served.
+    a_log = berth_server.log_path.with_name("preview-gateway.log")
+    refused = "refused to enter the namespace of pid"
+    before = a_log.read_text(errors="replace").count(refused)
+    at_a = Browser(berth_server)
+    at_a.open(previews.link(ready))
+    r = at_a.get(ready["url"])
+    assert b"probe app" not in r.content, r.status_code
+    assert a_log.read_text(errors="replace").count(refused) > before
+    assert refused not in b.gateway_log.read_text(errors="replace")
+    previews.post(ready, "stop")

@@ -69,17 +69,16 @@ def dockerd() -> Iterator[str]:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     docker_host = f"unix://{sock}"
     try:
-        client = docker.DockerClient(base_url=docker_host, timeout=60)
 
-        def up() -> bool:
+        def up() -> docker.DockerClient | None:
             if proc.poll() is not None:
                 raise AssertionError(f"dockerd B exited:\n{log_path.read_text()[-3000:]}")
-            try:
-                return bool(client.ping())
+            try:  # the client asks the engine its API version as it is made
+                return docker.DockerClient(base_url=docker_host, timeout=60)
             except (docker.errors.DockerException, OSError):
-                return False
+                return None
 
-        wait_for(up, 60, interval=0.1, what="dockerd B")
+        client = wait_for(up, 60, interval=0.1, what="dockerd B")
         _load_image(client, docker_host)
         yield docker_host
     finally:
@@ -136,6 +135,8 @@ def host_b(app_port: int) -> Iterator[HostB]:
             "BERTH_SANDBOX_HOST": NAME,
             "BERTH_ROLE": "runner",
             "PREVIEW_GATEWAY_ADDRESS": f"127.0.0.1:{gateway_port}",
+            # B's worker evicts every cache of B's when asked: A's keep the default.
+            "DEPS_CACHE_MAX_MB": "0",
         }
         stack.enter_context(servers.runner_agent(env, log="runner-agent-b.log"))
         stack.enter_context(servers.celery_worker(env, host=NAME, log="celery-worker-b.log"))

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from core import keys
 from core.datadir import secure
 
 
@@ -17,6 +18,8 @@ class Command(BaseCommand):
         # First: an install from before umask 077 has a 0755 DATA_DIR and a 0644 database.
         if changed := secure(settings.DATA_DIR):
             self.stdout.write(f"Made {changed} files and folders in {settings.DATA_DIR} private.")
+        # The keys a runner host will need are there to copy (docs/hosts.md).
+        keys.make_shared()
         call_command("build_sandbox_image")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("ensure_demo")
