@@ -52,14 +52,15 @@ PYTEST_PARALLEL = $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-sqlite:
 	@start=$$(date +%s); status=0; \
-	  $(PYTEST_PARALLEL) -m "not alone" \
+	  $(PYTEST_PARALLEL) -m "not alone and not postgres" \
 	    $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/sqlite.xml) || status=$$?; \
-	  $(PY) -m pytest -m alone \
+	  $(PY) -m pytest -m "alone and not postgres" \
 	    $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/sqlite-alone.xml) || status=$$?; \
 	  echo "test-sqlite: $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The database-heavy tests again on a throwaway PostgreSQL cluster (not the Docker or
-# browser ones; daphne's, the `servers` mark, yes): started here, removed when the
+# browser ones, but those marked `postgres`, which need it: two hosts; daphne's, the
+# `servers` mark, yes): started here, removed when the
 # target ends, pass or fail. It listens on a Unix socket in its own fresh directory and
 # on no TCP port, so a cluster left over by an interrupted run (or a second checkout
 # testing at once) cannot collide. Each worker has a database of its own (pytest-django
@@ -71,7 +72,7 @@ test-postgres:
 	  scripts/host-setup postgres-start "$$dir"; \
 	  start=$$(date +%s); status=0; \
 	  DATABASE_URL="postgres://postgres@$${dir//\//%2F}/berth" \
-	  $(PYTEST_PARALLEL) -m "not docker and not browser and not alone" \
+	  $(PYTEST_PARALLEL) -m "(postgres or not docker) and not browser and not alone" \
 	    $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/postgres.xml) || status=$$?; \
 	  echo "test-postgres: $$(( $$(date +%s) - start )) s"; exit $$status
 

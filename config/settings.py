@@ -55,7 +55,13 @@ APPS_DOMAIN = os.environ.get("APPS_DOMAIN", "apps.localhost")
 ALLOWED_HOSTS += [f".{PREVIEW_DOMAIN}", f".{APPS_DOMAIN}"]
 
 # Names and labels every container, volume and image this instance creates, so
-# several instances (a dev server, test runs) can share one Docker engine.
+# several instances (a dev server, test runs) can share one Docker engine. Past one
+# machine it is set explicitly, the same on every host: its default, a hash of the
+# DATA_DIR path, would differ between machines.
+if os.environ.get("BERTH_ROLE", "all") != "all" and not os.environ.get("BERTH_INSTANCE"):
+    raise ImproperlyConfigured(
+        "With more than one host, set BERTH_INSTANCE, the same on every host (docs/hosts.md)."
+    )
 BERTH_INSTANCE = (
     os.environ.get("BERTH_INSTANCE") or hashlib.sha256(str(DATA_DIR).encode()).hexdigest()[:8]
 )
@@ -154,6 +160,12 @@ DATABASES = {
 AGENT_DB_CONN_MAX_AGE = envint("AGENT_DB_CONN_MAX_AGE", 300)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = _SQLITE_OPTIONS
+    if BERTH_ROLE != "all":
+        # SQLite is one file on one machine: hosts share their state in PostgreSQL.
+        raise ImproperlyConfigured(
+            f"BERTH_ROLE={BERTH_ROLE}: with more than one host Berth needs PostgreSQL; set "
+            "DATABASE_URL (the same database on every host) (docs/hosts.md)."
+        )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

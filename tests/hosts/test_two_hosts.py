@@ -33,7 +33,9 @@ from tests.support.servers import wait_for
 from tests.support.sessions import SessionAgent, lines
 from workspaces import actions as workspace_actions
 
-pytestmark = pytest.mark.docker
+# Hosts share their state in PostgreSQL (a runner host refuses SQLite): this module runs
+# in the PostgreSQL pass.
+pytestmark = [pytest.mark.docker, pytest.mark.postgres]
 
 
 @pytest.fixture(scope="module")

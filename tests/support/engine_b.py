@@ -51,6 +51,7 @@ def dockerd() -> Iterator[str]:
     `--oci-seccomp` in its own daemon.json), with the sandbox image loaded from A
     (`docker save | docker load`: the same image id). Yields its DOCKER_HOST."""
     marks.require("a second Docker engine", "docker")
+    marks.require("a second host (it shares PostgreSQL)", "postgres")
     root, run = _paths()
     run.mkdir(mode=0o700, parents=True, exist_ok=True)
     sock, pidfile = run / "docker.sock", run / "docker.pid"
@@ -134,6 +135,7 @@ def host_b(app_port: int) -> Iterator[HostB]:
             "DOCKER_HOST": docker_host,
             "BERTH_SANDBOX_HOST": NAME,
             "BERTH_ROLE": "runner",
+            "BERTH_INSTANCE": settings.BERTH_INSTANCE,  # set explicitly past one host
             "PREVIEW_GATEWAY_ADDRESS": f"127.0.0.1:{gateway_port}",
             # B's worker evicts every cache of B's when asked: A's keep the default.
             "DEPS_CACHE_MAX_MB": "0",

@@ -1,11 +1,14 @@
 """Marks that tell the truth. `make check` runs the tests without `docker`, `servers`,
 `browser` or `alone` and must need no engine, server or browser; the PostgreSQL pass
-runs those and the `servers` ones; `make test` runs the `alone` tests after the
+runs those, the `servers` ones and the `postgres` ones (which need it, and fail on
+SQLite); `make test` runs the `alone` tests after the
 parallel workers. So a test's marks are checked where it reaches those things: the
 engine through DOCKER_HOST, servers, stacks and browsers through `require` (called by the
 helpers that start them). tests/conftest.py sets `current` before each test's set-up."""
 
 import os
+
+from django.conf import settings
 
 from sandbox.engine import engine
 
@@ -25,6 +28,11 @@ def enter(marks: set[str]) -> None:
     """The marks of the test about to be set up."""
     global current
     current = frozenset(marks)
+    if "postgres" in current and settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        raise RuntimeError(
+            "this test needs PostgreSQL (the `postgres` mark): run it in the PostgreSQL "
+            "pass (`make test-postgres`, or DATABASE_URL set to a PostgreSQL server)"
+        )
     host = _saved_host if "docker" in current else NO_ENGINE
     if os.environ.get("DOCKER_HOST") == host:
         return
