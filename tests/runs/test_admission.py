@@ -3,12 +3,12 @@ next when slots free. No task is sent here (on_commit never fires inside a test'
 transaction); tests/runs/test_quotas.py proves the same through the real stack."""
 
 import pytest
-from django.conf import settings as django_settings
 
 from accounts.access import Actor
 from runs import quotas
 from runs.models import Run
 from tests.support.hosts import local_host
+from tests.support.runs import waiting_runs
 from workspaces import actions as workspace_actions
 
 
@@ -18,19 +18,6 @@ def shops(cast):
         team: workspace_actions.create_workspace(team, Actor(user), "Shop", "shop", "python-http")
         for team, user in ((cast.team_a, cast.carol), (cast.team_b, cast.charlie))
     }
-
-
-def waiting(workspace, n: int) -> list[Run]:
-    return [
-        Run.objects.create(
-            workspace=workspace,
-            ref="main",
-            commit="0" * 40,
-            command=f"job {i}",
-            image=django_settings.SANDBOX_IMAGE,
-        )
-        for i in range(n)
-    ]
 
 
 def names(ids: list[int]) -> list[str]:
@@ -47,8 +34,8 @@ def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast
     local_host(slots=3)
     cast.team_a.max_concurrent_runs = 2
     cast.team_a.save()
-    flood = waiting(shops[cast.team_a], 6)  # team A asked first
-    single = waiting(shops[cast.team_b], 1)
+    flood = waiting_runs(shops[cast.team_a], 6)  # team A asked first
+    single = waiting_runs(shops[cast.team_b], 1)
     # A's oldest run first; then B, which has waited for a slot longer than A has. A's
     # second would be within A's limit of 2, but A floods (more waiting than its limit)
     # while B (fewer waiting) has work: A yields half its limit; the third slot stays free.
@@ -63,7 +50,7 @@ def test_slots_alternate_between_teams_and_a_flood_yields_to_a_lighter_team(cast
     position = quotas.queue_position(Run.objects.get(pk=flood[3].pk))
     assert position is not None and position["waiting_for"] == "team_limit"
 
-    later = waiting(shops[cast.team_b], 1)
+    later = waiting_runs(shops[cast.team_b], 1)
     end(flood[0])  # a slot of A's frees, but A still floods and B has work: B's turn
     assert (
         names(quotas.admit()) == ["team-b:job 0"]
@@ -79,15 +66,15 @@ def test_two_floods_keep_their_limits(cast, shops, settings):
     for team in (cast.team_a, cast.team_b):
         team.max_concurrent_runs = 2
         team.save()
-    waiting(shops[cast.team_a], 3)
-    waiting(shops[cast.team_b], 3)
+    waiting_runs(shops[cast.team_a], 3)
+    waiting_runs(shops[cast.team_b], 3)
     assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0", "team-a:job 1", "team-b:job 1"]
 
 
 def test_the_host_slots_bound_every_team(cast, shops, settings):
     local_host(slots=2)
-    waiting(shops[cast.team_a], 3)
-    waiting(shops[cast.team_b], 3)
+    waiting_runs(shops[cast.team_a], 3)
+    waiting_runs(shops[cast.team_b], 3)
     assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0"]
     last = Run.objects.filter(workspace__team=cast.team_b).order_by("id").last()
     assert last is not None
@@ -104,7 +91,7 @@ def test_the_host_slots_bound_every_team(cast, shops, settings):
 
 def test_a_cancelled_waiting_run_is_never_admitted(cast, shops, settings):
     local_host(slots=1)
-    first, second = waiting(shops[cast.team_a], 2)
+    first, second = waiting_runs(shops[cast.team_a], 2)
     second.finish("cancelled", "cancelled_by_user", "cancelled")
     assert quotas.admit() == [first.pk]
     end(first)
@@ -115,6 +102,6 @@ def test_a_team_within_its_limit_never_yields(cast, shops, settings):
     local_host(slots=4)
     cast.team_a.max_concurrent_runs = 2
     cast.team_a.save()
-    waiting(shops[cast.team_a], 2)  # no more than its limit: not a flood
-    waiting(shops[cast.team_b], 1)
+    waiting_runs(shops[cast.team_a], 2)  # no more than its limit: not a flood
+    waiting_runs(shops[cast.team_b], 1)
     assert names(quotas.admit()) == ["team-a:job 0", "team-b:job 0", "team-a:job 1"]

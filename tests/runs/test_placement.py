@@ -3,7 +3,6 @@ host that has its runtime and a free slot, the least loaded; a draining host get
 nothing new; work that takes no slot goes where the least is, or is refused typed."""
 
 import pytest
-from django.conf import settings as django_settings
 
 from accounts.access import Actor
 from runs import quotas
@@ -11,6 +10,7 @@ from runs.models import Run
 from sandbox import placement
 from sandbox.hosts import Host, HostState
 from tests.support.hosts import local_host
+from tests.support.runs import waiting_runs
 from workspaces import actions as workspace_actions
 
 RUNC_ONLY: dict[str, list[str]] = {"runc": []}
@@ -25,20 +25,6 @@ def shop(cast):
     )
 
 
-def waiting(workspace, n: int, runtime: str = "runc") -> list[Run]:
-    return [
-        Run.objects.create(
-            workspace=workspace,
-            ref="main",
-            commit="0" * 40,
-            command=f"job {i}",
-            image=django_settings.SANDBOX_IMAGE,
-            runtime=runtime,
-        )
-        for i in range(n)
-    ]
-
-
 def hosts_of(ids: list[int]) -> list[str]:
     runs = Run.objects.in_bulk(ids)
     return [runs[i].runner_host for i in ids]
@@ -49,7 +35,7 @@ def test_runs_go_to_the_least_loaded_host_within_each_hosts_slots(cast, shop):
     cast.team_a.save()
     local_host(slots=2)
     Host.objects.create(name="b", runtimes=RUNC_ONLY, slots=4)
-    waiting(shop, 7)
+    waiting_runs(shop, 7)
     admitted = quotas.admit()
     # Each to the smallest share of its slots in use: b (a tie, then by name), local, b,
     # local (2/4 and 1/2 tie: fewer in use first), then b twice; local is full. The
@@ -64,8 +50,8 @@ def test_a_gvisor_run_waits_for_a_gvisor_host_and_a_runc_run_does_not_wait_for_i
     local_host(slots=1)
     Host.objects.filter(name="local").update(runtimes=RUNC_ONLY)
     Host.objects.create(name="g", runtimes={"runc": [], "runsc": ["--network=host"]}, slots=3)
-    gvisor = waiting(shop, 1, "gvisor")[0]
-    runc = waiting(shop, 1)[0]
+    gvisor = waiting_runs(shop, 1, "gvisor")[0]
+    runc = waiting_runs(shop, 1)[0]
     assert hosts_of(quotas.admit()) == ["g"]  # the runc run; g's runsc is no gVisor
     gvisor.refresh_from_db()
     assert gvisor.admitted_at is None
@@ -82,7 +68,7 @@ def test_a_gvisor_run_waits_for_a_gvisor_host_and_a_runc_run_does_not_wait_for_i
 def test_a_draining_host_gets_no_new_run_until_it_is_undrained(cast, shop):
     host = local_host(slots=4)
     host.drain()
-    run = waiting(shop, 1)[0]
+    run = waiting_runs(shop, 1)[0]
     assert quotas.admit() == []
     position = quotas.queue_position(run)
     assert position is not None and position["waiting_for"] == "no_host"

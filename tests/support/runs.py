@@ -181,6 +181,21 @@ def head(workspace: Workspace) -> str:
     return sha
 
 
+def waiting_runs(workspace: Workspace, n: int, runtime: str = "runc") -> list[Run]:
+    """`n` runs asked for and waiting for admission (`job 0`, `job 1`…)."""
+    return [
+        Run.objects.create(
+            workspace=workspace,
+            ref="main",
+            commit="0" * 40,
+            command=f"job {i}",
+            image=settings.SANDBOX_IMAGE,
+            runtime=runtime,
+        )
+        for i in range(n)
+    ]
+
+
 def make_run(workspace: Workspace, user, **fields) -> Run:
     fields = {
         "ref": "main",

@@ -17,6 +17,11 @@ from django.utils import timezone
 from sandbox.hosts import NAME_PATTERN, Host
 from sandbox.models import LIVE_STATES, Sandbox
 
+SAID = {
+    "drain": "draining; its work carries on, nothing new goes to it",
+    "undrain": "ready; it takes new work again",
+}
+
 
 class Command(BaseCommand):
     help = "List, add, drain, undrain or forget the hosts that run sandboxes."
@@ -43,19 +48,10 @@ class Command(BaseCommand):
         if host is None:
             known = ", ".join(Host.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"No host is named {name!r} (known: {known}).")
-        if action == "drain":
-            changed = host.drain()
+        if action in SAID:
+            changed = host.drain() if action == "drain" else host.undrain()
             self.stdout.write(
-                f"{name}: draining; its work carries on, nothing new goes to it"
-                if changed
-                else f"{name} is {host.state}: nothing changed"
-            )
-        elif action == "undrain":
-            changed = host.undrain()
-            self.stdout.write(
-                f"{name}: ready; it takes new work again"
-                if changed
-                else f"{name} is {host.state}: nothing changed"
+                f"{name}: {SAID[action]}" if changed else f"{name} is {host.state}: nothing changed"
             )
         else:
             self._forget(host)
