@@ -39,17 +39,17 @@ def test_the_list_says_each_hosts_state_heartbeat_runtimes_and_sandboxes(db, cas
     hosts("add", "b")
     Host.objects.filter(name="b").update(runtimes={"runc": [], "runsc": ["--network=host"]})
     Sandbox.objects.create(host="b", kind=SandboxKind.RUN, owner_kind="run", owner_id="x1")
+    Host.objects.filter(name="b").update(
+        labels={"zone": "eu"}, gateway_address="b.internal:8001", memory_bytes=3 * 2**30
+    )
     lines = hosts().splitlines()
     assert lines[0].split() == [
-        "HOST",
-        "STATE",
-        "HEARTBEAT",
-        "ENGINE",
-        "RUNTIMES",
-        "SANDBOXES",
-        "SLOTS",
-    ]
-    rows = {line.split()[0]: line.split() for line in lines[1:]}
+        "HOST", "STATE", "HEARTBEAT", "ENGINE", "RUNTIMES", "SANDBOXES", "SLOTS", "MEMORY",
+        "IMAGES",
+    ]  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in lines[1:3]}
+    assert rows["b"][7:] == ["3.0G", "0"]
+    assert "b labels: zone=eu" in lines and "b gateway: b.internal:8001" in lines
     # b's runsc lacks --oci-seccomp: it would drop the sandbox's seccomp filter, so b is
     # no gVisor host; the cast's local row has both runtimes.
     assert rows["b"][:3] == ["b", "ready", "never"] and rows["b"][4:6] == ["runc", "1"]

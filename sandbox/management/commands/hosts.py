@@ -91,7 +91,10 @@ class Command(BaseCommand):
             .annotate(n=Count("id"))
             .values_list("host", "n")
         )
-        header = ("HOST", "STATE", "HEARTBEAT", "ENGINE", "RUNTIMES", "SANDBOXES", "SLOTS")
+        header = (
+            "HOST", "STATE", "HEARTBEAT", "ENGINE", "RUNTIMES", "SANDBOXES", "SLOTS", "MEMORY",
+            "IMAGES",
+        )  # fmt: skip
         rows = [header]
         for host in Host.objects.all():
             if host.heartbeat_at is None:
@@ -111,6 +114,8 @@ class Command(BaseCommand):
                     ",".join(runtimes) or "-",
                     str(live.get(host.name, 0)),
                     str(host.slots),
+                    f"{host.memory_bytes / 2**30:.1f}G" if host.memory_bytes else "-",
+                    str(len(host.images)),
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -118,6 +123,9 @@ class Command(BaseCommand):
             self.stdout.write(
                 "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
             )
-        for host in Host.objects.exclude(labels={}):
-            labels = ", ".join(f"{k}={v}" for k, v in sorted(host.labels.items()))
-            self.stdout.write(f"{host.name} labels: {labels}")
+        for host in Host.objects.all():
+            if host.labels:
+                labels = ", ".join(f"{k}={v}" for k, v in sorted(host.labels.items()))
+                self.stdout.write(f"{host.name} labels: {labels}")
+            if host.gateway_address:
+                self.stdout.write(f"{host.name} gateway: {host.gateway_address}")
