@@ -42,6 +42,9 @@ class Agent(EngineLoop):
     def __init__(self) -> None:
         super().__init__()
         self.runs: RunOwner | None = None
+        # Set when another engine took this host's name: the agent stops (its command
+        # exits with the reason).
+        self.refused: heartbeat.HostRefused | None = None
 
     def _wire(self) -> RunOwner:
         if self.runs is None:
@@ -55,7 +58,12 @@ class Agent(EngineLoop):
         host: Host = await on_thread(heartbeat.claim)()
 
         async def beat() -> None:
-            await on_thread(heartbeat.beat)(host.name)
+            try:
+                await on_thread(heartbeat.beat)(host.name)
+            except heartbeat.HostRefused as refused:
+                log.error("stopping: %s", refused)
+                self.refused = refused
+                stop.set()
 
         await self.safely(beat)
         consume = self.start_events(stop)

@@ -15,9 +15,11 @@ def _runner_keys(**_: object) -> None:
     """A worker on a runner host refuses to start without the instance's shared keys
     (core.keys), before it takes a task it could not carry out. SystemExit: Celery
     logs and swallows a signal handler's exceptions."""
+    from django.core.exceptions import ImproperlyConfigured
+
     from core import keys  # the settings are loaded by now
 
     try:
         keys.check_runner_keys()
-    except keys.MissingKey as e:
+    except ImproperlyConfigured as e:  # missing, or there but not a key
         raise SystemExit(str(e)) from None

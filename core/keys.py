@@ -79,6 +79,9 @@ def _fernet_key(text: str) -> bool:
     return True
 
 
+_read: dict[Path, str] = {}
+
+
 @dataclass(frozen=True)
 class SharedKey:
     name: str
@@ -93,9 +96,17 @@ class SharedKey:
     def value(self) -> str:
         given = str(getattr(settings, self.env, "")).strip()
         if given:
+            if not self.valid(given):
+                raise ImproperlyConfigured(f"{self.env} does not hold a valid {self.name} key.")
             return given
+        path = self.path()
+        # Read once per process (a file's key never changes under a running process):
+        # the gateway's proof and the cookie key are asked for on every request.
+        if (found := _read.get(path)) is not None:
+            return found
         try:
-            return kept(self.path(), self.make, self.valid, may_make=not is_runner())
+            _read[path] = kept(path, self.make, self.valid, may_make=not is_runner())
+            return _read[path]
         except MissingKey:
             raise MissingKey(
                 f"This runner host has no {self.name} key: set {self.env}, or copy "
@@ -153,6 +164,8 @@ def check_runner_keys() -> None:
             key.value()
         except MissingKey:
             missing.append(f"{key.name} ({key.env}, or {key.file} from the web host)")
+        except ImproperlyConfigured as e:  # there, but not a key: said as it is
+            missing.append(f"{key.name}: {e}")
     if missing:
         raise MissingKey(
             "This runner host refuses to start without the instance's shared keys, which "
@@ -161,9 +174,18 @@ def check_runner_keys() -> None:
         )
 
 
+def host_key_file(stem: str) -> str:
+    """The file of a key of this host's own: `<stem>.key` on one machine (`local`), as
+    it always was; `<stem>.<host>.key` elsewhere, so hosts that share a DATA_DIR (part
+    1) still each hold their own."""
+    host = str(settings.SANDBOX_HOST)
+    return f"{stem}.key" if host == "local" else f"{stem}.{host}.key"
+
+
 def host_key(file: str) -> bytes:
     """A key of this host's own (64 hex characters in `file` under DATA_DIR), made here
     on first use: no other host ever needs it."""
-    return bytes.fromhex(
-        kept(Path(settings.DATA_DIR) / file, lambda: secrets.token_hex(32), _hex64, True)
-    )
+    path = Path(settings.DATA_DIR) / file
+    if path not in _read:  # read once per process, as the shared ones
+        _read[path] = kept(path, lambda: secrets.token_hex(32), _hex64, True)
+    return bytes.fromhex(_read[path])

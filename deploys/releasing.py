@@ -6,6 +6,7 @@ approvals still admit its contract; once a release is live, old release images a
 pruned (deploys.images).
 """
 
+import logging
 from datetime import timedelta
 
 from django.conf import settings
@@ -25,7 +26,10 @@ from previews import actions as preview_actions
 from previews.models import LIVE_STATES, Preview, PreviewState
 from runs.models import Purpose, Run, RunState
 from sandbox.models import this_host
+from sandbox.placement import NoHostReady
 from workspaces.reviews import ContractHeld
+
+log = logging.getLogger(__name__)
 
 
 def on_build_finished(sender: object, run: Run, **kwargs: object) -> None:
@@ -202,6 +206,10 @@ def restore(release: Release) -> None:
         preview_actions.restart_preview(process, actor)
     except ContractHeld as held:
         _refuse(release, process, actor, held)
+    except NoHostReady as e:
+        # Every host draining or lost: the backoff above tries again; the other
+        # releases' restores go on meanwhile.
+        log.warning("release %s not started again: %s", release.number, e.message)
 
 
 def _refuse(release: Release, process: Preview, actor: Actor, held: ContractHeld) -> None:

@@ -17,6 +17,7 @@ from previews.models import LIVE_STATES, Preview, PreviewState
 from previews.outcomes import describe, last_lines
 from runs import lapses
 from runs.models import Purpose, Run
+from sandbox.placement import NoHostReady
 from workspaces.models import Workspace
 from workspaces.reviews import ContractHeld
 
@@ -103,6 +104,9 @@ def on_branch_moved(
         except ContractHeld as e:
             # The branch asks for a contract a person has not approved: the preview
             # stops, saying so, rather than keep serving a commit it no longer follows.
+            stop_preview(preview, None, reason=e.code, run_message=e.message)
+        except NoHostReady as e:
+            # No host can start it now: it stops, saying so, as a held one does.
             stop_preview(preview, None, reason=e.code, run_message=e.message)
 
 

@@ -23,7 +23,7 @@ from runs.models import OWNER, Purpose, Run
 from runs.quotas import cpu_weight
 from sandbox import actions as sandboxes
 from sandbox import backend
-from sandbox.models import LIVE_STATES, Sandbox, SandboxKind
+from sandbox.models import LIVE_STATES, Sandbox, SandboxKind, this_host
 from workspaces.archive import (
     SMALL_TREE_BYTES,
     entries_tar_stream,
@@ -362,10 +362,11 @@ def remove_workspace_sandboxes(workspace: Any, **_: Any) -> None:
     sandbox of its runs goes, container then volume, whatever its state (a `created`
     one no agent would ever start). A prepare still under way finds its run gone and
     removes what it made; one that started meanwhile is the reconcile's (owner gone),
-    and the agent's sweeps take a volume left behind."""
+    and the agent's sweeps take a volume left behind. This host's alone: another
+    host's are on its engine, and its agent's reconcile removes them (owner gone)."""
     run_ids = list(Run.objects.filter(workspace=workspace).values_list("public_id", flat=True))
     for box in Sandbox.objects.filter(
-        owner_kind=OWNER, owner_id__in=run_ids, state__in=LIVE_STATES
+        host=this_host(), owner_kind=OWNER, owner_id__in=run_ids, state__in=LIVE_STATES
     ).order_by("pk"):
         sandboxes.remove(box)
     # Then the volumes its runs made besides /workspace, free now that no container

@@ -40,6 +40,13 @@ def prepare_run(run_id: int) -> None:
         or run.admitted_at is None
     ):
         return  # gone, cancelled, carried further by an earlier delivery, or not admitted
+    if run.runner_host != this_host():
+        # Placed on another host (a worker started on the wrong queue, or a message
+        # from before placement): built here, its own host's agent would find no
+        # container of it and end it lost. Its own host's queue gets it.
+        log.warning("run %s is placed on %r: sent there", run.public_id, run.runner_host)
+        send_prepare(run.pk)
+        return
     first = run.state == RunState.QUEUED
     if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now()):
         return  # another delivery, a cancel or a reconcile got there first
@@ -98,7 +105,11 @@ def send_prepare(run_id: int) -> bool:
     broker answers again (`undelivered_runs`, `send_again`). The task is idempotent,
     so a send that got through but was not recorded costs one extra delivery at most."""
     host = Run.objects.filter(pk=run_id).values_list("runner_host", flat=True).first()
-    if not broker.send(prepare_run, (run_id,), queue=runner_queue(host or this_host())):
+    if not host:
+        # Admitted runs are always placed (runs.quotas, runs.actions): this is a bug.
+        log.error("run %s has no host: its prepare task is not sent", run_id)
+        return False
+    if not broker.send(prepare_run, (run_id,), queue=runner_queue(host)):
         return False
     Run.mark_prepare_sent(run_id)
     return True

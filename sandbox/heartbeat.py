@@ -10,6 +10,7 @@ from typing import Any
 import docker.errors
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from sandbox.engine import engine, instance_label
 from sandbox.hosts import Host
@@ -74,12 +75,21 @@ def claim() -> Host:
                 f"know it: add it on the web host with `manage.py hosts add {name}`."
             )
         host = found
-        if engine_id and host.engine_id not in ("", engine_id) and host.fresh():
-            raise HostRefused(
-                f"Host {name!r} is already beating from another engine ({host.engine_id}); "
-                "give this machine a name of its own with BERTH_SANDBOX_HOST."
-            )
+        _refuse_another_engine(host, engine_id)
+        if engine_id:
+            # Claimed now, under the lock: a second engine starting at the same moment
+            # finds this one fresh and refuses.
+            Host.objects.filter(pk=host.pk).update(engine_id=engine_id, heartbeat_at=timezone.now())
+            host.refresh_from_db()
     return host
+
+
+def _refuse_another_engine(host: Host, engine_id: str) -> None:
+    if engine_id and host.engine_id not in ("", engine_id) and host.fresh():
+        raise HostRefused(
+            f"Host {host.name!r} is already beating from another engine ({host.engine_id}); "
+            "give this machine a name of its own with BERTH_SANDBOX_HOST."
+        )
 
 
 def beat(name: str) -> bool:
@@ -93,5 +103,8 @@ def beat(name: str) -> bool:
             log.error("host %s is not known (forgotten?): nothing new is placed here", name)
             return False
         host, _ = Host.objects.get_or_create(name=name)
+    # Another engine claimed the name since (this agent's beats lapsed past the bound):
+    # this agent must stop, or two would reconcile one host's rows against two engines.
+    _refuse_another_engine(host, facts["engine_id"])
     host.beat(facts)
     return True

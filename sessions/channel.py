@@ -31,7 +31,7 @@ from sandbox import backend
 from sandbox.loop import db
 from sandbox.models import Sandbox
 from sandbox.netns import Namespace, NamespaceGone, connect
-from sessions.frames import HOST_SECRET_FILE
+from sessions.frames import HOST_SECRET_STEM
 from sessions.lifecycle import lose_unproven
 
 CHANNEL_PORT = 61001
@@ -52,7 +52,7 @@ class ChannelUnproven(ChannelError):
 @functools.cache
 def host_secret() -> bytes:
     """This host's channel secret (core.keys.host_key): made here, never shared."""
-    return keys.host_key(HOST_SECRET_FILE)
+    return keys.host_key(keys.host_key_file(HOST_SECRET_STEM))
 
 
 def channel_key(sandbox_id: str) -> bytes:

@@ -31,13 +31,13 @@ OWN_ID = "_"
 MAC_BYTES = 16
 # This host's own secret (core.keys.host_key): its session channels' keys and its exec
 # frames' keys both derive from it (sessions.channel), each under its own label.
-HOST_SECRET_FILE = "session-channel.key"
+HOST_SECRET_STEM = "session-channel"
 
 
 def frame_key(exec_id: str) -> bytes:
     """The exec's key: only its host can make it (from the host's own channel secret,
     core.keys.host_key; the same agent makes and checks it)."""
-    secret = keys.host_key(HOST_SECRET_FILE)
+    secret = keys.host_key(keys.host_key_file(HOST_SECRET_STEM))
     return hmac.new(secret, b"berth.sessions.frames " + exec_id.encode(), "sha256").digest()
 
 

@@ -4,17 +4,18 @@ from django.db import migrations, models
 
 
 def hosts_of_admitted_runs(apps, schema_editor):
-    """An admitted run ran where its sandboxes were made (one host until now: `local`)."""
+    """An admitted run ran where its sandboxes were made; one with none yet, on this
+    machine (one host until now: its BERTH_SANDBOX_HOST, `local` by default)."""
+    from django.conf import settings
     from django.db.models import OuterRef, Subquery
-    from django.db.models.functions import Coalesce
+    from django.db.models.functions import Coalesce, Substr
 
     Run = apps.get_model("runner", "Run")
     Sandbox = apps.get_model("sandbox", "Sandbox")
-    host = Sandbox.objects.filter(owner_kind="run", owner_id=OuterRef("public_id")).values("host")[
-        :1
-    ]
+    made = Sandbox.objects.filter(owner_kind="run", owner_id=OuterRef("public_id"))
+    host = made.annotate(host40=Substr("host", 1, 40)).values("host40")[:1]
     Run.objects.exclude(admitted_at=None).update(
-        runner_host=Coalesce(Subquery(host), models.Value("local"))
+        runner_host=Coalesce(Subquery(host), models.Value(settings.SANDBOX_HOST[:40]))
     )
 
 

@@ -2,16 +2,18 @@ from django.db import migrations, models
 
 
 def hosts_of_caches(apps, schema_editor):
-    """A cache's volume is on the host of the run that filled it (one host until now)."""
+    """A cache's volume is on the host of the run that filled it, else on this machine
+    (one host until now)."""
+    from django.conf import settings
     from django.db.models import OuterRef, Subquery
     from django.db.models.functions import Coalesce
 
     DepCache = apps.get_model("runner", "DepCache")
     Run = apps.get_model("runner", "Run")
     host = Run.objects.filter(pk=OuterRef("built_by_id")).exclude(runner_host="")
-    DepCache.objects.exclude(built_by=None).update(
+    DepCache.objects.update(
         host=Coalesce(
-            Subquery(host.values("runner_host")[:1]), models.Value("local")
+            Subquery(host.values("runner_host")[:1]), models.Value(settings.SANDBOX_HOST[:40])
         )
     )
 
@@ -25,7 +27,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="depcache",
             name="host",
-            field=models.CharField(default="local", max_length=40),
+            field=models.CharField(default="", max_length=40),
             preserve_default=False,
         ),
         migrations.RunPython(hosts_of_caches, migrations.RunPython.noop),

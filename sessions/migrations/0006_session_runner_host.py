@@ -4,13 +4,12 @@ from django.db import migrations, models
 
 
 def hosts_of_sessions(apps, schema_editor):
-    """A session's volume is where its last run was placed."""
-    from django.db.models import OuterRef, Subquery
+    """A session's volume is on this machine: one host until now (its
+    BERTH_SANDBOX_HOST, `local` by default), its run or not."""
+    from django.conf import settings
 
     Session = apps.get_model("live_sessions", "Session")
-    Run = apps.get_model("runner", "Run")
-    host = Run.objects.filter(pk=OuterRef("run_id")).values("runner_host")[:1]
-    Session.objects.exclude(run=None).update(runner_host=Subquery(host))
+    Session.objects.update(runner_host=settings.SANDBOX_HOST[:40])
 
 
 class Migration(migrations.Migration):

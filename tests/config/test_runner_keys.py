@@ -13,6 +13,9 @@ from django.conf import settings
 from core import keys
 from tests.support.servers import BIN, subprocess_env
 
+# A runner host refuses SQLite (hosts share PostgreSQL): the PostgreSQL pass runs these.
+pytestmark = pytest.mark.postgres
+
 COMMANDS = {
     "agent": [sys.executable, "manage.py", "runner_agent"],
     "gateway": [sys.executable, "manage.py", "preview_gateway", "--port", "1"],
@@ -23,7 +26,13 @@ COMMANDS = {
 def runner(data_dir, command: list[str], **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         command,
-        env={**subprocess_env(), "BERTH_ROLE": "runner", "TEST_DATA_DIR": str(data_dir), **env},
+        env={
+            **subprocess_env(),
+            "BERTH_ROLE": "runner",
+            "BERTH_INSTANCE": settings.BERTH_INSTANCE,  # set explicitly past one host
+            "TEST_DATA_DIR": str(data_dir),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=120,

@@ -6,9 +6,14 @@ import re
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
+from accounts.access import Actor
+from runs.models import Run, RunState
 from sandbox.hosts import Host, HostState
 from sandbox.models import Sandbox, SandboxKind, SandboxState
+from tests.support.runs import waiting_runs
+from workspaces import actions as workspace_actions
 
 
 def hosts(*args: str) -> str:
@@ -79,5 +84,12 @@ def test_a_host_with_live_sandboxes_is_not_forgotten(db, cast):
         hosts("forget", "b")
     assert Host.objects.filter(name="b").exists()
     Sandbox.objects.filter(pk=sandbox.pk).update(state=SandboxState.REMOVED)
+    # Nor while a run placed there has not ended (its sandbox may not be made yet).
+    shop = workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop")
+    [run] = waiting_runs(shop, 1)
+    Run.objects.filter(pk=run.pk).update(runner_host="b", admitted_at=timezone.now())
+    with pytest.raises(CommandError, match="1 run\\(s\\) placed there and not ended"):
+        hosts("forget", "b")
+    Run.objects.filter(pk=run.pk).update(state=RunState.CANCELLED)
     assert "Forgot host b" in hosts("forget", "b")
     assert not Host.objects.filter(name="b").exists()

@@ -3,6 +3,7 @@ import signal
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
@@ -25,7 +26,7 @@ class Command(BaseCommand):
                 self.stdout.write("reconciled")
                 return
             asyncio.run(self._serve())
-        except (HostRefused, keys.MissingKey) as e:
+        except (HostRefused, ImproperlyConfigured) as e:
             raise CommandError(str(e)) from None
 
     async def _serve(self) -> None:
@@ -37,4 +38,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await Agent().run(stop)
+        agent = Agent()
+        await agent.run(stop)
+        if agent.refused is not None:
+            raise agent.refused

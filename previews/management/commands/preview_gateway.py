@@ -4,6 +4,7 @@ from typing import Any
 
 import uvloop
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core import keys
@@ -26,7 +27,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, bind: str, port: int | None, app: str, **options: Any) -> None:
         try:
             keys.check_runner_keys()
-        except keys.MissingKey as e:
+        except ImproperlyConfigured as e:
             raise CommandError(str(e)) from None
         port = port or int(settings.PREVIEW_PORT or 0)
         if not port:

@@ -18,8 +18,12 @@ class Command(BaseCommand):
         # First: an install from before umask 077 has a 0755 DATA_DIR and a 0644 database.
         if changed := secure(settings.DATA_DIR):
             self.stdout.write(f"Made {changed} files and folders in {settings.DATA_DIR} private.")
-        # The keys a runner host will need are there to copy (docs/hosts.md).
-        keys.make_shared()
+        # On the web host, the keys a runner host will need are there to copy; a runner
+        # host has them already or stops here (docs/hosts.md).
+        if keys.is_runner():
+            keys.check_runner_keys()
+        else:
+            keys.make_shared()
         call_command("build_sandbox_image")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("ensure_demo")

@@ -14,8 +14,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 from django.utils import timezone
 
+from runs.models import ACTIVE_STATES, Run
 from sandbox.hosts import NAME_PATTERN, Host
 from sandbox.models import LIVE_STATES, Sandbox
+from sessions.models import Session, SessionState
 
 SAID = {
     "drain": "draining; its work carries on, nothing new goes to it",
@@ -75,10 +77,22 @@ class Command(BaseCommand):
 
     def _forget(self, host: Host) -> None:
         live = Sandbox.objects.filter(host=host.name, state__in=LIVE_STATES).count()
-        if live:
+        runs = Run.objects.filter(runner_host=host.name, state__in=ACTIVE_STATES).count()
+        sessions = Session.objects.filter(runner_host=host.name).exclude(state=SessionState.DELETED)
+        held = [
+            f"{n} {what}"
+            for n, what in (
+                (live, "live sandbox(es)"),
+                (runs, "run(s) placed there and not ended"),
+                (sessions.count(), "session(s) whose files are there"),
+            )
+            if n
+        ]
+        if held:
             raise CommandError(
-                f"{host.name} still holds {live} live sandbox(es): drain it and wait for "
-                "them to end (manage.py hosts shows them), then forget it."
+                f"{host.name} still holds {', '.join(held)}: drain it, wait for its runs "
+                "to end and delete its sessions (manage.py hosts shows its sandboxes), "
+                "then forget it."
             )
         host.delete()
         self.stdout.write(f"Forgot host {host.name}; its agent is given nothing new.")
