@@ -217,6 +217,9 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 # - workspace secrets': Fernet, urlsafe base64 of 32 bytes (runs.secrets), separate
 #   from SECRET_KEY, so rotating one never makes the other's data unreadable;
 # - the gateways' proof to daphne, and preview cookies' signing key (previews.gate).
+# Where their files are: the DATA_DIR this process started with, fixed here (a test
+# that points DATA_DIR elsewhere for its logs must not make the process's keys move).
+KEYS_DIR = DATA_DIR
 BERTH_CHANNEL_LAYER_KEY = os.environ.get("BERTH_CHANNEL_LAYER_KEY", "")
 BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 BERTH_GATEWAY_KEY = os.environ.get("BERTH_GATEWAY_KEY", "")

@@ -91,7 +91,7 @@ class SharedKey:
     valid: Callable[[str], bool]
 
     def path(self) -> Path:
-        return Path(settings.DATA_DIR) / self.file
+        return Path(settings.KEYS_DIR) / self.file
 
     def value(self) -> str:
         given = str(getattr(settings, self.env, "")).strip()
@@ -110,7 +110,7 @@ class SharedKey:
         except MissingKey:
             raise MissingKey(
                 f"This runner host has no {self.name} key: set {self.env}, or copy "
-                f"{self.file} from the web host's DATA_DIR into {settings.DATA_DIR} (0600). "
+                f"{self.file} from the web host's DATA_DIR into {settings.KEYS_DIR} (0600). "
                 "A runner host never makes a shared key: it would match no other host's."
             ) from None
 
@@ -170,7 +170,7 @@ def check_runner_keys() -> None:
         raise MissingKey(
             "This runner host refuses to start without the instance's shared keys, which "
             f"only the web host makes. Missing: {'; '.join(missing)}. Copy them from the "
-            f"web host's DATA_DIR into {settings.DATA_DIR} (0600), or set the variables."
+            f"web host's DATA_DIR into {settings.KEYS_DIR} (0600), or set the variables."
         )
 
 
@@ -185,7 +185,7 @@ def host_key_file(stem: str) -> str:
 def host_key(file: str) -> bytes:
     """A key of this host's own (64 hex characters in `file` under DATA_DIR), made here
     on first use: no other host ever needs it."""
-    path = Path(settings.DATA_DIR) / file
+    path = Path(settings.KEYS_DIR) / file
     if path not in _read:  # read once per process, as the shared ones
         _read[path] = kept(path, lambda: secrets.token_hex(32), _hex64, True)
     return bytes.fromhex(_read[path])

@@ -97,7 +97,13 @@ class Target:
         fields = json.loads(value)
         ns = fields.pop("ns")
         secrets = tuple(fields.pop("secrets", ()))
-        return cls(**fields, ns=Namespace(**ns) if ns else None, secrets=secrets)
+        return cls(**fields, ns=Namespace(**_with_host(ns)) if ns else None, secrets=secrets)
+
+
+def _with_host(ns: dict[str, Any]) -> dict[str, Any]:
+    """A verdict from a web process older than hosts (a rolling upgrade) names none: its
+    namespace was then this machine's, as every one was."""
+    return {"host": settings.SANDBOX_HOST, **ns}
 
 
 def gateway_key() -> bytes:

@@ -25,7 +25,7 @@ from previews.gateway import Gateway, Route, Settled
 from previews.relay_answers import BACKLOG, Answering
 from previews.relay_repeat import Repeating
 from previews.relay_upstream import HIGH_WATER, MAX_RAW_HEAD, MEMO_MAX, Again, Upstream
-from sandbox.netns import NamespaceGone
+from sandbox.netns import NamespaceGone, OtherHost
 
 log = logging.getLogger("berth.previews")
 
@@ -365,6 +365,19 @@ class Client(Answering, Repeating, asyncio.Protocol):
         key = route.key
         try:
             upstream = await self.gw.open_upstream(route, lambda: Upstream(self.gw, key))
+        except OtherHost:
+            # Another host's gateway serves it (the edge that routes by host comes in
+            # runner hosts, part 3): nothing here is stale, so nothing is forgotten.
+            assert route.target is not None and route.target.ns is not None
+            self._answer(
+                ex,
+                502,
+                "preview_on_another_host",
+                f"This preview runs on host {route.target.ns.host!r}; this gateway does not "
+                "serve it. Open it through that host's gateway.",
+                title="This preview runs on another host",
+            )
+            return
         except NamespaceGone:
             assert route.target is not None and route.target.ns is not None
             self.gw.forget_namespace(route.target.ns)

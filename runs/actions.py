@@ -371,7 +371,7 @@ def queue_run(
         elif run.pk in quotas.admit():
             # Others wait, or no slot was free: admission decides among them, in this
             # transaction, under the lock already held. The answer says admitted.
-            run.refresh_from_db(fields=["admitted_at"])
+            run.refresh_from_db(fields=["admitted_at", "runner_host"])
     return run
 
 

@@ -158,10 +158,12 @@ def apply_retention() -> None:
 
 @shared_task(name="runner.tasks.evict_caches", ignore_result=True)
 def evict_caches() -> None:
-    """Beat's, on the web queue: each host that is not lost evicts its own caches, on
-    its own queue (its volumes are on its engine)."""
-    for host in Host.objects.exclude(state=HostState.LOST).values_list("name", flat=True):
-        broker.send(evict_host_caches, (), queue=runner_queue(host))
+    """Beat's, on the web queue: each host that is not lost and beats evicts its own
+    caches, on its own queue (its volumes are on its engine). A host whose agent is
+    silent gets nothing: no message piles up on a queue no worker takes."""
+    for host in Host.objects.exclude(state=HostState.LOST):
+        if host.fresh():
+            broker.send(evict_host_caches, (), queue=runner_queue(host.name))
 
 
 @shared_task(name="runner.tasks.evict_host_caches", ignore_result=True)

@@ -196,8 +196,9 @@ def test_a_preview_on_b_is_served_by_bs_gateway_and_as_gateway_never_enters_it(
     before = a_log.read_text(errors="replace").count(refused)
     at_a = Browser(berth_server)
     at_a.open(previews.link(ready))
-    r = at_a.get(ready["url"])
-    assert b"probe app" not in r.content, r.status_code
+    r = at_a.get(ready["url"], headers={"Accept": "application/json"})
+    assert b"probe app" not in r.content
+    assert (r.status_code, r.json()["error"]["code"]) == (502, "preview_on_another_host")
     assert a_log.read_text(errors="replace").count(refused) > before
     assert refused not in b.gateway_log.read_text(errors="replace")
     previews.post(ready, "stop")
