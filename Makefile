@@ -77,8 +77,8 @@ test-postgres:
 	  echo "test-postgres: $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The daily loop (under a minute with mypy's cache warm): lint, then the tests that need
-# no engine, daphne, browser or second process. `make test` before pushing.
+# no engine, daphne, browser, second process or PostgreSQL. `make test` before pushing.
 check: venv lint
 	@start=$$(date +%s); \
-	  $(PY) -m pytest -n 2 -q -m "not docker and not servers and not browser and not alone"; \
+	  $(PY) -m pytest -n 2 -q -m "not docker and not servers and not browser and not alone and not postgres"; \
 	  echo "check: $$(( $$(date +%s) - start )) s"
