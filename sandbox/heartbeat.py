@@ -5,6 +5,7 @@ HOST_HEARTBEAT_S seconds with what its engine has and what its settings give it 
 """
 
 import logging
+import time
 from typing import Any
 
 import docker.errors
@@ -27,9 +28,26 @@ class HostRefused(Exception):
     """This agent may not act as its host: the message says what to do."""
 
 
+# The engine's facts are asked for at most this often; every beat in between sends the
+# last ones (a beat is then one database write, however often it comes).
+FACTS_EVERY_S = 30.0
+_facts: dict[str, Any] = {}
+_facts_at = -FACTS_EVERY_S
+
+
 def engine_facts() -> dict[str, Any]:
     """What the engine has: its version and ID, runtimes with their arguments, memory,
-    and the ids of the images Berth made or loaded (the sandbox image, releases)."""
+    and the ids of the images Berth made or loaded (the sandbox image, releases);
+    asked again once FACTS_EVERY_S have passed."""
+    global _facts, _facts_at
+    if time.monotonic() - _facts_at < FACTS_EVERY_S:
+        return _facts
+    _facts = _ask_engine()
+    _facts_at = time.monotonic()
+    return _facts
+
+
+def _ask_engine() -> dict[str, Any]:
     client = engine()
     info = client.info()
     images = client.api.images(filters={"reference": "berth-*"}) + client.api.images(

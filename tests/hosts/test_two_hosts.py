@@ -155,7 +155,8 @@ def test_hosts_lists_both_with_fresh_heartbeats_and_drain_moves_new_work(b, agen
     )
     out = io.StringIO()
     call_command("hosts", stdout=out)
-    rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[1:]}
+    table = out.getvalue().splitlines()[1:3]  # then each host's gateway, said below it
+    rows = {line.split()[0]: line.split() for line in table}
     assert rows["local"][1] == "draining" and rows["b"][1] == "ready"
     for name in ("local", "b"):
         assert rows[name][3] == "ago" and "(stale)" not in " ".join(rows[name]), rows[name]
@@ -201,4 +202,9 @@ def test_a_preview_on_b_is_served_by_bs_gateway_and_as_gateway_never_enters_it(
     assert (r.status_code, r.json()["error"]["code"]) == (502, "preview_on_another_host")
     assert a_log.read_text(errors="replace").count(refused) > before
     assert refused not in b.gateway_log.read_text(errors="replace")
+    # A's agent never probed it either: its watcher keeps to its own host's previews
+    # (b's agent made it ready, alone).
+    a_agent_log = berth_server.log_path.with_name("runner-agent.log")
+    assert refused not in a_agent_log.read_text(errors="replace")
+    assert "refused" not in b.agent_log.read_text(errors="replace")
     previews.post(ready, "stop")

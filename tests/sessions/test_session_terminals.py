@@ -44,9 +44,10 @@ def test_a_terminal_runs_a_shell_and_a_viewer_coming_back_gets_what_it_missed(
         screen.read_until("/dev/pts/")
         assert "hi-42" in screen.text and "40 120" in screen.text
         screen.read_prompt()
-        # Something that prints once this viewer has gone.
+        # Something that prints once this viewer has gone. Its echo is not waited for:
+        # under load gVisor's line discipline once showed none, though the shell ran the
+        # line (later-2 came); the transcript below shows it ran.
         screen.type("sleep 1; echo later-$((1+1))\r")
-        screen.read_until("sleep 1")
         seen = screen.end
 
     transcript = lambda: agent.get(f"/terminals/{term['id']}/transcript").content.decode()  # noqa: E731

@@ -95,7 +95,13 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
         page.wait_for_url("**/w/site/?ref=main&path=src/lib/util.js")
         page.wait_for_selector(".cm-content")
 
-        # Bob's agent commits while carol edits: her save must not land, nor be lost.
+        # Bob's agent commits while carol edits: her save must not land, nor be lost. She
+        # has typed first: with nothing unsaved the page would take his text as it
+        # lands (static/js/watch.js), and her line would go on top of it.
+        page.click(".cm-content")
+        page.keyboard.press("Control+End")
+        page.keyboard.type("// carol's line")
+        page.wait_for_selector("#dirty", state="visible")
         request = urllib.request.Request(
             f"{berth_server.url}/api/v1/workspaces/site/files/src/lib/util.js",
             method="PUT",
@@ -104,9 +110,6 @@ def test_folders_open_in_place_and_a_moved_branch_keeps_the_users_text(berth_ser
         )
         with urllib.request.urlopen(request, timeout=10) as r:
             assert r.status == 200
-        page.click(".cm-content")
-        page.keyboard.press("Control+End")
-        page.keyboard.type("// carol's line")
         page.click("#save")
         page.wait_for_selector("#save-status.error")
         assert "moved" in page.inner_text("#save-status")
