@@ -84,7 +84,7 @@ def test_an_agent_installs_once_tests_twice_and_resumes_a_frozen_session(
 
         # A file the session generated, committed on its branch.
         made = await agent("exec", session=sid, command="echo report > report.txt")
-        assert made["reason"] == "exit_zero" and "next" in made
+        assert made["reason"] == "exit_zero" and "next" in made, everything(made)
         committed = await agent(
             "commit_session_changes", session=sid, message="the report", paths=["report.txt"]
         )
