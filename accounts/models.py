@@ -99,7 +99,6 @@ class ApiToken(models.Model):
     team = models.ForeignKey(Team, models.CASCADE, related_name="tokens")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="tokens")
     name = models.CharField(max_length=100)
-    digest = models.CharField(max_length=64)
     scopes = models.JSONField(default=list)
     # Empty means every workspace of the team.
     workspaces = models.JSONField(default=list, blank=True)
@@ -125,8 +124,9 @@ class ApiToken(models.Model):
         """Create a token row; returns it with the plaintext, which is never stored."""
         token = cls(**fields)
         secret = f"{cls.PREFIX}{token.public_id}{new_id(32)}"
-        token.digest = _digest(secret)
-        token.save()
+        with transaction.atomic():
+            token.save()
+            TokenDigest.objects.create(token=token, digest=_digest(secret))
         return token, secret
 
     @classmethod
@@ -138,7 +138,7 @@ class ApiToken(models.Model):
         # One query: this runs on every API request. `owner_is_member` says whether the
         # token's user is still in its team (a removed member's tokens stop working).
         rows = (
-            cls.objects.select_related("team", "user")
+            cls.objects.select_related("team", "user", "secret")
             .filter(public_id=body[:12])
             .annotate(
                 owner_is_member=models.Exists(
@@ -150,7 +150,7 @@ class ApiToken(models.Model):
             .order_by()[:1]
         )
         token = next(iter(rows), None)
-        if token is None or not hmac.compare_digest(token.digest, _digest(secret)):
+        if token is None or not hmac.compare_digest(token.secret.digest, _digest(secret)):
             return None
         return token
 
@@ -180,6 +180,17 @@ class ApiToken(models.Model):
         if self.last_used_at is None or now - self.last_used_at > timedelta(minutes=1):
             ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
             self.last_used_at = now
+
+
+class TokenDigest(models.Model):
+    """An API token's digest, in a table of its own: a runner host's database role reads
+    tokens' rows (expiry, revocation) but never this table (core.dbrole)."""
+
+    token = models.OneToOneField(ApiToken, models.CASCADE, primary_key=True, related_name="secret")
+    digest = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"digest of {self.token_id}"
 
 
 class Invitation(models.Model):

@@ -71,6 +71,8 @@ SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
 SANDBOX_HOST = os.environ.get("BERTH_SANDBOX_HOST", "local")
 # What this host's agent says of it in its heartbeat, besides its engine's facts
 # (sandbox.heartbeat): labels for placement, "k=v,k2=v2".
+# A runner host's PostgreSQL role, granted what runners need at each `prepare` (core.dbrole).
+RUNNER_DB_ROLE = os.environ.get("BERTH_RUNNER_DB_ROLE", "")
 HOST_HEARTBEAT_S = float(os.environ.get("HOST_HEARTBEAT_S", "5"))
 HOST_LABELS = dict(item.split("=", 1) for item in envlist("BERTH_HOST_LABELS", "") if "=" in item)
 SANDBOX_IMAGE_BUILD_DIR = Path(os.environ.get("SANDBOX_IMAGE_BUILD_DIR", "/var/tmp"))  # noqa: S108 (root-only build)

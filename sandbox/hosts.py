@@ -41,8 +41,6 @@ def _digest(secret: str) -> str:
 class Host(models.Model):
     name = models.CharField(max_length=40, unique=True)
     state = models.CharField(max_length=10, choices=HostState.choices, default=HostState.READY)
-    # For the runner's own API (runner hosts, part 2): the hash alone, shown once.
-    token_hash = models.CharField(max_length=64, blank=True)
     # What the agent's last beat said of its engine.
     engine_version = models.CharField(max_length=40, blank=True)
     # The engine's own ID: two agents beating one name from two engines (a second host
@@ -83,12 +81,12 @@ class Host(models.Model):
     def issue_token(self) -> str:
         """A new token for this host; the plaintext is returned once and never kept."""
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        Host.objects.filter(pk=self.pk).update(token_hash=_digest(secret))
-        self.token_hash = _digest(secret)
+        HostToken.objects.update_or_create(host=self, defaults={"digest": _digest(secret)})
         return secret
 
     def token_matches(self, secret: str) -> bool:
-        return bool(self.token_hash) and hmac.compare_digest(self.token_hash, _digest(secret))
+        kept = HostToken.objects.filter(host=self).values_list("digest", flat=True).first()
+        return bool(kept) and hmac.compare_digest(kept or "", _digest(secret))
 
     def beat(self, facts: dict[str, Any]) -> None:
         """The agent's heartbeat: its engine's facts and its own settings, now. A lost
@@ -109,3 +107,15 @@ class Host(models.Model):
         done = Host.objects.filter(pk=self.pk, state__in=from_states).update(state=state)
         self.refresh_from_db(fields=["state"])
         return bool(done)
+
+
+class HostToken(models.Model):
+    """A host's token for the runner's own API (runner hosts, part 2): its digest alone,
+    in a table of its own, which a runner host's database role cannot read
+    (core.dbrole): a runner cannot learn or replace another host's."""
+
+    host = models.OneToOneField(Host, models.CASCADE, primary_key=True, related_name="token")
+    digest = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"token of host {self.host_id}"

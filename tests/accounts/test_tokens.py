@@ -31,7 +31,7 @@ def test_it_tells_the_agent_who_it_is(client, cast):
 def test_tokens_look_like_berth_tokens_and_are_stored_hashed(cast):
     token, secret = cast.token(cast.alice)
     assert secret.startswith("berth_")
-    assert secret not in token.digest
+    assert secret not in token.secret.digest
     row = ApiToken.objects.values().get(pk=token.pk)
     assert not any(secret in str(v) for v in row.values())
 

@@ -43,7 +43,8 @@ def b_stack(_daphne, _run_stack, django_db_blocker):
     keys.make_shared()  # as the web host's `manage.py prepare` does: B finds them
     with django_db_blocker.unblock():
         Host.objects.get_or_create(name=engine_b.NAME)  # its agent claims it at start
-    with engine_b.host_b(_daphne.port) as b:
+        database_url = engine_b.runner_database_url()
+    with engine_b.host_b(_daphne.port, database_url) as b:
         yield b
 
 

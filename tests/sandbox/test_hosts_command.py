@@ -6,6 +6,7 @@ import re
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from accounts.access import Actor
@@ -28,7 +29,7 @@ def test_a_host_is_added_with_a_token_shown_once_and_kept_hashed(db, cast):
     assert token, said
     assert "BERTH_SANDBOX_HOST=b" in said
     host = Host.objects.get(name="b")
-    assert host.token_hash and token.group(1) not in host.token_hash
+    assert host.token.digest and token.group(1) not in host.token.digest
     assert host.token_matches(token.group(1)) and not host.token_matches(token.group(1) + "x")
     assert host.state == HostState.READY and host.heartbeat_at is None
 
@@ -93,3 +94,10 @@ def test_a_host_with_live_sandboxes_is_not_forgotten(db, cast):
     Run.objects.filter(pk=run.pk).update(state=RunState.CANCELLED)
     assert "Forgot host b" in hosts("forget", "b")
     assert not Host.objects.filter(name="b").exists()
+
+
+def test_a_runner_role_is_granted_on_postgresql_only_and_only_when_it_exists(db):
+    """Granted for real in tests/config/test_runner_db_role.py (PostgreSQL pass)."""
+    refusal = "needs PostgreSQL" if connection.vendor == "sqlite" else "no role 'nobody_here'"
+    with pytest.raises(CommandError, match=refusal):
+        hosts("db-role", "nobody_here")

@@ -20,7 +20,7 @@ from accounts.access import Actor
 from agent.loop import Agent
 from core.ids import new_id
 from runs.models import OWNER, Run, RunState
-from sandbox import netns
+from sandbox import backend, diskwatch, netns
 from sandbox.engine import engine, instance_label, resource_name
 from sandbox.hosts import Host
 from sandbox.models import Sandbox, SandboxKind, SandboxState
@@ -153,3 +153,49 @@ def test_another_hosts_namespace_is_refused_and_counted_though_entering_it_would
         assert netns.refusals() == before + 3
     finally:
         container.remove(force=True)
+
+
+def test_cpu_and_disk_are_counted_for_this_hosts_sandboxes_alone(transactional_db, cast):
+    """Two containers on this engine, each using CPU: one row says it is this host's,
+    the other b's (as if b's engine had a container of that name: here, the same
+    kernel would let this agent read it). Only this host's is counted or watched."""
+    Host.objects.create(name="b", runtimes={"runc": []}, slots=4)
+    shop = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
+    boxes = {"local": running_run(shop, "local")[1], "b": running_run(shop, "b")[1]}
+    burn = "import time\nt = time.time()\nwhile time.time() - t < 0.5: pass\ntime.sleep(600)"
+    containers = [
+        engine().containers.run(
+            settings.SANDBOX_IMAGE,
+            ["python3", "-c", burn],
+            name=box.name,
+            labels=instance_label(),
+            network_mode="none",
+            detach=True,
+        )
+        for box in boxes.values()
+    ]
+    try:
+        agent = Agent()
+
+        def counted() -> Sandbox:
+            asyncio.run(agent.sample_cpu())
+            return Sandbox.objects.get(pk=boxes["local"].pk)
+
+        wait_for(counted, 30, what="this host's CPU counted", until=lambda s: s.cpu_seconds >= 0.4)
+        # b's container used as much (its own agent counts it), and a sample after that
+        # still leaves its row alone.
+        wait_for(
+            lambda: backend.cpu_seconds(boxes["b"].name) or 0,
+            30,
+            what="b's container to use its CPU",
+            until=lambda used: used >= 0.4,
+        )
+        asyncio.run(agent.sample_cpu())
+        assert Sandbox.objects.get(pk=boxes["b"].pk).cpu_seconds == 0
+
+        assert set(diskwatch._running()) == {boxes["local"]}
+    finally:
+        for container in containers:
+            container.remove(force=True)

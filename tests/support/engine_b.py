@@ -19,11 +19,15 @@ from pathlib import Path
 
 import docker
 from django.conf import settings
+from django.db import connection
 
+from core import dbrole
 from tests.support import marks, servers
 from tests.support.servers import free_port, wait_for
 
 NAME = "b"
+# B's agent, worker and gateway sign in as a runner host's role (docs/hosts.md).
+RUNNER_ROLE = "berth_runner"
 
 
 @dataclass
@@ -122,8 +126,21 @@ def _load_image(client: docker.DockerClient, docker_host: str) -> None:
     assert client.images.get(settings.SANDBOX_IMAGE).id == wanted
 
 
+def runner_database_url() -> str:
+    """The test database as a runner host's role sees it: made if missing (roles are
+    the cluster's, the throwaway one of this run), granted as the web host would."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [RUNNER_ROLE])
+        if cursor.fetchone() is None:
+            cursor.execute(f"CREATE ROLE {RUNNER_ROLE} LOGIN")
+    dbrole.grant(RUNNER_ROLE)
+    url = servers.test_database_url()
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{RUNNER_ROLE}:@{rest.split('@', 1)[1]}"
+
+
 @contextmanager
-def host_b(app_port: int) -> Iterator[HostB]:
+def host_b(app_port: int, database_url: str) -> Iterator[HostB]:
     """Engine B with B's runner agent, worker (queue runner-<instance>.b) and gateway
     (handing what it does not serve to daphne on `app_port`), all as a runner host:
     BERTH_ROLE=runner, the instance's shared keys from the data dir they share with A
@@ -133,6 +150,7 @@ def host_b(app_port: int) -> Iterator[HostB]:
         gateway_port = free_port()
         env = {
             "DOCKER_HOST": docker_host,
+            "DATABASE_URL": database_url,
             "BERTH_SANDBOX_HOST": NAME,
             "BERTH_ROLE": "runner",
             "BERTH_INSTANCE": settings.BERTH_INSTANCE,  # set explicitly past one host

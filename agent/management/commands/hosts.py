@@ -5,6 +5,9 @@ hosts add NAME        a new host; prints its token once (only the hash is kept)
 hosts drain NAME      nothing new goes to it; what it runs carries on
 hosts undrain NAME    it takes new work again
 hosts forget NAME     its row goes (refused while it still holds live sandboxes)
+hosts db-role ROLE    grant a runner's PostgreSQL role what runners need, and no more
+                      (again after each upgrade; `prepare` does it when
+                      BERTH_RUNNER_DB_ROLE is set)
 """
 
 import re
@@ -14,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 from django.utils import timezone
 
+from core import dbrole
 from runs.models import ACTIVE_STATES, Run
 from sandbox.hosts import NAME_PATTERN, Host
 from sandbox.models import LIVE_STATES, Sandbox
@@ -33,9 +37,11 @@ class Command(BaseCommand):
             "action",
             nargs="?",
             default="list",
-            choices=["list", "add", "drain", "undrain", "forget"],
+            choices=["list", "add", "drain", "undrain", "forget", "db-role"],
         )
-        parser.add_argument("name", nargs="?", help="the host's name (BERTH_SANDBOX_HOST there)")
+        parser.add_argument(
+            "name", nargs="?", help="the host's name (BERTH_SANDBOX_HOST there), or the role's"
+        )
 
     def handle(self, *args: Any, action: str, name: str | None, **options: Any) -> None:
         if action == "list":
@@ -45,6 +51,9 @@ class Command(BaseCommand):
             raise CommandError(f"Say which host: manage.py hosts {action} NAME")
         if action == "add":
             self._add(name)
+            return
+        if action == "db-role":
+            self._db_role(name)
             return
         host = Host.objects.filter(name=name).first()
         if host is None:
@@ -73,6 +82,16 @@ class Command(BaseCommand):
             f"{token}\n"
             f"On that machine set BERTH_SANDBOX_HOST={name} and start its runner agent; "
             "it beats within seconds (manage.py hosts)."
+        )
+
+    def _db_role(self, role: str) -> None:
+        try:
+            given = dbrole.grant(role)
+        except dbrole.RoleRefused as refused:
+            raise CommandError(str(refused)) from None
+        self.stdout.write(
+            f"Role {role}: the rows of {len(given)} tables; not {', '.join(dbrole.CLOSED)} "
+            "(docs/hosts.md)."
         )
 
     def _forget(self, host: Host) -> None:

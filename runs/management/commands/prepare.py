@@ -2,9 +2,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from core import keys
+from core import dbrole, keys
 from core.datadir import secure
 
 
@@ -25,5 +25,16 @@ class Command(BaseCommand):
         else:
             keys.make_shared()
         call_command("build_sandbox_image")
+        if keys.is_runner():
+            # Migrations and the demo team are the web host's: a runner's database role
+            # may not change the schema (docs/hosts.md).
+            return
         call_command("migrate", interactive=False, verbosity=0)
+        # The tables a migration just made are a runner's too (docs/hosts.md).
+        if settings.RUNNER_DB_ROLE:
+            try:
+                dbrole.grant(settings.RUNNER_DB_ROLE)
+            except dbrole.RoleRefused as refused:
+                raise CommandError(str(refused)) from None
+            self.stdout.write(f"Granted runner role {settings.RUNNER_DB_ROLE} its tables.")
         call_command("ensure_demo")
