@@ -194,6 +194,12 @@ def engine_pids() -> dict[str, int]:
     return found
 
 
+def worker_queues() -> str:
+    """The queues of a one-machine stack's worker, as scripts/supervise names them: the
+    web queue and this host's runner queue (runs.tasks.runner_queue)."""
+    return f"celery,runner.{os.environ.get('BERTH_SANDBOX_HOST', 'local')}"
+
+
 def start_logged(cmd: list[str], log: Path) -> subprocess.Popen:
     out = open(log, "w")  # noqa: SIM115 (lives as long as the process)
     return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
@@ -202,7 +208,7 @@ def start_logged(cmd: list[str], log: Path) -> subprocess.Popen:
 def start_stack(port: int, data_dir: Path) -> list[subprocess.Popen]:
     """daphne, a Celery worker and the runner agent, once the agent has started."""
     bin_dir = Path(sys.executable).parent
-    worker = [str(bin_dir / "celery"), "-A", "config", "worker", "-Q", "celery,runner"]
+    worker = [str(bin_dir / "celery"), "-A", "config", "worker", "-Q", worker_queues()]
     worker += ["--pool", "threads", "--concurrency", "4"]
     worker += ["--without-heartbeat", "--without-mingle", "--without-gossip"]
     procs = [

@@ -28,7 +28,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-deploys"
 sys.path.insert(0, str(ROOT))
-from bench.common import redis_url  # noqa: E402
+from bench.common import redis_url, worker_queues  # noqa: E402
 
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
@@ -207,7 +207,7 @@ def main() -> None:
                 "config",
                 "worker",
                 "-Q",
-                "celery,runner",
+                worker_queues(),
                 "--pool",
                 "threads",
                 "--concurrency",

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-egress"
 sys.path.insert(0, str(ROOT))
-from bench.common import redis_url  # noqa: E402
+from bench.common import redis_url, worker_queues  # noqa: E402
 
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
@@ -179,7 +179,7 @@ def main() -> None:
                 "config",
                 "worker",
                 "-Q",
-                "celery,runner",
+                worker_queues(),
                 "--pool",
                 "threads",
                 "--concurrency",

@@ -24,7 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-fairness"
 sys.path.insert(0, str(ROOT))
-from bench.common import redis_url  # noqa: E402
+from bench.common import redis_url, worker_queues  # noqa: E402
 
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
@@ -92,7 +92,7 @@ def scenario(limits: dict[str, str], a_runs: int, b_runs: int) -> dict[str, floa
                 "config",
                 "worker",
                 "-Q",
-                "celery,runner",
+                worker_queues(),
                 "--pool",
                 "threads",
                 "--concurrency",

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-previews"
 sys.path.insert(0, str(ROOT))
-from bench.common import redis_url  # noqa: E402
+from bench.common import redis_url, worker_queues  # noqa: E402
 
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
@@ -298,7 +298,7 @@ def main() -> None:
                 "config",
                 "worker",
                 "-Q",
-                "celery,runner",
+                worker_queues(),
                 "--pool",
                 "threads",
                 "--concurrency",
