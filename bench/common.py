@@ -121,16 +121,22 @@ def in_namespace(pid: int) -> dict[str, list[int]]:
 
 
 def fresh_instance(data_dir: Path) -> None:
-    """An empty DATA_DIR, Django set up on it, migrated (the caller's environment names
-    DATA_DIR and REDIS_URL before this)."""
+    """An empty DATA_DIR and Redis database, Django set up on it, migrated (the caller's
+    environment names DATA_DIR and REDIS_URL before this). The Redis database too: a
+    bench stopped half-way leaves its tasks queued, naming rows by their ids, which a
+    fresh database gives out again."""
     import shutil
 
     import django
+    import redis
     from django.core.management import call_command
 
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
     django.setup()
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()  # with the password the settings add
     call_command("migrate", verbosity=0)
 
 
