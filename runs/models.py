@@ -1,5 +1,5 @@
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -153,6 +153,10 @@ class Run(models.Model):
     # was unreachable when it was sent (the row was committed all the same), so the
     # runner agent sends it again (runs.tasks.undelivered_runs).
     prepare_sent_at = models.DateTimeField(null=True, blank=True)
+    # Until when a delivery of its prepare task holds it (runs.tasks.prepare_run): a
+    # second delivery meanwhile (a resend racing a slow first one) leaves it alone
+    # rather than make its container a second time.
+    prepare_lease_until = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     hydrated_at = models.DateTimeField(null=True, blank=True)
     setup_done_at = models.DateTimeField(null=True, blank=True)
@@ -290,6 +294,19 @@ class Run(models.Model):
             Run.objects.filter(pk=pk, state=RunState.QUEUED, admitted_at=None).update(
                 admitted_at=at, runner_host=host
             )
+        )
+
+    def lease_prepare(self, lease: timedelta) -> bool:
+        """This delivery of the prepare task holds the run for `lease`, unless another
+        holds it now. A delivery that died holding it is taken over once its lease has
+        passed (the broker delivers its un-acked message again later still)."""
+        now = timezone.now()
+        return bool(
+            Run.objects.filter(pk=self.pk)
+            .filter(
+                models.Q(prepare_lease_until__isnull=True) | models.Q(prepare_lease_until__lt=now)
+            )
+            .update(prepare_lease_until=now + lease)
         )
 
     @staticmethod

@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 # admission is sent again. Longer than a send on commit takes, so the agent does not
 # race the request that is sending it (a second delivery would be harmless, only waste).
 UNDELIVERED_AFTER = timedelta(seconds=5)
+# How long one delivery of prepare_run holds its run. The agent's safety net sends a
+# run again once it sat RUN_STALE_QUEUED_S since its last send or start (a worker may
+# have died holding it), and again after each further bound: twice the bound lets a slow
+# preparation finish alone, and a dead worker's run is taken over by the resend after.
+PREPARE_LEASE = timedelta(seconds=2 * settings.RUN_STALE_QUEUED_S)
 
 
 # Named as before the package was renamed from runner/: a message queued by the previous
@@ -46,6 +51,13 @@ def prepare_run(run_id: int) -> None:
         # container of it and end it lost. Its own host's queue gets it.
         log.warning("run %s is placed on %r: sent there", run.public_id, run.runner_host)
         send_prepare(run.pk)
+        return
+    if not run.lease_prepare(PREPARE_LEASE):
+        # Another delivery is preparing it right now (a resend racing a slow first
+        # delivery): a second one would make its container again, clash on its name and
+        # end the run engine_unavailable. That one carries it; if it died, the agent's
+        # next resend after its lease takes over.
+        log.info("run %s is being prepared by another delivery", run.public_id)
         return
     first = run.state == RunState.QUEUED
     if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now()):
