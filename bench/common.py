@@ -124,7 +124,8 @@ def fresh_instance(data_dir: Path) -> None:
     """An empty DATA_DIR and Redis database, Django set up on it, migrated (the caller's
     environment names DATA_DIR and REDIS_URL before this). The Redis database too: a
     bench stopped half-way leaves its tasks queued, naming rows by their ids, which a
-    fresh database gives out again."""
+    fresh database gives out again. Benches run one at a time (they measure the
+    machine): some share a Redis database number."""
     import shutil
 
     import django

@@ -43,7 +43,7 @@ BIN = Path(sys.executable).parent
 PORT = 18769
 HOST = "app--bench.apps.localhost"
 TOML = (
-    '[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
+    '[setup]\ncommand = "python3 -m venv --without-pip /deps/venv"\n\n'
     '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\nhealth_path = "/"\n'
 )
 APP = """from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

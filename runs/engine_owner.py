@@ -245,6 +245,8 @@ def lost_runs(carried: set[str]) -> list[int]:
             and run.admitted_at
             and now - max(t for t in (run.admitted_at, run.started_at, run.prepare_sent_at) if t)
             > STALE_PREPARING
+            # A delivery preparing it renews its lease (runs.lease): not lost, only slow.
+            and not (run.prepare_lease_until and run.prepare_lease_until > now)
         ):
             # Its env values wait sealed on the run, so a lost message costs nothing.
             stale.append(run.pk)

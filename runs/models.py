@@ -153,9 +153,8 @@ class Run(models.Model):
     # was unreachable when it was sent (the row was committed all the same), so the
     # runner agent sends it again (runs.tasks.undelivered_runs).
     prepare_sent_at = models.DateTimeField(null=True, blank=True)
-    # Until when a delivery of its prepare task holds it (runs.tasks.prepare_run): a
-    # second delivery meanwhile (a resend racing a slow first one) leaves it alone
-    # rather than make its container a second time.
+    # Until when a delivery of its prepare task holds it (runs.lease): another delivery
+    # meanwhile leaves it alone rather than make its container a second time.
     prepare_lease_until = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     hydrated_at = models.DateTimeField(null=True, blank=True)
@@ -297,9 +296,8 @@ class Run(models.Model):
         )
 
     def lease_prepare(self, lease: timedelta) -> bool:
-        """This delivery of the prepare task holds the run for `lease`, unless another
-        holds it now. A delivery that died holding it is taken over once its lease has
-        passed (the broker delivers its un-acked message again later still)."""
+        """This delivery of the prepare task holds the run for `lease` (runs.lease),
+        unless another holds it now."""
         now = timezone.now()
         return bool(
             Run.objects.filter(pk=self.pk)

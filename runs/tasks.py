@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core import broker
-from runs import caches, prepare, retention, secrets
+from runs import caches, lease, prepare, retention, secrets
 from runs.models import Run, RunState
 from runs.outcomes import describe
 from sandbox import backend
@@ -27,11 +27,6 @@ log = logging.getLogger(__name__)
 # admission is sent again. Longer than a send on commit takes, so the agent does not
 # race the request that is sending it (a second delivery would be harmless, only waste).
 UNDELIVERED_AFTER = timedelta(seconds=5)
-# How long one delivery of prepare_run holds its run. The agent's safety net sends a
-# run again once it sat RUN_STALE_QUEUED_S since its last send or start (a worker may
-# have died holding it), and again after each further bound: twice the bound lets a slow
-# preparation finish alone, and a dead worker's run is taken over by the resend after.
-PREPARE_LEASE = timedelta(seconds=2 * settings.RUN_STALE_QUEUED_S)
 
 
 # Named as before the package was renamed from runner/: a message queued by the previous
@@ -52,12 +47,19 @@ def prepare_run(run_id: int) -> None:
         log.warning("run %s is placed on %r: sent there", run.public_id, run.runner_host)
         send_prepare(run.pk)
         return
-    if not run.lease_prepare(PREPARE_LEASE):
-        # Another delivery is preparing it right now (a resend racing a slow first
-        # delivery): a second one would make its container again, clash on its name and
-        # end the run engine_unavailable. That one carries it; if it died, the agent's
-        # next resend after its lease takes over.
+    if not run.lease_prepare(lease.LEASE):
+        # Another delivery is preparing it right now (runs.lease): it carries the run.
         log.info("run %s is being prepared by another delivery", run.public_id)
+        return
+    with lease.renewed(run):
+        _prepare(run)
+
+
+def _prepare(run: Run) -> None:
+    # Read again under the lease: a delivery that held it until now may have carried
+    # the run on.
+    run.refresh_from_db(fields=["state"])
+    if run.state not in (RunState.QUEUED, RunState.PREPARING):
         return
     first = run.state == RunState.QUEUED
     if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now()):

@@ -36,6 +36,12 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.RunPython(move_digests, move_back),
+        # Backwards, the column comes back with a default first, then move_back fills it.
+        migrations.AlterField(
+            model_name='apitoken',
+            name='digest',
+            field=models.CharField(default='', max_length=64),
+        ),
         migrations.RemoveField(
             model_name='apitoken',
             name='digest',

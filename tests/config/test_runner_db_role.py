@@ -9,6 +9,8 @@ import sys
 import psycopg
 import pytest
 from django.contrib.sessions.backends.db import SessionStore
+from django.core.management import CommandError, call_command
+from django.db import connection
 from psycopg import errors
 
 from accounts.access import Actor
@@ -47,6 +49,11 @@ def test_a_runner_role_reads_what_runners_need_and_nothing_that_signs_in(transac
         "INSERT INTO sandbox_hosttoken (host_id, digest) VALUES (1, 'x')",
         "CREATE TABLE runner_owned (id int)",
         "ALTER TABLE runner_run ADD COLUMN x int",
+        # Read, never changed: a changed password, role or token owner signs in.
+        "UPDATE auth_user SET password = 'x'",
+        "UPDATE accounts_membership SET role = 'admin'",
+        f"UPDATE accounts_apitoken SET user_id = user_id WHERE id = {token.pk}",
+        "INSERT INTO accounts_apitoken (public_id) VALUES ('x')",
     ]
     for statement in denied:
         with pytest.raises(errors.InsufficientPrivilege):
@@ -89,3 +96,28 @@ def test_django_as_the_runner_role_reads_tokens_and_beats_its_host(transactional
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"{token.name} None", "carol", "draining 3"]
+
+
+def test_a_role_that_could_not_hold_a_grant_is_refused(transactional_db):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user")
+        web = cursor.fetchone()[0]
+        cursor.execute(
+            "DO $$ BEGIN CREATE ROLE berth_mighty SUPERUSER; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+    # The web host's own role would lose its sign-ins' tables.
+    with pytest.raises(CommandError, match="web host's own role"):
+        call_command("hosts", "db-role", web)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DO $$ BEGIN CREATE ROLE berth_in_web NOSUPERUSER LOGIN; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        cursor.execute(f"GRANT {web} TO berth_in_web")
+    with pytest.raises(CommandError, match="member of, the web host's own role"):
+        call_command("hosts", "db-role", "berth_in_web")
+    with pytest.raises(CommandError, match="superuser"):
+        call_command("hosts", "db-role", "berth_mighty")
+    with pytest.raises(CommandError, match="Say which role"):
+        call_command("hosts", "db-role")

@@ -89,7 +89,14 @@ def test_a_live_release_under_a_revoked_approval_stops_and_is_not_restored_until
     assert refused["message"].endswith(
         "Once it is approved there, Berth starts this release again."
     )
-    assert served(berth_server).status_code != 200
+    # The stop asked at the revocation reaches the container at the agent's next step,
+    # which a loaded machine may hold past the refused restore (CI at 28980ab).
+    wait_for(
+        lambda: served(berth_server).status_code != 200,
+        30,
+        interval=0.2,
+        what="the stopped release to stop serving",
+    )
     page = signed_in(cast.carol).get("/t/team-a/w/shop/deploys/").content.decode()
     assert "Not serving now: Release 1 was not started again" in page
     assert f'{again.url}" rel="nofollow">' in page  # the review, a link

@@ -1,53 +1,82 @@
 """Two deliveries of one run's prepare task at once (the agent's resend racing a slow
 first delivery, or a message left from before) make one sandbox, and the run ends as
-its command does: the second leaves the run to the first (runs.tasks.prepare_run)."""
+its command does: the second leaves the run to the first, which holds its lease
+(runs.lease, runs.tasks.prepare_run)."""
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from accounts.access import Actor
-from runs.models import Run
+from runs import engine_owner, prepare
+from runs.models import Run, RunState
 from runs.tasks import prepare_run
-from sandbox.models import Sandbox
 from tests.support.runs import Agent, no_container_left
 from workspaces import actions as workspace_actions
 
 pytestmark = pytest.mark.docker
 
 
-def test_two_deliveries_at_once_make_one_sandbox_and_the_run_succeeds(client, cast, run_stack):
+def test_a_delivery_while_another_prepares_leaves_the_run_to_it(
+    client, cast, run_stack, monkeypatch
+):
     workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop")
     _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
     agent = Agent(client, secret)
-    # The stack's worker is stopped: the two deliveries below are the only ones at first.
+    # The first delivery is held inside its preparation until the second has come.
+    inside, go_on = threading.Event(), threading.Event()
+    entered: list[str] = []
+    real = prepare.prepare_and_start
+
+    def held(run, *args, **kwargs):
+        entered.append(threading.current_thread().name)
+        if len(entered) == 1:
+            inside.set()
+            assert go_on.wait(60)
+        return real(run, *args, **kwargs)
+
+    monkeypatch.setattr(prepare, "prepare_and_start", held)
+    # The stack's worker is stopped: the deliveries below are the only ones at first.
     run_stack.worker.kill()
     try:
         run = agent.run("echo once")
         pk = Run.objects.get(public_id=run["id"]).pk
-        start = threading.Barrier(2)
         failures: list[BaseException] = []
 
-        def deliver() -> None:
+        def first() -> None:
             try:
-                start.wait()
                 prepare_run(pk)
             except BaseException as e:  # said by the assertion below
                 failures.append(e)
             finally:
                 connection.close()
 
-        threads = [threading.Thread(target=deliver) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
+        thread = threading.Thread(target=first, name="first")
+        thread.start()
+        assert inside.wait(60), failures
+        row = Run.objects.get(pk=pk)
+        assert row.state == RunState.PREPARING and row.prepare_lease_until is not None
+        # Held, it is no lost run for the agent's safety net, however long it has been.
+        long_ago = timezone.now() - timedelta(minutes=10)
+        Run.objects.filter(pk=pk).update(
+            admitted_at=long_ago, started_at=long_ago, prepare_sent_at=long_ago
+        )
+        assert pk not in engine_owner.lost_runs(set())
+
+        prepare_run(pk)  # the second delivery, while the first prepares
+        assert entered == ["first"]
+        go_on.set()
+        thread.join(120)
         assert not failures, failures
+        assert Run.objects.get(pk=pk).prepare_lease_until is None  # let go at its end
     finally:
+        go_on.set()
         run_stack.worker.start()  # its own delivery comes now, and finds the run carried
     done = agent.wait(run, timeout=120)
     assert done["state"] == "succeeded", done
     assert agent.output(done) == ["once"]
-    assert Sandbox.objects.filter(owner_kind="run", owner_id=run["id"]).count() == 1
+    assert entered == ["first"]
     assert no_container_left(done)

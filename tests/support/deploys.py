@@ -30,7 +30,7 @@ ThreadingHTTPServer(("127.0.0.1", 8000), H).serve_forever()
 
 
 TOML = (
-    '[setup]\ncommand = "python3 -m venv /deps/venv"\n\n'
+    '[setup]\ncommand = "python3 -m venv --without-pip /deps/venv"\n\n'
     '[deploy]\ncommand = "/deps/venv/bin/python app.py"\nport = 8000\n'
     'health_path = "/health"\n'
 )

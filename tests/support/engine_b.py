@@ -130,9 +130,11 @@ def runner_database_url() -> str:
     """The test database as a runner host's role sees it: made if missing (roles are
     the cluster's, the throwaway one of this run), granted as the web host would."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [RUNNER_ROLE])
-        if cursor.fetchone() is None:
-            cursor.execute(f"CREATE ROLE {RUNNER_ROLE} LOGIN")
+        # Two workers may make it at once: the second one's is a no-op.
+        cursor.execute(
+            "DO $$ BEGIN CREATE ROLE " + RUNNER_ROLE + " LOGIN; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
     dbrole.grant(RUNNER_ROLE)
     url = servers.test_database_url()
     scheme, rest = url.split("://", 1)

@@ -48,7 +48,8 @@ class Command(BaseCommand):
             self._list()
             return
         if not name:
-            raise CommandError(f"Say which host: manage.py hosts {action} NAME")
+            what = "role" if action == "db-role" else "host"
+            raise CommandError(f"Say which {what}: manage.py hosts {action} {what.upper()}")
         if action == "add":
             self._add(name)
             return
@@ -90,8 +91,8 @@ class Command(BaseCommand):
         except dbrole.RoleRefused as refused:
             raise CommandError(str(refused)) from None
         self.stdout.write(
-            f"Role {role}: the rows of {len(given)} tables; not {', '.join(dbrole.CLOSED)} "
-            "(docs/hosts.md)."
+            f"Role {role}: writes the rows of {len(given)} tables, reads "
+            f"{', '.join(dbrole.READ_ONLY)}, never {', '.join(dbrole.CLOSED)} (docs/hosts.md)."
         )
 
     def _forget(self, host: Host) -> None:
