@@ -1,7 +1,8 @@
 """Celery's part of a run is short: create and start the sandbox, then return.
 
 The runner agent carries the run to its end, so a killed worker loses nothing and a
-redelivered task is harmless (the container name is unique per run).
+redelivered task is harmless: one delivery at a time holds the run (runs.lease), and a
+later one finds the sandboxes the first made.
 """
 
 import logging
