@@ -34,6 +34,7 @@ from sandbox.diskwatch import ROUND_S, DiskWatch
 from sandbox.egress.service import Egress
 from sandbox.engine import engine
 from sandbox.models import LIVE_STATES, Sandbox, SandboxState, this_host
+from sandbox.ooms import OomEvents
 from sandbox.owners import owner_of, registered_kinds
 
 log = logging.getLogger("berth.runner_agent")
@@ -115,7 +116,7 @@ class EngineLoop:
         self.disk = DiskWatch(db)
         # Set when a container starts: its owner may want to look at it at once.
         self.started_event = asyncio.Event()
-        self.oom_seen: set[str] = set()  # containers the engine reported an OOM kill in
+        self.ooms = OomEvents()  # containers the engine reported an OOM kill in
         # Set when the engine pauses or unpauses one: a session waits on it.
         self.paused_event = asyncio.Event()
 
@@ -193,11 +194,12 @@ class EngineLoop:
             status = event.get("status") or event.get("Action")
             attrs = (event.get("Actor") or {}).get("Attributes") or {}
             name = attrs.get("name") if attrs.get("berth.kind") in CARRIED_KINDS else None
+            container_id = str(event.get("id") or (event.get("Actor") or {}).get("ID") or "")
             try:
                 if status == "reconcile":
                     await self.reconcile()
                 elif status == "oom" and name:
-                    self.oom_seen.add(name)  # sent before the container's die, if at all
+                    self.ooms.saw(container_id)  # before its die, or just after (sandbox.ooms)
                 elif status in ("pause", "unpause") and name:
                     await self.paused(name, status == "pause")
                 elif status in ("start", "die") and name:
@@ -210,8 +212,12 @@ class EngineLoop:
                         await self.started(sandbox)
                     else:
                         self.spawn(self.safely(lambda s=sandbox: self.egress.withdraw(s)))
-                        facts = self._facts_of_die(name, attrs)
-                        self.spawn(self.safely(lambda s=sandbox, f=facts: self.finalize(s, f)))
+                        facts = self._facts_of_die(container_id, attrs)
+                        self.spawn(
+                            self.safely(
+                                lambda s=sandbox, f=facts, c=container_id: self.finalize(s, f, c)
+                            )
+                        )
             except Exception:
                 log.exception("handling %s of %s failed", status, name)
 
@@ -235,21 +241,23 @@ class EngineLoop:
             await db(sandbox.mark_paused)(paused)
             self.paused_event.set()
 
-    def _facts_of_die(self, name: str, attrs: dict[str, str]) -> dict[str, Any] | None:
+    def _facts_of_die(self, container_id: str, attrs: dict[str, str]) -> dict[str, Any] | None:
         """The exit as the die event tells it, or None to ask the engine. An exit by
         SIGKILL (137) is always asked about: it may be an OOM kill whose oom event this
-        agent did not see (it restarted in between)."""
-        oom = name in self.oom_seen
-        self.oom_seen.discard(name)
+        agent did not see (it restarted in between) or has yet to see (sandbox.ooms)."""
         code = attrs.get("exitCode", "")
         if not code.isdigit() or int(code) == EXIT_SIGKILL:
             return None
+        oom = self.ooms.take(container_id)
         return {"running": False, "exit_code": int(code), "oom_killed": oom, "status": "exited"}
 
-    async def finalize(self, sandbox: Sandbox, facts: dict[str, Any] | None = None) -> None:
+    async def finalize(
+        self, sandbox: Sandbox, facts: dict[str, Any] | None = None, died: str = ""
+    ) -> None:
         """After an exit: the exit on the row, the owner's end, then the sandbox goes.
         `facts`: the exit code and OOM flag as the die event told them; else the
-        engine is asked (one call less per run, when it is busiest with the exit)."""
+        engine is asked (one call less per run, when it is busiest with the exit).
+        `died`: the container id its die event named, whose oom event may come late."""
         if sandbox.name in self.finalizing:
             return
         self.finalizing.add(sandbox.name)
@@ -260,6 +268,12 @@ class EngineLoop:
                 return  # restarted meanwhile: not an exit
             # As it is now: a stop asked for while it ran says why it ended.
             await db(sandbox.refresh_from_db)()
+            if facts is not None and died and facts.get("exit_code") == EXIT_SIGKILL:
+                # The kernel's kill, unless a stop asked for it: its oom event may
+                # follow its die (sandbox.ooms).
+                facts["oom_killed"] = bool(facts.get("oom_killed")) or (
+                    self.ooms.take(died) if sandbox.stop_reason else await self.ooms.late(died)
+                )
             if facts is not None:
                 await db(sandbox.mark_exited)(facts.get("exit_code"), facts.get("oom_killed"))
             owner = owner_of(sandbox)
@@ -271,6 +285,8 @@ class EngineLoop:
         finally:
             self.finalizing.discard(sandbox.name)
             self.known.pop(sandbox.name, None)
+            if died:
+                self.ooms.take(died)
 
     # -- deadlines, stops, CPU -------------------------------------------------------
 
