@@ -221,7 +221,11 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 # - the gateways' proof to daphne, and preview cookies' signing key (previews.gate).
 # Where their files are: the DATA_DIR this process started with, fixed here (a test
 # that points DATA_DIR elsewhere for its logs must not make the process's keys move).
-KEYS_DIR = DATA_DIR
+# BERTH_KEYS_DIR puts them elsewhere (a runner host's own small state dir).
+KEYS_DIR = Path(os.environ["BERTH_KEYS_DIR"]) if os.environ.get("BERTH_KEYS_DIR") else DATA_DIR
+# A runner host's key for the secrets sealed for it (runs.secrets.seal_for): given to
+# it (`manage.py hosts key NAME` on the web host), never made or derived there.
+BERTH_HOST_SECRETS_KEY = os.environ.get("BERTH_HOST_SECRETS_KEY", "")
 BERTH_CHANNEL_LAYER_KEY = os.environ.get("BERTH_CHANNEL_LAYER_KEY", "")
 BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 BERTH_GATEWAY_KEY = os.environ.get("BERTH_GATEWAY_KEY", "")

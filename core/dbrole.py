@@ -17,8 +17,15 @@ from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 from psycopg import sql
 
-# Tables a runner never reads or writes.
-CLOSED = ("django_session", "accounts_invitation", "accounts_tokendigest", "sandbox_hosttoken")
+# Tables a runner never reads or writes (the stored secrets too: what a runner needs of
+# them reaches it sealed for its host, runs.secrets).
+CLOSED = (
+    "django_session",
+    "accounts_invitation",
+    "accounts_tokendigest",
+    "sandbox_hosttoken",
+    "runner_secret",
+)
 # Tables a runner reads alone.
 READ_ONLY = ("auth_user", "accounts_membership", "accounts_apitoken")
 

@@ -3,17 +3,20 @@
 Each key comes from the environment, else from its file in DATA_DIR (0600), else it is
 made once into that file. Two kinds:
 - shared keys, which every host of an instance must hold the same: the channel layer's
-  seal, workspace secrets' key (until part 2 seals them per host), the gateways' proof
-  to daphne and the preview-cookie key. The web host makes them; a runner host
-  (`BERTH_ROLE=runner`) never does: a key it made alone would match no other host's,
-  so it refuses to start without them (`check_runner_keys`) and says where they come
-  from;
+  seal, the gateways' proof to daphne and the preview-cookie key. The web host makes
+  them; a runner host (`BERTH_ROLE=runner`) never does: a key it made alone would match
+  no other host's, so it refuses to start without them (`check_runner_keys`) and says
+  where they come from;
+- the workspace secrets' key, the web host's alone: a runner host gets the values it
+  needs sealed for it, under a key derived from that one and its name
+  (`host_secrets_key`), which it is given and never derives;
 - a host's own keys (its session channels' and exec frames' secret), made on the host
   that uses them and never shared.
 A runner host holds no key that signs browser sessions or API tokens: its SECRET_KEY is
 a throwaway of each process (config.settings).
 """
 
+import base64
 import contextlib
 import os
 import secrets
@@ -82,6 +85,10 @@ def _fernet_key(text: str) -> bool:
 _read: dict[Path, str] = {}
 
 
+class NotOnRunner(ImproperlyConfigured):
+    """Runner-side code asked for a key only the web host holds: a bug, said plainly."""
+
+
 @dataclass(frozen=True)
 class SharedKey:
     name: str
@@ -89,11 +96,17 @@ class SharedKey:
     file: str
     make: Callable[[], str]
     valid: Callable[[str], bool]
+    web_only: bool = False  # the web host's alone: a runner host never reads it
 
     def path(self) -> Path:
         return Path(settings.KEYS_DIR) / self.file
 
     def value(self) -> str:
+        if self.web_only and is_runner():
+            raise NotOnRunner(
+                f"A runner host never holds the {self.name} key: what it needs of it "
+                'reaches it sealed for its host (docs/hosts.md, "Keys").'
+            )
         given = str(getattr(settings, self.env, "")).strip()
         if given:
             if not self.valid(given):
@@ -126,8 +139,9 @@ CHANNEL_LAYER = SharedKey(
     lambda: secrets.token_urlsafe(32), lambda t: len(t) >= 32,
 )  # fmt: skip
 SECRETS = SharedKey(
-    "workspace secrets", "BERTH_SECRETS_KEY", "secrets.key", _fernet_new, _fernet_key
-)
+    "workspace secrets", "BERTH_SECRETS_KEY", "secrets.key", _fernet_new, _fernet_key,
+    web_only=True,
+)  # fmt: skip
 GATEWAY = SharedKey(
     "gateway", "BERTH_GATEWAY_KEY", "gateway.key", lambda: secrets.token_hex(32), _hex64
 )
@@ -160,12 +174,24 @@ def check_runner_keys() -> None:
         return
     missing = []
     for key in SHARED:
+        if key.web_only:
+            continue
         try:
             key.value()
         except MissingKey:
             missing.append(f"{key.name} ({key.env}, or {key.file} from the web host)")
         except ImproperlyConfigured as e:  # there, but not a key: said as it is
             missing.append(f"{key.name}: {e}")
+    host = str(settings.SANDBOX_HOST)
+    try:
+        host_secrets_key(host)
+    except MissingKey:
+        missing.append(
+            f"its secrets key (BERTH_HOST_SECRETS_KEY, or {host_secrets_file(host)}: "
+            f"`manage.py hosts key {host}` on the web host prints it)"
+        )
+    except ImproperlyConfigured as e:
+        missing.append(f"its secrets key: {e}")
     if missing:
         raise MissingKey(
             "This runner host refuses to start without the instance's shared keys, which "
@@ -189,3 +215,39 @@ def host_key(file: str) -> bytes:
     if path not in _read:  # read once per process, as the shared ones
         _read[path] = kept(path, lambda: secrets.token_hex(32), _hex64, True)
     return bytes.fromhex(_read[path])
+
+
+def host_secrets_file(host: str) -> str:
+    return f"host-secrets.{host}.key"
+
+
+HOST_SECRETS_INFO = b"berth: workspace secrets sealed for host "
+
+
+def host_secrets_key(host: str) -> str:
+    """The Fernet key of the values sealed for `host` (runs.secrets.seal_for). The web
+    host derives it from the workspace secrets key and the name (HKDF-SHA256), so it
+    can seal for any host and keeps one key; a runner host holds its own alone, given
+    as BERTH_HOST_SECRETS_KEY or `host-secrets.<host>.key` (never derived there, never
+    made: it must be the web host's), and has none for another host."""
+    if not is_runner():
+        from cryptography.hazmat.primitives.hashes import SHA256
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        root = base64.urlsafe_b64decode(SECRETS.value())
+        derived = HKDF(SHA256(), 32, None, HOST_SECRETS_INFO + host.encode()).derive(root)
+        return base64.urlsafe_b64encode(derived).decode()
+    if host != str(settings.SANDBOX_HOST):
+        raise NotOnRunner(
+            f"Runner host {settings.SANDBOX_HOST} holds no key of host {host}: what is "
+            f"sealed for {host} is read there."
+        )
+    given = str(settings.BERTH_HOST_SECRETS_KEY).strip()
+    if given:
+        if not _fernet_key(given):
+            raise ImproperlyConfigured("BERTH_HOST_SECRETS_KEY does not hold a valid key.")
+        return given
+    path = Path(settings.KEYS_DIR) / host_secrets_file(host)
+    if (found := _read.get(path)) is None:
+        found = _read[path] = kept(path, _fernet_new, _fernet_key, may_make=False)
+    return found

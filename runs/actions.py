@@ -332,7 +332,7 @@ def queue_run(
     run.secret_names = check_grants(workspace, actor, secret_names, env)
     run.env_names = sorted(env)
     # Sealed, not plain: the values wait with the run for admission and are cleared at
-    # its end; the names are the record.
+    # its end; the names are the record. Sealed for its host once it is placed.
     run.env_sealed = secrets.seal(env) if env else ""
     run.requested_by, run.token = actor.user, actor.token
     if run.purpose != Purpose.RUN:
@@ -341,6 +341,7 @@ def queue_run(
         # written): pinned where its caller says (a session's volume is there).
         run.runner_host = placement.place(run.runtime, placement.load(), pinned=run.runner_host)
         run.admitted_at = timezone.now()
+        run.env_sealed, run.secrets_sealed = secrets.placed(run, run.runner_host)
     with transaction.atomic():
         if run.purpose == Purpose.RUN:
             # Under admission's lock: requests at once cannot all pass the queue limit.
@@ -349,6 +350,7 @@ def queue_run(
             host = quotas.admits_at_once(workspace.team, run.runtime)
             if host:
                 run.admitted_at, run.runner_host = timezone.now(), host
+                run.env_sealed, run.secrets_sealed = secrets.placed(run, host)
         run.save()
         pin_commit(workspace, run.commit)
         record(

@@ -192,7 +192,7 @@ def _outputs(run: Run) -> dict[str, Any]:
             "too many files and folders."
         )
         return {"changes": changes}
-    masker = secrets.Masker(secrets.unseal(run.secrets_sealed))
+    masker = secrets.Masker(secrets.open_sealed(run.secrets_sealed))
     try:
         root = backend.workspace_host_path(run.container_name)
         chunks = None if root else backend.get_workspace_archive(run.container_name)

@@ -33,14 +33,14 @@ RUNNING_GRACE = timedelta(seconds=15)  # a just-started run may not be listed ye
 
 
 def masker_of(run_id: str) -> secrets.Masker:
-    """The values the run was granted (sealed on the run when it was prepared), masked
+    """The values the run was granted (sealed for this host when it was placed), masked
     before a line is stored (a value split across two 16 KB pieces of one long line is
     the one case this cannot see). Asked on the follower's own thread."""
     try:
         sealed = (
             Run.objects.filter(public_id=run_id).values_list("secrets_sealed", flat=True).first()
         )
-        values = secrets.unseal(sealed or "")
+        values = secrets.open_sealed(sealed or "")
     finally:
         connection.close()  # that thread asks nothing more of the database
     return secrets.Masker(values.values())

@@ -282,16 +282,14 @@ class Run(models.Model):
             phase="main", setup_done_at=now, process_started_at=now, setup=setup
         )
 
-    def seal_secrets(self, sealed: str) -> None:
-        Run.objects.filter(pk=self.pk).update(secrets_sealed=sealed)
-
     @staticmethod
-    def admit(pk: int, at: datetime, host: str) -> bool:
-        """Let a queued run go on to `host`'s worker (runs.quotas.admit, under its lock);
-        True if this call did."""
+    def admit(pk: int, at: datetime, host: str, sealed: tuple[str, str]) -> bool:
+        """Let a queued run go on to `host`'s worker (runs.quotas.admit, under its lock),
+        with its values sealed for that host (`env_sealed`, `secrets_sealed`: runs.secrets
+        .placed); True if this call did."""
         return bool(
             Run.objects.filter(pk=pk, state=RunState.QUEUED, admitted_at=None).update(
-                admitted_at=at, runner_host=host
+                admitted_at=at, runner_host=host, env_sealed=sealed[0], secrets_sealed=sealed[1]
             )
         )
 

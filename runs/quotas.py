@@ -37,7 +37,9 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from accounts.models import Team
+from core import broker, keys
 from core.errors import QuotaExceeded
+from runs import secrets
 from runs.models import ACTIVE_STATES, AdmissionLock, Purpose, Run, RunState, TeamCpuDay
 from sandbox import placement
 from sandbox.hosts import Host, HostState
@@ -144,7 +146,7 @@ def lock() -> None:
 
 def admit() -> list[int]:
     """Admit what may go now (see the module's docstring); returns the admitted ids."""
-    from runs.tasks import send_prepare  # not at the top: a cycle (tasks > prepare > quotas)
+    from runs.tasks import admit_runs, send_prepare  # not at the top: a cycle
 
     admitted: list[int] = []
     # Nothing waits (the common case, and every reconcile): no transaction and no lock,
@@ -152,6 +154,11 @@ def admit() -> list[int]:
     if not Run.objects.filter(
         purpose=Purpose.RUN, state=RunState.QUEUED, admitted_at=None
     ).exists():
+        return admitted
+    if keys.is_runner():
+        # An end on a runner host: admission seals the admitted runs' values for their
+        # hosts (runs.secrets) with the web host's key, so the web host's worker admits.
+        broker.send(admit_runs, (), queue=settings.CELERY_TASK_DEFAULT_QUEUE)
         return admitted
     with transaction.atomic():
         lock()
@@ -218,7 +225,8 @@ def admit() -> list[int]:
             # A microsecond apart: the order of one round's admissions stays readable
             # from admitted_at, which ranks the teams in the next round.
             at = now + datetime.timedelta(microseconds=len(admitted))
-            if Run.admit(run_id, at, host.name):
+            sealed = secrets.placed(Run.objects.get(pk=run_id), host.name)
+            if Run.admit(run_id, at, host.name, sealed):
                 admitted.append(run_id)
                 active[team] = active.get(team, 0) + 1
                 load[host.name] = load.get(host.name, 0) + 1

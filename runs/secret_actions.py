@@ -44,8 +44,9 @@ def _check_value(value: str) -> str:
 def set_secret(workspace: Workspace, actor: Actor, name: str, value: str) -> Secret:
     """Create the secret `name` of the workspace, or replace its value.
 
-    Queued runs get the new value; runs already prepared keep (and are masked with)
-    the value they were given. The Activity row names the secret, never its value.
+    Runs waiting for a slot get the new value; runs already placed on a host keep (and
+    are masked with) the value sealed for it then. The Activity row names the secret,
+    never its value.
     """
     require_team_admin(actor, workspace.team)
     check_name(name)

@@ -2,7 +2,11 @@
 
 Values are Fernet tokens (AES-128-CBC + HMAC-SHA256) under a key of their own
 (BERTH_SECRETS_KEY, else one generated into DATA_DIR: core.keys), so a copied database alone
-reveals nothing and rotating SECRET_KEY loses nothing.
+reveals nothing and rotating SECRET_KEY loses nothing. That key is the web host's alone.
+What a sandbox needs (a run's granted values and env, an exec's, a session's masking
+set) is sealed on the web side for the host that runs it (`seal_for`), under that
+host's key (core.keys.host_secrets_key), and opened there (`open_sealed`): a runner
+host can read no other host's values, nor the stored secrets themselves.
 """
 
 import json
@@ -13,7 +17,8 @@ from cryptography.fernet import Fernet, InvalidToken
 
 from accounts.secret_names import NAME, check_name
 from core import keys
-from runs.models import Secret
+from runs.models import Run, Secret
+from sandbox.models import this_host
 
 __all__ = ["NAME", "check_name"]
 
@@ -22,8 +27,14 @@ MASK = "***"
 
 
 @cache
+def _fernet_of(key: str) -> Fernet:
+    return Fernet(key.encode())
+
+
 def _fernet() -> Fernet:
-    return Fernet(keys.SECRETS.value().encode())
+    # The key asked for each time (read once per process by core.keys): a runner host
+    # is refused it however this process was used before.
+    return _fernet_of(keys.SECRETS.value())
 
 
 def encrypt(value: str) -> str:
@@ -136,11 +147,52 @@ class SecretScanner:
 
 
 def seal(values: dict[str, str]) -> str:
+    """Sealed for the web side alone (a request's env values waiting for placement)."""
     return encrypt(json.dumps(values)) if values else ""
 
 
 def unseal(sealed: str) -> dict[str, str]:
     return json.loads(decrypt(sealed)) if sealed else {}
+
+
+FOR_HOST = "host:"  # `host:<name>:<token>`: sealed for one host (a plain token: `seal`)
+
+
+def _host_fernet(host: str) -> Fernet:
+    return _fernet_of(keys.host_secrets_key(host))
+
+
+def seal_for(host: str, values: dict[str, str]) -> str:
+    """`values` sealed for `host`, which alone (and the web host) can open them."""
+    if not values:
+        return ""
+    token = _host_fernet(host).encrypt(json.dumps(values).encode()).decode()
+    return f"{FOR_HOST}{host}:{token}"
+
+
+def reseal_for(host: str, sealed: str) -> str:
+    """What `seal` sealed on the web side, sealed for `host` now that it is placed."""
+    return seal_for(host, unseal(sealed)) if sealed and not sealed.startswith(FOR_HOST) else sealed
+
+
+def open_sealed(sealed: str) -> dict[str, str]:
+    """The values in `sealed`: on a runner host only what was sealed for it (anything
+    else is refused, never guessed at); the web host opens any (it derives every key)."""
+    if not sealed:
+        return {}
+    if not sealed.startswith(FOR_HOST):
+        # Sealed before values were sealed per host: the web key's (refused on a runner).
+        return unseal(sealed)
+    host, _, token = sealed[len(FOR_HOST) :].partition(":")
+    if keys.is_runner() and host != this_host():
+        raise RuntimeError(f"values sealed for host {host} reached host {this_host()}")
+    try:
+        return json.loads(_host_fernet(host).decrypt(token.encode()))
+    except InvalidToken:
+        raise RuntimeError(
+            f"values sealed for host {host} do not open: its key is not the one the web "
+            "host derives for it (`manage.py hosts key` prints it)"
+        ) from None
 
 
 def values_for(workspace_id: int, names: Iterable[str]) -> dict[str, str]:
@@ -150,3 +202,13 @@ def values_for(workspace_id: int, names: Iterable[str]) -> dict[str, str]:
         return {}
     rows = Secret.objects.filter(workspace_id=workspace_id, name__in=wanted)
     return {row.name: decrypt(row.ciphertext) for row in rows}
+
+
+def placed(run: Run, host: str) -> tuple[str, str]:
+    """A run's env values and its granted secrets' values sealed for the host it is
+    placed on, as they are now: the values it starts with (`env_sealed`,
+    `secrets_sealed`)."""
+    return (
+        reseal_for(host, run.env_sealed),
+        seal_for(host, values_for(run.workspace_id, run.secret_names)),
+    )

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from core import broker
-from runs import caches, lease, prepare, retention, secrets
+from runs import caches, lease, prepare, quotas, retention, secrets
 from runs.models import Run, RunState
 from runs.outcomes import describe
 from sandbox import backend
@@ -66,12 +66,9 @@ def _prepare(run: Run) -> None:
     if first and not run.advance(RunState.PREPARING, (RunState.QUEUED,), started_at=timezone.now()):
         return  # another delivery, a cancel or a reconcile got there first
     try:
-        # Secret values come from the database and env values from the run, both
-        # encrypted there; the env values are cleared when the run ends.
-        granted = secrets.values_for(run.workspace_id, run.secret_names)
-        if granted:
-            run.seal_secrets(secrets.seal(granted))
-        env = {**(secrets.unseal(run.env_sealed) if run.env_sealed else {}), **granted}
+        # Its env and granted secrets' values, sealed for this host when it was placed
+        # (runs.secrets.placed); the env values are cleared when the run ends.
+        env = {**secrets.open_sealed(run.env_sealed), **secrets.open_sealed(run.secrets_sealed)}
         prepare.prepare_and_start(
             run,
             env,
@@ -101,6 +98,13 @@ def _prepare(run: Run) -> None:
         if run.reason == "cancelled_by_user":
             for sandbox in prepare.sandboxes_of(run):
                 backend.signal_sandbox(sandbox.name, "SIGKILL")
+
+
+@shared_task(name="runs.tasks.admit_runs", ignore_result=True)
+def admit_runs() -> None:
+    """Admission asked for by a runner host (a run ended there): done where the web
+    host's key seals the admitted runs' values for their hosts (runs.quotas.admit)."""
+    quotas.admit()
 
 
 def runner_queue(host: str) -> str:

@@ -303,10 +303,11 @@ def exec_in(
         detach=detach,
         env_names=sorted(env),
         secret_names=names,
-        env_sealed=secrets.seal(env) if env else "",
-        secrets_sealed=secrets.seal(secrets.values_for(session.workspace_id, names))
-        if names
-        else "",
+        # Sealed for the session's host, which alone opens them (runs.secrets).
+        env_sealed=secrets.seal_for(host_of(session), env),
+        secrets_sealed=secrets.seal_for(
+            host_of(session), secrets.values_for(session.workspace_id, names)
+        ),
         requested_by=actor.user,
         token=actor.token,
     )

@@ -111,7 +111,7 @@ def read_cursor(path: Path) -> tuple[str, dict[str, int]]:
 def masker_for(row: Exec, session_values: dict[str, str]) -> secrets.Masker:
     """Its own secrets and every one granted to its session so far: a later exec's
     secret can reach this one's output through the files and processes they share."""
-    own = secrets.unseal(row.secrets_sealed or "")
+    own = secrets.open_sealed(row.secrets_sealed or "")
     return secrets.Masker([*own.values(), *session_values.values()])
 
 
@@ -214,13 +214,13 @@ class SessionFollower(Follower):
             self.run_masked_at = now
             found = (
                 Session.objects.filter(run__public_id=self.run_id)
-                .values_list("workspace_id", "secret_names")
+                .values_list("secrets_sealed", "secret_names")
                 .first()
             )
             names = list(found[1]) if found else []
             if found and names != self.run_granted:
                 self.run_granted = names
-                self.run_masker = secrets.Masker(secrets.values_for(found[0], names))
+                self.run_masker = secrets.Masker(secrets.open_sealed(found[0]))
             close_old_connections()
         return self.run_masker.bytes(data) if self.run_masker else data
 
@@ -300,7 +300,7 @@ class SessionFollower(Follower):
         if rows and rows[0].session.secret_names != self.granted:
             session = rows[0].session
             self.granted = list(session.secret_names)
-            self.granted_values = secrets.values_for(session.workspace_id, self.granted)
+            self.granted_values = secrets.open_sealed(session.secrets_sealed)
             for entry in self.execs.values():
                 entry.masker = masker_for(entry.row, self.granted_values)
         for row in rows:

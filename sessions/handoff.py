@@ -61,7 +61,7 @@ async def hand(row: Exec, lock: asyncio.Lock, thaw: Thaw, on_grant: Thaw | None)
         if not await db(row.mark_running)():
             return
         running = True
-        env = {**secrets.unseal(row.env_sealed), **secrets.unseal(row.secrets_sealed)}
+        env = {**secrets.open_sealed(row.env_sealed), **secrets.open_sealed(row.secrets_sealed)}
         request = {
             "op": "exec",
             "id": row.public_id,

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken, Team
 from core.ids import new_id
+from runs import secrets
 from runs.models import Run
 from sessions.signals import announce_grant
 from workspaces.models import Workspace
@@ -106,6 +107,9 @@ class Session(Timers):
     # Secret names any of its execs was granted: from then on its execs, output and
     # changes are for those whose grants cover them (sessions.access).
     secret_names = models.JSONField(default=list, blank=True)
+    # Their values, sealed for its host (runs.secrets.seal_for): what its agent masks
+    # in its execs' output, terminals and reads.
+    secrets_sealed = models.TextField(blank=True)
     # A file of the dependency cache's key changed since it started: /deps is stale.
     deps_stale = models.BooleanField(default=False)
     # Files a sync left as the session had them (it had changed them too), each with the
@@ -196,7 +200,12 @@ class Session(Timers):
             if not set(names) - current:
                 return False
             self.secret_names = sorted(current | set(names))
-            Session.objects.filter(pk=self.pk).update(secret_names=self.secret_names)
+            self.secrets_sealed = secrets.seal_for(
+                self.runner_host, secrets.values_for(self.workspace_id, self.secret_names)
+            )
+            Session.objects.filter(pk=self.pk).update(
+                secret_names=self.secret_names, secrets_sealed=self.secrets_sealed
+            )
             granted = list(self.secret_names)
             transaction.on_commit(lambda: announce_grant(self, granted))
             return True

@@ -240,7 +240,7 @@ async def read_tree(
     """The session's /workspace as a tree against `base_commit`, written into `scratch`
     (ChannelError when the channel does not answer). Store and database work goes to
     threads, one at a time."""
-    values = await db(secrets.values_for)(session.workspace_id, session.secret_names)
+    values = secrets.open_sealed(session.secrets_sealed)  # sealed for this host
     reading = await on_thread(_Reading)(scratch, base_commit, secrets.Masker(values))
     try:
         await _list(ns, reading)

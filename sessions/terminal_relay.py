@@ -82,9 +82,10 @@ def _load(public_id: str) -> Terminal | None:
 
 
 def _masker_of(session: Session) -> tuple[list[str], secrets.StreamMasker]:
-    names = list(session.secret_names)
-    values = secrets.values_for(session.workspace_id, names)
-    return names, secrets.Masker(values).stream()
+    # Sealed for this host when they were granted (sessions.models.Session.grant).
+    return list(session.secret_names), secrets.Masker(
+        secrets.open_sealed(session.secrets_sealed)
+    ).stream()
 
 
 def _open_here() -> list[Terminal]:

@@ -29,6 +29,7 @@ from tests.support import engine_b
 from tests.support.previews import ENDED, PROBE_APP, Browser, PreviewAgent, probe_toml, write
 from tests.support.runs import Agent as RunAgent
 from tests.support.runs import wait_for_output
+from tests.support.secrets import VALUE
 from tests.support.servers import wait_for
 from tests.support.sessions import SessionAgent, lines
 from workspaces import actions as workspace_actions
@@ -72,7 +73,9 @@ def shop(cast):
 
 @pytest.fixture
 def agent(client, cast, shop):
-    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
+    _, secret = cast.token(
+        cast.carol, ["workspace:read", "workspace:write", "run"], secret_names=["API_KEY"]
+    )
     return RunAgent(client, secret)
 
 
@@ -88,9 +91,28 @@ def on_engine(client: docker.DockerClient, name: str) -> bool:
     return True
 
 
+def grant_api_key(client, cast) -> None:
+    """API_KEY set by an admin, and granted by carol's tokens (`agent`, the sessions')."""
+    _, admin = cast.token(cast.alice, ["workspace:read", "workspace:write"])
+    r = client.put(
+        "/api/v1/workspaces/shop/secrets/API_KEY",
+        {"value": VALUE},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {admin}",
+    )
+    assert r.status_code in (200, 201), r.content
+
+
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, runtime):
-    run = agent.run("echo started; sleep 12; echo done", runtime=runtime)
+def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, client, cast, runtime):
+    """With a granted secret: sealed for b, opened by b alone (its processes hold no
+    workspace secrets key: any use of it there fails), masked in the run's log."""
+    grant_api_key(client, cast)
+    run = agent.run(
+        'echo started; echo "key=$API_KEY"; sleep 12; echo done',
+        runtime=runtime,
+        secrets=["API_KEY"],
+    )
     assert wait_for_output(agent, run, "started")
     row = Run.objects.get(public_id=run["id"])
     box = sandbox_of(run["id"])
@@ -107,7 +129,9 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, run
 
     done = agent.wait(run)
     assert done["state"] == "succeeded", done
-    assert agent.output(run) == ["started", "done"]
+    assert agent.output(run) == ["started", "key=***", "done"]
+    assert Run.objects.get(public_id=run["id"]).secrets_sealed.startswith("host:b:")
+    assert not (engine_b.keys_dir() / keys.SECRETS.file).exists()
     # Its setup filled a dependency cache on b: b's, and A's eviction leaves it alone.
     cache = DepCache.objects.get(workspace__slug="shop")
     assert cache.host == "b"
@@ -129,10 +153,16 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, run
 def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
     b, run_stack, client, cast, shop, runtime
 ):
-    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
+    grant_api_key(client, cast)
+    _, secret = cast.token(
+        cast.carol, ["workspace:read", "workspace:write", "run"], secret_names=["API_KEY"]
+    )
     agent = SessionAgent(client, secret)
     session = agent.ready(runtime=runtime)
     assert lines(agent.exec(session, "echo kept > note.txt && echo written")) == ["written"]
+    # A granted secret reaches b's exec, sealed for b, and its output is masked there.
+    granted = agent.exec(session, 'echo "key=$API_KEY"', secrets=["API_KEY"])
+    assert lines(granted) == ["key=***"]
     stored = Session.objects.select_related("run").get(public_id=session["id"])
     assert stored.runner_host == "b" and stored.run is not None
     assert stored.run.runtime == runtime

@@ -296,7 +296,7 @@ def test_a_granted_secret_reaches_the_run_and_is_masked_everywhere(
 def test_a_secret_changed_during_a_run_stays_masked_with_the_value_the_run_got(
     client, cast, alice_api, run_stack
 ):
-    """The run masks with the values sealed when it was prepared, so rotating or
+    """The run masks with the values sealed when it was placed, so rotating or
     deleting a secret mid-run never shows the old value in clear."""
     put(client, alice_api, "API_KEY", {"value": VALUE})
     _, secret = cast.token(cast.carol, ["workspace:read", "run"], secret_names=["API_KEY"])

@@ -216,14 +216,16 @@ def let_go(build: Run) -> None:
     exec is detached: attached, its output stream once never closed under runsc (the
     test sat in `exec_run` until its 300 s timeout), so what is waited on is the build
     ending, the thing this test needs."""
-    container = engine().containers.get(build.container_name)
 
     def moved_on() -> bool:
         build.refresh_from_db()
         if not build.is_active:
             return True
-        with contextlib.suppress(docker.errors.APIError, requests.RequestException):
-            container.exec_run(["touch", "/tmp/go"], user="1000:1000", detach=True)
+        # Not named yet, gone, or the engine slow to answer: the next look tries again.
+        with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
+            engine().containers.get(build.container_name).exec_run(
+                ["touch", "/tmp/go"], user="1000:1000", detach=True
+            )
         return False
 
     wait_for(moved_on, timeout=120, interval=2, what="the build to see /tmp/go")

@@ -157,7 +157,7 @@ def test_once_keyed_only_the_channels_signed_lines_reach_the_run_log_masked(chan
     granted values."""
     row, follower = running
     set_secret(row.session.workspace, Actor(cast.alice), "API_KEY", VALUE)
-    Session.objects.filter(pk=row.session.pk).update(secret_names=["API_KEY"])
+    assert row.session.grant(["API_KEY"])  # as an exec granted it: sealed for its host
     sandbox = Sandbox.objects.get()
     out = io.BytesIO()
     channel.OUT = out

@@ -21,7 +21,7 @@ import docker
 from django.conf import settings
 from django.db import connection
 
-from core import dbrole
+from core import dbrole, keys
 from tests.support import marks, servers
 from tests.support.servers import free_port, wait_for
 
@@ -141,16 +141,30 @@ def runner_database_url() -> str:
     return f"{scheme}://{RUNNER_ROLE}:@{rest.split('@', 1)[1]}"
 
 
+def keys_dir() -> Path:
+    """B's keys, as an operator gives them (docs/hosts.md, "Keys"): the shared ones
+    copied from the web host's, and its secrets key from `manage.py hosts key b`. Never
+    the workspace secrets key, nor SECRET_KEY."""
+    path = settings.DATA_DIR / "b-keys"
+    path.mkdir(mode=0o700, exist_ok=True)
+    for key in keys.SHARED:
+        if not key.web_only:
+            shutil.copy2(key.path(), path / key.file)
+    return path
+
+
 @contextmanager
 def host_b(app_port: int, database_url: str) -> Iterator[HostB]:
     """Engine B with B's runner agent, worker (queue runner-<instance>.b) and gateway
     (handing what it does not serve to daphne on `app_port`), all as a runner host:
-    BERTH_ROLE=runner, the instance's shared keys from the data dir they share with A
-    in part 1 (no SECRET_KEY). Host b's row must exist: its agent claims it."""
+    BERTH_ROLE=runner, keys of its own dir (`keys_dir`: no SECRET_KEY, no workspace
+    secrets key). Host b's row must exist: its agent claims it."""
     with ExitStack() as stack:
         docker_host = stack.enter_context(dockerd())
         gateway_port = free_port()
         env = {
+            "BERTH_KEYS_DIR": str(keys_dir()),
+            "BERTH_HOST_SECRETS_KEY": keys.host_secrets_key(NAME),
             "DOCKER_HOST": docker_host,
             "DATABASE_URL": database_url,
             "BERTH_SANDBOX_HOST": NAME,

@@ -2,6 +2,7 @@
 
 hosts                 list them: state, last heartbeat, engine, runtimes, slots
 hosts add NAME        a new host; prints its token once (only the hash is kept)
+hosts key NAME        the key of the secrets sealed for it, for its BERTH_HOST_SECRETS_KEY
 hosts drain NAME      nothing new goes to it; what it runs carries on
 hosts undrain NAME    it takes new work again
 hosts forget NAME     its row goes (refused while it still holds live sandboxes)
@@ -17,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 from django.utils import timezone
 
-from core import dbrole
+from core import dbrole, keys
 from runs.models import ACTIVE_STATES, Run
 from sandbox.hosts import NAME_PATTERN, Host
 from sandbox.models import LIVE_STATES, Sandbox
@@ -37,7 +38,7 @@ class Command(BaseCommand):
             "action",
             nargs="?",
             default="list",
-            choices=["list", "add", "drain", "undrain", "forget", "db-role"],
+            choices=["list", "add", "key", "drain", "undrain", "forget", "db-role"],
         )
         parser.add_argument(
             "name", nargs="?", help="the host's name (BERTH_SANDBOX_HOST there), or the role's"
@@ -60,7 +61,9 @@ class Command(BaseCommand):
         if host is None:
             known = ", ".join(Host.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"No host is named {name!r} (known: {known}).")
-        if action in SAID:
+        if action == "key":
+            self._key(name)
+        elif action in SAID:
             changed = host.drain() if action == "drain" else host.undrain()
             self.stdout.write(
                 f"{name}: {SAID[action]}" if changed else f"{name} is {host.state}: nothing changed"
@@ -81,8 +84,20 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Added host {name}. Its token, shown this once (only its hash is kept):\n"
             f"{token}\n"
-            f"On that machine set BERTH_SANDBOX_HOST={name} and start its runner agent; "
-            "it beats within seconds (manage.py hosts)."
+            f"On that machine set BERTH_SANDBOX_HOST={name}, give it its secrets key "
+            f"(manage.py hosts key {name}) and start its runner agent; it beats within "
+            "seconds (manage.py hosts)."
+        )
+
+    def _key(self, name: str) -> None:
+        """Derived again each time (core.keys.host_secrets_key), so nothing is kept."""
+        if keys.is_runner():
+            raise CommandError("Ask the web host: a runner host holds no other host's key.")
+        self.stdout.write(keys.host_secrets_key(name))
+        self.stderr.write(
+            f"The key of the secrets sealed for {name}: set it as BERTH_HOST_SECRETS_KEY "
+            f"there, or put it in {keys.host_secrets_file(name)} in its keys dir (0600). "
+            "It opens only what is sealed for that host; keep it as secret as the rest."
         )
 
     def _db_role(self, role: str) -> None:
