@@ -29,6 +29,7 @@ import os
 import signal
 import struct
 import termios
+from collections.abc import Iterator
 from typing import Any
 
 KEEP = 256 << 10  # recent output kept per terminal, for a viewer attaching again
@@ -96,6 +97,22 @@ def pids() -> set[int]:
     return {t.proc.pid for t in TERMINALS.values() if t.exit is None}
 
 
+# Children forked whose pid is not yet recorded (in TERMINALS, or berth_session's
+# EXECS): the orphan reaper waits while there are any. A child that exits at once is a
+# zombie in between; reaped there as an orphan, asyncio would find it gone and report
+# its exit as 255 (seen: an `echo hi` exec ending exit_nonzero under load).
+SPAWNING = [0]
+
+
+@contextlib.contextmanager
+def spawning() -> Iterator[None]:
+    SPAWNING[0] += 1
+    try:
+        yield
+    finally:
+        SPAWNING[0] -= 1
+
+
 def _controlling_tty() -> None:
     """In the child, before the shell: the terminal is its controlling tty (job control,
     ^C), and it goes before the channel when memory runs out."""
@@ -111,28 +128,29 @@ def _size(fd: int, cols: int, rows: int) -> None:
 
 async def _start(tid: str, cols: int, rows: int) -> Terminal:
     master, slave = os.openpty()
-    try:
-        _size(slave, cols, rows)
-        shell = next((s for s in SHELLS if os.path.exists(s)), "/bin/sh")
-        env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
-        proc = await asyncio.create_subprocess_exec(
-            shell,
-            "-l",
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd="/workspace",
-            env=env,
-            start_new_session=True,
-            preexec_fn=_controlling_tty,
-        )
-    except BaseException:
-        os.close(master)
-        raise
-    finally:
-        os.close(slave)
+    with spawning():
+        try:
+            _size(slave, cols, rows)
+            shell = next((s for s in SHELLS if os.path.exists(s)), "/bin/sh")
+            env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "truecolor"}
+            proc = await asyncio.create_subprocess_exec(
+                shell,
+                "-l",
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd="/workspace",
+                env=env,
+                start_new_session=True,
+                preexec_fn=_controlling_tty,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        term = TERMINALS[tid] = Terminal(tid, proc, master)
     os.set_blocking(master, False)
-    term = TERMINALS[tid] = Terminal(tid, proc, master)
     loop = asyncio.get_running_loop()
     loop.add_reader(master, _readable, term)
     term.waiter = asyncio.ensure_future(_wait(term))

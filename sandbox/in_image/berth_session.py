@@ -338,22 +338,23 @@ async def start(request: dict[str, Any]) -> dict[str, Any]:
     env = {**os.environ, **{str(k): str(v) for k, v in (request.get("env") or {}).items()}}
     key = bytes.fromhex(str(request.get("key") or ""))
     oom_before = oom_kills()
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "sh",
-            "-c",
-            str(request["command"]),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=str(request.get("cwd") or "/workspace"),
-            env=env,
-            start_new_session=True,
-            preexec_fn=first_to_go,
-        )
-    except OSError as e:
-        return {"ok": False, "error": "start_failed", "detail": str(e)}
-    run = EXECS[exec_id] = Exec(exec_id, proc, key)
+    with berth_pty.spawning():  # recorded in EXECS before the reaper looks again
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "sh",
+                "-c",
+                str(request["command"]),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(request.get("cwd") or "/workspace"),
+                env=env,
+                start_new_session=True,
+                preexec_fn=first_to_go,
+            )
+        except OSError as e:
+            return {"ok": False, "error": "start_failed", "detail": str(e)}
+        run = EXECS[exec_id] = Exec(exec_id, proc, key)
     run.carrier = asyncio.ensure_future(
         carry(run, float(request.get("timeout_s") or 0), oom_before)
     )
@@ -427,9 +428,12 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 async def reap_orphans() -> None:
     """As the container's init (pid 1), orphans become this process's children: their
-    zombies are reaped here, never an exec's own (asyncio's watcher waits for those)."""
+    zombies are reaped here, never an exec's own (asyncio's watcher waits for those),
+    nor one whose start is under way (its pid is not recorded yet)."""
     while True:
         await asyncio.sleep(REAP_EVERY_S)
+        if berth_pty.SPAWNING[0]:
+            continue  # the orphans wait a pass
         own = {run.proc.pid for run in EXECS.values()} | berth_pty.pids()
         while True:
             try:
