@@ -49,7 +49,6 @@ api = BerthAPI(
 )
 
 
-@api.exception_handler(BerthError)
 def berth_error(request: HttpRequest, exc: BerthError) -> HttpResponse:
     response = error_response(exc.status, exc.code, exc.message, exc.details)
     if isinstance(exc, QuotaExceeded):
@@ -57,7 +56,6 @@ def berth_error(request: HttpRequest, exc: BerthError) -> HttpResponse:
     return response
 
 
-@api.exception_handler(ValidationError)
 def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors: list[dict[str, Any]] = [
         {"loc": [str(p) for p in e.get("loc", [])], "msg": e.get("msg", "")} for e in exc.errors
@@ -67,12 +65,10 @@ def validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse
     return error_response(422, "invalid", f"{where}: {first['msg']}", {"errors": errors})
 
 
-@api.exception_handler(AuthenticationError)
 def authentication_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return error_response(401, "unauthenticated", "Send `Authorization: Bearer <token>`.")
 
 
-@api.exception_handler(HttpError)
 def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     if exc.status_code == 400 and "parse" in str(exc).lower():
         # ninja's "Cannot parse request body": bad JSON is invalid input like any other.
@@ -82,22 +78,18 @@ def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(exc.status_code, "http_error", str(exc))
 
 
-@api.exception_handler(Http404)
 def not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return error_response(404, "not_found", "No such resource.")
 
 
-@api.exception_handler(RequestDataTooBig)
 def request_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return too_large(settings.MAX_REQUEST_BODY)
 
 
-@api.exception_handler(RecursionError)
 def too_deep(request: HttpRequest, exc: RecursionError) -> HttpResponse:
     return error_response(422, "invalid_json", "The JSON body is nested too deeply.")
 
 
-@api.exception_handler(Exception)
 def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     log.exception("unexpected error in %s %s", request.method, request.path)
     return error_response(
@@ -108,6 +100,19 @@ def unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
     )
 
 
+def install_error_handlers(target: NinjaAPI) -> None:
+    """One error shape for every API Berth serves (the public one, the internal one)."""
+    target.exception_handler(BerthError)(berth_error)
+    target.exception_handler(ValidationError)(validation_error)
+    target.exception_handler(AuthenticationError)(authentication_error)
+    target.exception_handler(HttpError)(http_error)
+    target.exception_handler(Http404)(not_found)
+    target.exception_handler(RequestDataTooBig)(request_too_big)
+    target.exception_handler(RecursionError)(too_deep)
+    target.exception_handler(Exception)(unexpected)
+
+
+install_error_handlers(api)
 api.add_router("/", accounts_router)
 api.add_router("/", workspaces_router)
 api.add_router("/", reviews_router)

@@ -78,7 +78,7 @@ class ApiErrorShapeMiddleware(Hooks):
     """Give API errors that Django or ninja answered on their own (405, 400, ...) the one
     error shape, so a client never has to parse an HTML error page."""
 
-    PREFIXES = ("/api/",)
+    PREFIXES = ("/api/", "/internal/")
     CODES = {
         400: "bad_request",
         404: "not_found",

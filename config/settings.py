@@ -226,6 +226,9 @@ KEYS_DIR = Path(os.environ["BERTH_KEYS_DIR"]) if os.environ.get("BERTH_KEYS_DIR"
 # A runner host's key for the secrets sealed for it (runs.secrets.seal_for): given to
 # it (`manage.py hosts key NAME` on the web host), never made or derived there.
 BERTH_HOST_SECRETS_KEY = os.environ.get("BERTH_HOST_SECRETS_KEY", "")
+# A runner host's token for the web host's internal API (`manage.py hosts add NAME`
+# printed it), else the file host-token.<host> in KEYS_DIR; and where that API is.
+BERTH_HOST_TOKEN = os.environ.get("BERTH_HOST_TOKEN", "")
 BERTH_CHANNEL_LAYER_KEY = os.environ.get("BERTH_CHANNEL_LAYER_KEY", "")
 BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
 BERTH_GATEWAY_KEY = os.environ.get("BERTH_GATEWAY_KEY", "")
@@ -380,6 +383,9 @@ if _berth_host in ("", "127.0.0.1", "::1", "0.0.0.0", "::", "localhost"):  # noq
 elif ":" in _berth_host:
     _berth_host = f"[{_berth_host}]"
 APP_URL = APP_URL_GIVEN or f"http://{_berth_host}:{os.environ.get('BERTH_PORT', '8000')}"
+# Where a runner host reaches the web host's internal API (/internal/v1): the app's
+# own address unless the hosts talk over a private network (docs/hosts.md).
+BERTH_WEB_URL = os.environ.get("BERTH_WEB_URL", "").strip().rstrip("/") or APP_URL
 
 # The port preview and release hosts are served on: the preview gateway's (`manage.py
 # preview_gateway`, started by `make run`), the only process that connects into

@@ -3,11 +3,13 @@ from django.shortcuts import render
 from django.urls import include, path, re_path
 
 from config.api import api
+from config.internal_api import internal
 from core.errors import error_body
 from workspaces.git_http import git_http
 
 urlpatterns = [
     path("api/v1/", api.urls),
+    path("internal/v1/", internal.urls),
     re_path(
         r"^git/(?P<team>[a-z0-9-]+)/(?P<slug>[a-z0-9-]+?)(?:\.git)?/(?P<rest>.*)$",
         git_http,
@@ -25,7 +27,7 @@ urlpatterns = [
 
 
 def _wants_json(request: HttpRequest) -> bool:
-    return request.path.startswith(("/api/", "/mcp", "/git/"))
+    return request.path.startswith(("/api/", "/internal/", "/mcp", "/git/"))
 
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

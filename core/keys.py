@@ -184,6 +184,13 @@ def check_runner_keys() -> None:
             missing.append(f"{key.name}: {e}")
     host = str(settings.SANDBOX_HOST)
     try:
+        host_token()
+    except MissingKey:
+        missing.append(
+            f"its token (BERTH_HOST_TOKEN, or {host_token_file(host)}: "
+            f"`manage.py hosts add {host}` on the web host printed it)"
+        )
+    try:
         host_secrets_key(host)
     except MissingKey:
         missing.append(
@@ -250,4 +257,21 @@ def host_secrets_key(host: str) -> str:
     path = Path(settings.KEYS_DIR) / host_secrets_file(host)
     if (found := _read.get(path)) is None:
         found = _read[path] = kept(path, _fernet_new, _fernet_key, may_make=False)
+    return found
+
+
+def host_token_file(host: str) -> str:
+    return f"host-token.{host}"
+
+
+def host_token() -> str:
+    """This runner host's token for the web host's internal API (sandbox.webapi): given
+    as BERTH_HOST_TOKEN or in `host-token.<host>` (what `manage.py hosts add` printed),
+    never made here."""
+    given = str(settings.BERTH_HOST_TOKEN).strip()
+    if given:
+        return given
+    path = Path(settings.KEYS_DIR) / host_token_file(str(settings.SANDBOX_HOST))
+    if (found := _read.get(path)) is None:
+        found = _read[path] = kept(path, str, lambda t: t.startswith("berth_host_"), False)
     return found

@@ -81,8 +81,21 @@ class Host(models.Model):
     def issue_token(self) -> str:
         """A new token for this host; the plaintext is returned once and never kept."""
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        HostToken.objects.update_or_create(host=self, defaults={"digest": _digest(secret)})
+        self.keep_token(secret)
         return secret
+
+    def keep_token(self, secret: str) -> None:
+        """`secret` is this host's token from now on (its digest kept, in place of any
+        other): a new one, or the one the host holds, given again to a restored row."""
+        HostToken.objects.update_or_create(host=self, defaults={"digest": _digest(secret)})
+
+    @staticmethod
+    def by_token(secret: str) -> "Host | None":
+        """The host whose token `secret` is (its digest looked up: one query)."""
+        if not secret.startswith(TOKEN_PREFIX):
+            return None
+        found = HostToken.objects.select_related("host").filter(digest=_digest(secret)).first()
+        return found.host if found is not None else None
 
     def token_matches(self, secret: str) -> bool:
         kept = HostToken.objects.filter(host=self).values_list("digest", flat=True).first()

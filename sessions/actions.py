@@ -377,33 +377,43 @@ def _still_covered(session: Session, actor: Actor) -> None:
 
 def delete_session(session: Session, actor: Actor) -> Session:
     """Its uncommitted files go with its volume; a live one is stopped first, and goes
-    once its container has."""
-    if session.state == SessionState.DELETED:
-        return session
-    if session.state in LIVE_STATES:
-        if session.state == SessionState.STOPPING:
-            with transaction.atomic():
-                _still_covered(session, actor)
-                Session.objects.filter(pk=session.pk).update(stop_reason="deleted")
-            session.refresh_from_db()
-            return session
-        return stop_session(session, actor, "deleted")
-    with transaction.atomic():
-        _still_covered(session, actor)
-        if session.move(
-            SessionState.DELETED,
-            RESTARTABLE_STATES,
-            reason="deleted",
-            message=describe_session("deleted", who=actor.label),
-            deleted_at=timezone.now(),
-        ):
-            transaction.on_commit(partial(remove_volume, session))
-            record(
-                session.workspace.team,
-                actor,
-                "session.deleted",
-                f"session:{session.public_id}",
-                session.workspace.slug,
-            )
-            changed(session)
+    once its container has. Each pass acts on its state as read under the row's lock;
+    one that moved meanwhile (its stop ended, someone else stopped it) is looked at
+    again, so a delete is never lost to a move it raced (sessions.lifecycle._end)."""
+    for _ in range(3):
+        with transaction.atomic():
+            locked = Session.objects.select_for_update().get(pk=session.pk)
+            require_cover(actor, locked)
+            if locked.state == SessionState.DELETED:
+                break
+            if locked.state == SessionState.STOPPING:
+                # Its end (on the agent) reads this and deletes it then.
+                if Session.objects.filter(pk=session.pk, state=SessionState.STOPPING).update(
+                    stop_reason="deleted"
+                ):
+                    break
+                continue
+            if locked.state in LIVE_STATES:
+                session.state = locked.state
+                if ask_stop(session, "deleted", actor.label):
+                    break
+                continue
+            if session.move(
+                SessionState.DELETED,
+                RESTARTABLE_STATES,
+                reason="deleted",
+                message=describe_session("deleted", who=actor.label),
+                deleted_at=timezone.now(),
+            ):
+                transaction.on_commit(partial(remove_volume, session))
+                record(
+                    session.workspace.team,
+                    actor,
+                    "session.deleted",
+                    f"session:{session.public_id}",
+                    session.workspace.slug,
+                )
+                changed(session)
+                break
+    session.refresh_from_db()
     return session

@@ -140,6 +140,20 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
     # Their shells were processes of that container: gone with it.
     for term in Terminal.objects.filter(session=session, run=run, state=TerminalState.OPEN):
         term.end(TerminalState.CLOSED, "session_stopped")
+    # The move is conditional on the stop asked as it was read: a delete asked while
+    # it was stopping (delete_session) that lands between the read and the move makes
+    # the move miss, and the end is decided again with it, never lost.
+    for _attempt in range(3):
+        if _end(session, run):
+            return
+        session.refresh_from_db()
+        if session.state not in LIVE_STATES:
+            return
+
+
+def _end(session: Session, run: Run) -> bool:
+    """The one end of a session whose run ended, by the stop asked of it as read now;
+    False if that stop changed before the move (then nothing was written)."""
     now = timezone.now()
     facts = {
         "who": session.stop_requested_by or "a user",
@@ -165,25 +179,28 @@ def on_run_finished(sender: object, run: Run, **_: object) -> None:
         to, reason = SessionState.LOST, "lost"
     else:
         to, reason = SessionState.FAILED, "process_ended"
-    if session.move(
+    if not session.move_if(
         to,
         LIVE_STATES,
+        {"stop_reason": session.stop_reason},
         reason=reason,
         message=describe_session(reason, **facts),
         stopped_at=now,
         **({"deleted_at": now} if to == SessionState.DELETED else {}),
     ):
-        record(
-            session.workspace.team,
-            None,
-            f"session.{to}",
-            f"session:{session.public_id}",
-            session.workspace.slug,
-            reason=reason,
-        )
-        changed(session)
-        if to == SessionState.DELETED:
-            remove_volume(session)
+        return False
+    record(
+        session.workspace.team,
+        None,
+        f"session.{to}",
+        f"session:{session.public_id}",
+        session.workspace.slug,
+        reason=reason,
+    )
+    changed(session)
+    if to == SessionState.DELETED:
+        remove_volume(session)
+    return True
 
 
 # Stops Berth makes because the session cannot be trusted any more: it ends `lost`.

@@ -163,7 +163,16 @@ class Session(Timers):
     def move(self, to: str, from_states: tuple[str, ...], **fields: Any) -> bool:
         """A conditional UPDATE: the agent, a worker and a user racing can never both
         write one transition."""
-        done = Session.objects.filter(pk=self.pk, state__in=from_states).update(state=to, **fields)
+        return self.move_if(to, from_states, {}, **fields)
+
+    def move_if(
+        self, to: str, from_states: tuple[str, ...], expect: dict[str, Any], **fields: Any
+    ) -> bool:
+        """`move`, only while `expect`'s fields still hold what was read (the stop asked,
+        which decides how it ends)."""
+        done = Session.objects.filter(pk=self.pk, state__in=from_states, **expect).update(
+            state=to, **fields
+        )
         if done:
             # What was written, without a reload (that would drop the run it holds).
             for name, value in {"state": to, **fields}.items():

@@ -7,12 +7,15 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.core.management import call_command
 
 from core import keys
+from sandbox.hosts import Host
+from tests.support.hosts import local_host
 from tests.support.servers import BIN, subprocess_env
 
 # A runner host refuses SQLite (hosts share PostgreSQL): the PostgreSQL pass runs these.
@@ -54,6 +57,7 @@ def test_a_runner_process_without_the_shared_keys_refuses_to_start_and_makes_non
         assert (key.env in said and key.file in said) is not key.web_only, key.name
     assert "BERTH_HOST_SECRETS_KEY" in said and keys.host_secrets_file("local") in said
     assert "manage.py hosts key local" in said
+    assert "BERTH_HOST_TOKEN" in said and keys.host_token_file("local") in said
     made = (
         [p.name for p in tmp_path.rglob("*") if p.name.endswith(".key")]
         if tmp_path.exists()
@@ -85,11 +89,51 @@ def test_a_runner_given_the_web_hosts_keys_starts(tmp_path, transactional_db, ca
     host_key = data / keys.host_secrets_file("local")
     host_key.write_text(printed.getvalue().strip())
     host_key.chmod(0o600)
+    token = data / keys.host_token_file("local")
+    token.write_text(local_host().issue_token())
+    token.chmod(0o600)
     first = given[0]
-    done = runner(data, [*COMMANDS["agent"], "--once"], **{first.env: web[first]})
+    # No web host answers there: the agent says so and starts.
+    done = runner(
+        data,
+        [*COMMANDS["agent"], "--once"],
+        **{first.env: web[first], "BERTH_WEB_URL": "http://127.0.0.1:9"},
+    )
     assert done.returncode == 0, done.stderr
-    assert "reconciled" in done.stdout
+    assert "reconciled" in done.stdout and "starting anyway" in done.stderr
     assert not (data / first.file).exists()
     assert not (data / "secret_key").exists()
     assert not (data / keys.SECRETS.file).exists()
     assert settings.BERTH_ROLE == "all"  # this process: the web host's own
+
+
+def given_keys(tmp_path) -> Path:
+    """A runner's keys dir as an operator fills it, but for its token."""
+    data = tmp_path / "runner"
+    data.mkdir(mode=0o700)
+    for key in keys.SHARED:
+        if not key.web_only:
+            shutil.copy2(key.path(), data / key.file)
+    (data / keys.host_secrets_file("local")).write_text(keys.host_secrets_key("local"))
+    return data
+
+
+def test_a_runner_agent_whose_token_the_web_host_refuses_does_not_start(
+    tmp_path, berth_server, cast
+):
+    """Its token asked of the web host's internal API at start (daphne here): another
+    host's or none at all is said, and the agent stops; its own, it starts."""
+    data = given_keys(tmp_path)
+    local = local_host()
+    other = Host.objects.create(name="other")
+    agent = [*COMMANDS["agent"], "--once"]
+    for token, said in (
+        ("berth_host_nothing", "is no host's token"),
+        (other.issue_token(), "this token is host other's, and this machine is local"),
+    ):
+        done = runner(data, agent, BERTH_HOST_TOKEN=token, BERTH_WEB_URL=berth_server.url)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert "manage.py hosts add local" in done.stderr and token not in done.stderr
+    done = runner(data, agent, BERTH_HOST_TOKEN=local.issue_token(), BERTH_WEB_URL=berth_server.url)
+    assert done.returncode == 0, done.stderr
+    assert "knows this host as local" in done.stdout and "reconciled" in done.stdout

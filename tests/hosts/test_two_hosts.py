@@ -43,9 +43,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.postgres]
 def b_stack(_daphne, _run_stack, django_db_blocker):
     keys.make_shared()  # as the web host's `manage.py prepare` does: B finds them
     with django_db_blocker.unblock():
-        Host.objects.get_or_create(name=engine_b.NAME)  # its agent claims it at start
+        host, _ = Host.objects.get_or_create(name=engine_b.NAME)  # its agent claims it
+        token = host.issue_token()
         database_url = engine_b.runner_database_url()
-    with engine_b.host_b(_daphne.port, database_url) as b:
+    with engine_b.host_b(_daphne.port, database_url, token) as b:
+        b.token = token
         yield b
 
 
@@ -53,7 +55,8 @@ def b_stack(_daphne, _run_stack, django_db_blocker):
 def b(b_stack, run_stack, cast):
     """Host b's row as its agent beats it (a test's flush removed it: added again, as an
     operator would), and this host draining."""
-    Host.objects.get_or_create(name=engine_b.NAME)
+    host, _ = Host.objects.get_or_create(name=engine_b.NAME)
+    host.keep_token(b_stack.token)  # the flush took its digest: B holds the same
     wait_for(
         lambda: Host.objects.filter(name=engine_b.NAME, heartbeat_at__isnull=False).first(),
         30,

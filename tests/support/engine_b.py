@@ -38,6 +38,7 @@ class HostB:
     agent_log: Path
     gateway_log: Path
     env: dict[str, str]
+    token: str = ""  # its token for the internal API, as `hosts add` printed it
 
 
 def _paths() -> tuple[Path, Path]:
@@ -154,7 +155,7 @@ def keys_dir() -> Path:
 
 
 @contextmanager
-def host_b(app_port: int, database_url: str) -> Iterator[HostB]:
+def host_b(app_port: int, database_url: str, token: str) -> Iterator[HostB]:
     """Engine B with B's runner agent, worker (queue runner-<instance>.b) and gateway
     (handing what it does not serve to daphne on `app_port`), all as a runner host:
     BERTH_ROLE=runner, keys of its own dir (`keys_dir`: no SECRET_KEY, no workspace
@@ -165,6 +166,9 @@ def host_b(app_port: int, database_url: str) -> Iterator[HostB]:
         env = {
             "BERTH_KEYS_DIR": str(keys_dir()),
             "BERTH_HOST_SECRETS_KEY": keys.host_secrets_key(NAME),
+            # Its token for the web host's internal API, there on daphne.
+            "BERTH_HOST_TOKEN": token,
+            "BERTH_WEB_URL": f"http://127.0.0.1:{app_port}",
             "DOCKER_HOST": docker_host,
             "DATABASE_URL": database_url,
             "BERTH_SANDBOX_HOST": NAME,

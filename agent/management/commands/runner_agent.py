@@ -9,6 +9,7 @@ from django.db import connections
 
 from agent.loop import Agent, reconcile_once
 from core import keys
+from sandbox import webapi
 from sandbox.heartbeat import HostRefused
 
 
@@ -21,6 +22,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, once: bool, **options: Any) -> None:
         try:
             keys.check_runner_keys()
+            if keys.is_runner():
+                self._introduce()
             if once:
                 reconcile_once()
                 self.stdout.write("reconciled")
@@ -28,6 +31,22 @@ class Command(BaseCommand):
             asyncio.run(self._serve())
         except (HostRefused, ImproperlyConfigured) as e:
             raise CommandError(str(e)) from None
+
+    def _introduce(self) -> None:
+        """A runner host's token is the web host's word that it is this host: refused,
+        the agent does not start; unanswered (the web host restarting), it starts."""
+        try:
+            name = webapi.check_identity()
+        except webapi.WebRefused as e:
+            raise CommandError(
+                f"{e}. Set BERTH_HOST_TOKEN to what `manage.py hosts add "
+                f"{settings.SANDBOX_HOST}` printed on the web host, and BERTH_WEB_URL to "
+                "its address."
+            ) from None
+        except webapi.WebUnavailable as e:
+            self.stderr.write(f"{e}; starting anyway (its API is asked again when needed)")
+            return
+        self.stdout.write(f"the web host at {settings.BERTH_WEB_URL} knows this host as {name}")
 
     async def _serve(self) -> None:
         for alias in connections:

@@ -1,0 +1,67 @@
+"""A runner host's client of the web host's internal API (config.internal_api,
+docs/hosts.md "The internal API"): its token (core.keys.host_token) on every request,
+the web host's error shape read back into one exception."""
+
+from typing import Any
+
+import requests
+from django.conf import settings
+
+from core import keys
+
+TIMEOUT_S = 30.0
+
+
+class WebRefused(Exception):
+    """The web host answered with an error: its status, code and message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"the web host refused ({status} {code}): {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+class WebUnavailable(Exception):
+    """The web host did not answer (down, restarting, or the address is wrong)."""
+
+
+class WebAPI:
+    def __init__(self, base_url: str | None = None, token: str | None = None) -> None:
+        self.base = (base_url or settings.BERTH_WEB_URL).rstrip("/") + "/internal/v1"
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {token or keys.host_token()}"
+
+    def get(self, path: str) -> Any:
+        return self._answer(self._send("GET", path))
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        try:
+            return self.http.request(method, self.base + path, timeout=TIMEOUT_S, **kwargs)
+        except requests.RequestException as e:
+            raise WebUnavailable(f"the web host at {self.base} did not answer: {e}") from None
+
+    @staticmethod
+    def _answer(response: requests.Response) -> Any:
+        if response.ok:
+            return response.json()
+        try:
+            error = response.json()["error"]
+            code, message = str(error["code"]), str(error["message"])
+        except (ValueError, KeyError, TypeError):
+            code, message = "unexpected", response.text[:200]
+        raise WebRefused(response.status_code, code, message)
+
+
+def check_identity() -> str:
+    """At a runner agent's start: the web host takes its token for this host's. The
+    host's name; WebRefused when the token is refused or names another host (a token
+    copied to the wrong machine), WebUnavailable when the web host does not answer."""
+    answer = WebAPI().get("/host")
+    name = str(answer.get("name"))
+    if name != settings.SANDBOX_HOST:
+        raise WebRefused(
+            403,
+            "wrong_host",
+            f"this token is host {name}'s, and this machine is {settings.SANDBOX_HOST}: give "
+            "each host its own (BERTH_HOST_TOKEN)",
+        )
+    return name
