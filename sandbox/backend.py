@@ -18,6 +18,7 @@ from sandbox.containers import (
     remove_sandbox,
     sandbox_pid,
     signal_sandbox,
+    status_now,
     volumes_labelled,
     workspace_host_path,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "remove_volume_if_unlabelled",
     "sandbox_pid",
     "signal_sandbox",
+    "status_now",
     "volume_bytes",
     "volume_path",
     "volumes_labelled",

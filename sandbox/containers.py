@@ -39,6 +39,12 @@ def existing(name: str) -> Any:
         return None
 
 
+def status_now(name: str) -> str | None:
+    """The container's status as the engine says it now (None if it is gone)."""
+    container = existing(name)
+    return None if container is None else str(container.status)
+
+
 def create_volume(name: str, labels: dict[str, str]) -> None:
     engine().volumes.create(name, labels=labels)
 

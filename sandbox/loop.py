@@ -346,6 +346,17 @@ class EngineLoop:
 
     # -- reconcile -----------------------------------------------------------------
 
+    async def _paused_as_now(self, sandbox: Sandbox) -> None:
+        """The row's pause as the engine says it now. The list the reconcile reads
+        comes before the rows: a pause between the two (its event already marked the
+        row) would otherwise be undone from the stale list, and a frozen session taken
+        for thawed, ready with its container paused. A move after this asking sends
+        its own event, handled after."""
+        status = await asyncio.to_thread(backend.status_now, sandbox.name)
+        if status in ("running", "paused") and sandbox.paused != (status == "paused"):
+            await db(sandbox.mark_paused)(status == "paused")
+            self.paused_event.set()
+
     async def reconcile(self) -> None:
         """Every kind of orphan: a live row whose owner is gone is removed with its
         container and volume (first: the container may hold volumes the owners' sweeps
@@ -386,8 +397,7 @@ class EngineLoop:
                 # After an agent restart: the old follower and proxy died with the agent.
                 # A paused container is live (a frozen session): its log and egress too.
                 if sandbox.paused != (container.status == "paused"):
-                    await db(sandbox.mark_paused)(container.status == "paused")
-                    self.paused_event.set()
+                    await self._paused_as_now(sandbox)
                 await self.started(sandbox)
             elif container.status in ("exited", "dead"):
                 self.spawn(self.safely(lambda s=sandbox: self.finalize(s)))

@@ -121,3 +121,27 @@ def test_an_exec_asked_of_a_start_that_stopped_never_runs_at_a_later_one(agent):
     assert ended["reason"] == "not_started", ended
     assert "stopped before it ran" in ended["message"]
     assert lines(agent.exec(session, "test -e /workspace/ran || echo absent")) == ["absent"]
+
+
+def test_a_reconcile_whose_list_predates_a_freeze_keeps_the_session_frozen(agent, monkeypatch):
+    """The reconcile reads the engine's list, then the rows: a freeze landing between
+    the two (its pause event already on the row) was undone from the stale list, and
+    the keeper took the session for thawed: `ready` with its container paused (a write's
+    answer then said `pending`, and an exec would wait on a paused channel). The list
+    here is the engine's real answer, read before the freeze (sandbox.loop)."""
+    from agent.loop import reconcile_once
+    from sandbox import loop
+    from sandbox.models import Sandbox
+
+    session = agent.ready(runtime="runc", idle_freeze_s=1)
+    stale = loop.listed()
+    frozen = wait_for(
+        lambda: Session.objects.select_related("run__sandbox").get(public_id=session["id"]),
+        60,
+        what="the session to freeze",
+        until=lambda s: s.state == "frozen",
+    )
+    assert frozen.run.sandbox.paused
+    monkeypatch.setattr(loop, "listed", lambda: stale)
+    reconcile_once()
+    assert Sandbox.objects.get(pk=frozen.run.sandbox.pk).paused is True
