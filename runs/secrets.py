@@ -143,7 +143,8 @@ class SecretScanner:
         self.tail = window[-self.keep :] if self.keep else b""
 
     def names(self) -> list[str]:
-        return sorted(self.found)
+        # An earlier value is kept as `NAME#n` (`with_values`): said by its name.
+        return sorted({name.split("#", 1)[0] for name in self.found})
 
 
 def seal(values: dict[str, str]) -> str:
@@ -212,3 +213,29 @@ def placed(run: Run, host: str) -> tuple[str, str]:
         reseal_for(host, run.env_sealed),
         seal_for(host, values_for(run.workspace_id, run.secret_names)),
     )
+
+
+def with_values(masked: dict[str, str], granted: dict[str, str]) -> dict[str, str]:
+    """A masking set (name: value) with `granted` added: a name whose value changed
+    keeps its earlier values too, as `NAME#n`, since what an earlier one reached may
+    still hold it (each value once)."""
+    merged = dict(masked)
+    for name, value in granted.items():
+        earlier = merged.get(name)
+        if earlier is not None and earlier != value and earlier not in _earlier(merged, name):
+            n = 1
+            while f"{name}#{n}" in merged:
+                n += 1
+            merged[f"{name}#{n}"] = earlier
+        merged[name] = value
+        for key in [k for k in _earlier_keys(merged, name) if merged[k] == value]:
+            del merged[key]
+    return merged
+
+
+def _earlier_keys(masked: dict[str, str], name: str) -> list[str]:
+    return [k for k in masked if k.startswith(name + "#")]
+
+
+def _earlier(masked: dict[str, str], name: str) -> list[str]:
+    return [masked[k] for k in _earlier_keys(masked, name)]

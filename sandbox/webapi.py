@@ -42,7 +42,14 @@ class WebAPI:
     @staticmethod
     def _answer(response: requests.Response) -> Any:
         if response.ok:
-            return response.json()
+            try:
+                return response.json()
+            except ValueError:
+                raise WebRefused(
+                    response.status_code,
+                    "not_berth",
+                    "the answer is not JSON: is BERTH_WEB_URL the web host's address?",
+                ) from None
         try:
             error = response.json()["error"]
             code, message = str(error["code"]), str(error["message"])
@@ -56,7 +63,7 @@ def check_identity() -> str:
     host's name; WebRefused when the token is refused or names another host (a token
     copied to the wrong machine), WebUnavailable when the web host does not answer."""
     answer = WebAPI().get("/host")
-    name = str(answer.get("name"))
+    name = str(answer.get("name")) if isinstance(answer, dict) else "?"
     if name != settings.SANDBOX_HOST:
         raise WebRefused(
             403,

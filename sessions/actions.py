@@ -394,8 +394,9 @@ def delete_session(session: Session, actor: Actor) -> Session:
                     break
                 continue
             if locked.state in LIVE_STATES:
-                session.state = locked.state
-                if ask_stop(session, "deleted", actor.label):
+                # As read under the lock: its run now (a start again may have replaced
+                # the one the door read).
+                if ask_stop(locked, "deleted", actor.label):
                     break
                 continue
             if session.move(

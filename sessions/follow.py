@@ -135,7 +135,7 @@ class SessionFollower(Follower):
         self.refreshed_at = 0.0
         self.cursor = cursor_path(run_id)
         self.resumed_seqs: dict[str, int] = {}  # from the cursor, for execs not seen yet
-        self.granted: list[str] = []  # the session's granted secret names, as last read
+        self.granted = ""  # the session's masking set (sealed), as last read
         self.granted_values: dict[str, str] = {}
         # The channel's own lines (OWN_ID): its key, the last number taken, and whether
         # it was keyed (from then on, unsigned lines are dropped and counted).
@@ -146,7 +146,7 @@ class SessionFollower(Follower):
         self.unsigned = 0
         self.unsigned_noted = 0
         self.unsigned_noted_at = 0.0
-        self.run_granted: list[str] = []
+        self.run_granted = ""  # likewise, for the run's own log
         self.run_masker = secrets.Masker([])
         self.run_masked_at = -REFRESH_S
         self.cursor_at = 0.0
@@ -214,13 +214,13 @@ class SessionFollower(Follower):
             self.run_masked_at = now
             found = (
                 Session.objects.filter(run__public_id=self.run_id)
-                .values_list("secrets_sealed", "secret_names")
+                .values_list("secrets_sealed", flat=True)
                 .first()
             )
-            names = list(found[1]) if found else []
-            if found and names != self.run_granted:
-                self.run_granted = names
-                self.run_masker = secrets.Masker(secrets.open_sealed(found[0]))
+            # Sealed again whenever a grant adds a name or a value (Session.grant).
+            if found and found != self.run_granted:
+                self.run_granted = found
+                self.run_masker = secrets.Masker(secrets.open_sealed(found))
             close_old_connections()
         return self.run_masker.bytes(data) if self.run_masker else data
 
@@ -297,9 +297,9 @@ class SessionFollower(Follower):
                 session__run__public_id=self.run_id, state=ExecState.RUNNING
             )
         )
-        if rows and rows[0].session.secret_names != self.granted:
+        if rows and rows[0].session.secrets_sealed != self.granted:
             session = rows[0].session
-            self.granted = list(session.secret_names)
+            self.granted = session.secrets_sealed
             self.granted_values = secrets.open_sealed(session.secrets_sealed)
             for entry in self.execs.values():
                 entry.masker = masker_for(entry.row, self.granted_values)

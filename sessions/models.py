@@ -199,19 +199,22 @@ class Session(Timers):
         Session.objects.filter(pk=self.pk).update(resume_requested_at=timezone.now())
 
     def grant(self, names: list[str]) -> bool:
-        """Secrets one of its execs got: the session's outputs follow them from now on.
-        True when one is new to it.
+        """Secrets one of its execs got: the session's outputs follow them from now on,
+        masked with every value each had when an exec was granted it (a value changed
+        since stays masked too: the earlier one may still be in its files and
+        processes). True when a name or a value is new to it.
         Read under a row lock: two first grants at once both land, never one over
         the other. Its own atomic block, as the lock needs one whoever calls."""
         with transaction.atomic():
-            held = Session.objects.select_for_update().values_list("secret_names", flat=True)
-            current = set(held.get(pk=self.pk) or [])
-            if not set(names) - current:
+            held = Session.objects.select_for_update().values_list("secret_names", "secrets_sealed")
+            current_names, sealed = held.get(pk=self.pk)
+            current = set(current_names or [])
+            masked = secrets.open_sealed(sealed)
+            merged = secrets.with_values(masked, secrets.values_for(self.workspace_id, names))
+            if not set(names) - current and merged == masked:
                 return False
             self.secret_names = sorted(current | set(names))
-            self.secrets_sealed = secrets.seal_for(
-                self.runner_host, secrets.values_for(self.workspace_id, self.secret_names)
-            )
+            self.secrets_sealed = secrets.seal_for(self.runner_host, merged)
             Session.objects.filter(pk=self.pk).update(
                 secret_names=self.secret_names, secrets_sealed=self.secrets_sealed
             )

@@ -1,10 +1,10 @@
 """Values sealed for the host that uses them (runs.secrets, core.keys): the web host
 seals a run's values when it places it, an exec's when it is asked for and a session's
-masking set when it grows, each under a key derived from the workspace secrets key and
-the host's name; a runner host opens what was sealed for it alone, and never holds the
-workspace secrets key. The doors' half (a granted secret reaching a run and an exec and
-masked in their outputs) is tests/runs/test_secrets.py, tests/sessions/ and, on host b,
-tests/hosts/test_two_hosts.py."""
+masking set when an exec is granted a name or a changed value, each under a key
+derived from the workspace secrets key and the host's name; a runner host opens what
+was sealed for it alone, and never holds the workspace secrets key. The doors' half (a
+granted secret reaching a run and an exec and masked in their outputs) is
+tests/runs/test_secrets.py, tests/sessions/ and, on host b, tests/hosts/test_two_hosts.py."""
 
 import io
 
@@ -152,3 +152,29 @@ def set_secret_value(workspace, cast, value: str) -> None:
     from runs.secret_actions import set_secret
 
     set_secret(workspace, Actor(cast.alice), "API_KEY", value)
+
+
+def test_a_session_masks_a_changed_value_and_keeps_masking_the_earlier_one(cast, shop):
+    from sessions.models import Session
+
+    session = Session.objects.create(
+        workspace=shop, ref="main", base_commit="0" * 40, runtime="runc", runner_host="local",
+        idle_freeze_s=300, idle_stop_s=1800, lifetime_s=3600, retention_s=86400,
+    )  # fmt: skip
+    set_secret_value(shop, cast, "sk-first")
+    assert session.grant(["API_KEY"]) is True
+    assert session.grant(["API_KEY"]) is False  # nothing new: nothing sealed again
+    set_secret_value(shop, cast, "sk-second")
+    assert session.grant(["API_KEY"]) is True  # an exec granted the new value
+    masked = secrets.open_sealed(Session.objects.get(pk=session.pk).secrets_sealed)
+    assert sorted(masked.values()) == ["sk-first", "sk-second"]
+    masker = secrets.Masker(masked)
+    assert masker.text("sk-first then sk-second") == "*** then ***"
+    scanner = masker.scanner()
+    scanner.feed(b"an old sk-first")
+    assert scanner.names() == ["API_KEY"]  # the earlier value is said by its name
+    # Back to the first value: nothing more to keep.
+    set_secret_value(shop, cast, "sk-first")
+    assert session.grant(["API_KEY"]) is True
+    again = secrets.open_sealed(Session.objects.get(pk=session.pk).secrets_sealed)
+    assert sorted(again.values()) == ["sk-first", "sk-second"] and again["API_KEY"] == "sk-first"

@@ -35,6 +35,17 @@ def test_granted_sessions_and_admitted_runs_are_sealed_for_their_hosts(transacti
     waiting = Run.objects.create(
         **run_fields, public_id="r1", state="queued", secret_names=["API_KEY"],
         runner_host="local", admitted_at="2026-12-07T00:00:00Z",
+        env_sealed=secrets.seal({"MODE": "x"}),
+    )  # fmt: skip
+    running = Run.objects.create(
+        **run_fields, public_id="r3", state="running", secret_names=["API_KEY"],
+        runner_host="b", admitted_at="2026-12-07T00:00:00Z",
+        secrets_sealed=secrets.seal({"API_KEY": "sk-old-1"}),
+    )  # fmt: skip
+    Exec = old.get_model("live_sessions", "Exec")
+    queued_exec = Exec.objects.create(
+        session=granted, public_id="e1", command="true", timeout_s=60,
+        env_sealed=secrets.seal({"MODE": "y"}), secrets_sealed=secrets.seal({"API_KEY": "v"}),
     )  # fmt: skip
     unadmitted = Run.objects.create(
         **run_fields, public_id="r2", state="queued", secret_names=["API_KEY"]
@@ -52,5 +63,17 @@ def test_granted_sessions_and_admitted_runs_are_sealed_for_their_hosts(transacti
     run = NewRun.objects.get(pk=waiting.pk)
     assert run.secrets_sealed.startswith("host:local:")
     assert secrets.open_sealed(run.secrets_sealed) == {"API_KEY": "sk-old-1"}
+    assert run.env_sealed.startswith("host:local:")
+    assert secrets.open_sealed(run.env_sealed) == {"MODE": "x"}
+    # Prepared already (sealed with the web key then): sealed for its host now.
+    placed = NewRun.objects.get(pk=running.pk)
+    assert placed.secrets_sealed.startswith("host:b:")
+    assert secrets.open_sealed(placed.secrets_sealed) == {"API_KEY": "sk-old-1"}
+    from sessions.models import Exec as NewExec
+
+    waiting_exec = NewExec.objects.get(pk=queued_exec.pk)
+    assert waiting_exec.env_sealed.startswith("host:b:")
+    assert waiting_exec.secrets_sealed.startswith("host:b:")
+    assert secrets.open_sealed(waiting_exec.env_sealed) == {"MODE": "y"}
     # Not admitted yet: its admission seals them (runs.quotas.admit).
     assert NewRun.objects.get(pk=unadmitted.pk).secrets_sealed == ""
