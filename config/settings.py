@@ -211,23 +211,15 @@ if envbool("BEHIND_TLS_PROXY"):
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# The keys every host of an instance shares (core.keys): each from here, else from its
-# file in DATA_DIR, else made there by the web host (never by a runner host):
-# - the channel layer's: every message is sealed (encrypted and authenticated) with a
-#   key of its own, not derived from SECRET_KEY; one that does not open is logged and
-#   dropped (core.channel_layer);
-# - workspace secrets': Fernet, urlsafe base64 of 32 bytes (runs.secrets), separate
-#   from SECRET_KEY, so rotating one never makes the other's data unreadable;
-# - the gateways' proof to daphne, and preview cookies' signing key (previews.gate).
-# Where their files are: the DATA_DIR this process started with, fixed here (a test
-# that points DATA_DIR elsewhere for its logs must not make the process's keys move).
-# BERTH_KEYS_DIR puts them elsewhere (a runner host's own small state dir).
+# Berth's keys (core.keys, docs/hosts.md "Keys"), none derived from SECRET_KEY: each
+# from here, else from its file in KEYS_DIR, else made there by the web host (a runner
+# host never makes one). Shared by every host: the channel layer's seal, the gateways'
+# proof and the preview-cookie key. The web host's alone: the workspace secrets' key.
+# A runner host's own, given to it: its sealed values' key (`manage.py hosts key`)
+# and its internal API token (`manage.py hosts add`). KEYS_DIR is fixed at start (a
+# test that points DATA_DIR elsewhere must not move the process's keys).
 KEYS_DIR = Path(os.environ["BERTH_KEYS_DIR"]) if os.environ.get("BERTH_KEYS_DIR") else DATA_DIR
-# A runner host's key for the secrets sealed for it (runs.secrets.seal_for): given to
-# it (`manage.py hosts key NAME` on the web host), never made or derived there.
 BERTH_HOST_SECRETS_KEY = os.environ.get("BERTH_HOST_SECRETS_KEY", "")
-# A runner host's token for the web host's internal API (`manage.py hosts add NAME`
-# printed it), else the file host-token.<host> in KEYS_DIR; and where that API is.
 BERTH_HOST_TOKEN = os.environ.get("BERTH_HOST_TOKEN", "")
 BERTH_CHANNEL_LAYER_KEY = os.environ.get("BERTH_CHANNEL_LAYER_KEY", "")
 BERTH_SECRETS_KEY = os.environ.get("BERTH_SECRETS_KEY", "")
@@ -383,8 +375,7 @@ if _berth_host in ("", "127.0.0.1", "::1", "0.0.0.0", "::", "localhost"):  # noq
 elif ":" in _berth_host:
     _berth_host = f"[{_berth_host}]"
 APP_URL = APP_URL_GIVEN or f"http://{_berth_host}:{os.environ.get('BERTH_PORT', '8000')}"
-# Where a runner host reaches the web host's internal API (/internal/v1): the app's
-# own address unless the hosts talk over a private network (docs/hosts.md).
+# Where a runner host reaches the internal API (/internal/v1; docs/hosts.md).
 BERTH_WEB_URL = os.environ.get("BERTH_WEB_URL", "").strip().rstrip("/") or APP_URL
 
 # The port preview and release hosts are served on: the preview gateway's (`manage.py
