@@ -38,7 +38,9 @@ def use_instance(data_dir: Path, redis_db: int, **env: str) -> None:
 
 
 def start_daphne(port: int) -> subprocess.Popen:
-    """A daphne on 127.0.0.1:`port` with the caller's environment, once it answers."""
+    """A daphne on 127.0.0.1:`port` with the caller's environment, once it answers. The
+    worker started after it fetches runs' files from it (the internal API)."""
+    os.environ["BERTH_WEB_URL"] = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "daphne"),
@@ -130,7 +132,6 @@ def fresh_instance(data_dir: Path) -> None:
 
     import django
     import redis
-    from django.core.management import call_command
 
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
@@ -138,7 +139,18 @@ def fresh_instance(data_dir: Path) -> None:
     from django.conf import settings
 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()  # with the password the settings add
+    migrate()
+
+
+def migrate() -> None:
+    """As `manage.py prepare` does after its image: the schema, and this host's token
+    for the internal API (its worker fetches runs' files from daphne)."""
+    from django.core.management import call_command
+
+    from sandbox.hosts import keep_own_token
+
     call_command("migrate", verbosity=0)
+    keep_own_token()
 
 
 def team_with_workspace(

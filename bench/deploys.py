@@ -71,9 +71,9 @@ def setup_instance() -> tuple[Any, Any, Any]:
     import django
 
     django.setup()
-    from django.core.management import call_command
+    from bench.common import migrate
 
-    call_command("migrate", verbosity=0)
+    migrate()
     from accounts import actions as accounts
     from accounts.access import Actor
     from workspaces import actions

@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "var" / "bench-egress"
 sys.path.insert(0, str(ROOT))
-from bench.common import redis_url, worker_queues  # noqa: E402
+from bench.common import redis_url, start_daphne, worker_queues  # noqa: E402
 
 os.environ.update(
     DJANGO_SETTINGS_MODULE="config.settings",
@@ -41,6 +41,7 @@ os.environ.update(
 
 BIN = Path(sys.executable).parent
 SIZE = 50 * 1024 * 1024
+WEB_PORT = 18774  # its daphne: the worker fetches runs' files from it
 CURL = "curl -sS -o /dev/null -w '%{speed_download}\\n'"
 
 
@@ -66,9 +67,9 @@ def setup_instance(port: int) -> tuple[dict[str, Any], Any]:
     import django
 
     django.setup()
-    from django.core.management import call_command
+    from bench.common import migrate
 
-    call_command("migrate", verbosity=0)
+    migrate()
     from accounts import actions as accounts
     from accounts.access import Actor
     from workspaces import actions
@@ -172,6 +173,7 @@ def main() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     workspaces, actor = setup_instance(port)
     procs = [
+        start_daphne(WEB_PORT),  # the worker fetches runs' files from it
         start(
             [
                 str(BIN / "celery"),

@@ -64,9 +64,9 @@ def setup_instance() -> str:
     import django
 
     django.setup()
-    from django.core.management import call_command
+    from bench.common import migrate
 
-    call_command("migrate", verbosity=0)
+    migrate()
     from accounts import actions as accounts
     from accounts.access import Actor
     from workspaces import actions

@@ -4,6 +4,7 @@
 schema and docs. Its errors have the public API's one shape."""
 
 from config.api import BerthAPI, install_error_handlers
+from runs.host_api import router as runs_router
 from sandbox.host_api import router as host_router
 from sandbox.host_auth import HostAuth
 
@@ -18,3 +19,4 @@ internal = BerthAPI(
 )
 install_error_handlers(internal)
 internal.add_router("/", host_router)
+internal.add_router("/", runs_router)

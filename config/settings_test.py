@@ -24,6 +24,7 @@ if _worker and os.environ.get("BERTH_TEST_WORKER") != _worker:
     os.environ["TEST_DATA_DIR"] = _data_dir
     # The controller chose one before the workers started, and they inherited it.
     os.environ.pop("TEST_PREVIEW_PORT", None)
+    os.environ.pop("TEST_WEB_PORT", None)
 os.environ["DATA_DIR"] = _data_dir
 # The same Redis server, but a database of its own so a test run never consumes or
 # floods a dev server's queues.
@@ -39,6 +40,12 @@ if not os.environ.get("TEST_PREVIEW_PORT"):
         _s.bind(("127.0.0.1", 0))
         os.environ["TEST_PREVIEW_PORT"] = str(_s.getsockname()[1])
 os.environ["PREVIEW_PORT"] = os.environ["TEST_PREVIEW_PORT"]
+# The session's daphne (tests.support.fixtures) serves the internal API on this port:
+# the test's worker and agent fetch a run's files from it as a runner host's do.
+if not os.environ.get("TEST_WEB_PORT"):
+    with socket.socket() as _s:
+        _s.bind(("127.0.0.1", 0))
+        os.environ["TEST_WEB_PORT"] = str(_s.getsockname()[1])
 
 # The sandbox image of this checkout's own recipe (`berth-sandbox:bookworm-<hash>`, which
 # `make test` builds), not whatever the shared `berth-sandbox:bookworm` alias points at:
@@ -81,3 +88,9 @@ PREVIEW_CROSS_SITE_GUARD = os.environ.get("TEST_PREVIEW_CROSS_SITE_GUARD_OFF") !
 
 # Admission: room for the fairness tests' two teams, whatever this machine's cores.
 RUNNER_SLOTS = 6
+
+# This machine's host reaches the session's daphne with a token the test database's host
+# row keeps (tests.support.hosts.local_host), as `manage.py prepare` makes one for
+# `make run`. Host B's processes are given their own (tests.support.engine_b).
+BERTH_WEB_URL = os.environ.get("BERTH_WEB_URL") or f"http://localhost:{os.environ['TEST_WEB_PORT']}"
+BERTH_HOST_TOKEN = os.environ.get("BERTH_HOST_TOKEN") or "berth_host_the-test-suites-own-host"

@@ -275,3 +275,16 @@ def host_token() -> str:
     if (found := _read.get(path)) is None:
         found = _read[path] = kept(path, str, lambda t: t.startswith("berth_host_"), False)
     return found
+
+
+def own_host_token(make: Callable[[], str]) -> str:
+    """The web host's own token for its internal API, which its own worker and agent
+    present as a runner host's do (one code path on one machine): given as
+    BERTH_HOST_TOKEN, else made once (`make()`) into `host-token.<host>` beside its keys."""
+    if is_runner():
+        raise MissingKey("A runner host makes no token: `manage.py hosts add` gives it one.")
+    given = str(settings.BERTH_HOST_TOKEN).strip()
+    if given:
+        return given
+    path = Path(settings.KEYS_DIR) / host_token_file(str(settings.SANDBOX_HOST))
+    return kept(path, make, lambda t: t.startswith("berth_host_"), may_make=True)

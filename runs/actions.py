@@ -9,7 +9,7 @@ from django.utils import timezone
 from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
-from runs import quotas, secrets
+from runs import caches, quotas, secrets
 from runs.ending import commit_tree
 from runs.models import Purpose, Run, RunState, Secret
 from runs.outcomes import describe
@@ -335,6 +335,14 @@ def queue_run(
     # its end; the names are the record. Sealed for its host once it is placed.
     run.env_sealed = secrets.seal(env) if env else ""
     run.requested_by, run.token = actor.user, actor.token
+    if run.setup.get("command"):
+        # Read here, on the web host: the runner host keys its cache from these.
+        run.setup = {
+            **run.setup,
+            "key_entries": caches.key_entries_at(
+                workspace, run.commit, run.setup.get("cache_key", [])
+            ),
+        }
     if run.purpose != Purpose.RUN:
         # A preview's quota is its own (previews.actions); a build was approved by a
         # person, and waits for no team's flood. Placed now (or refused, nothing

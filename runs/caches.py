@@ -13,6 +13,7 @@ are left out: they bound what setup may use, not what it reads.
 import hashlib
 import json
 import logging
+from typing import Any
 
 import docker
 from django.conf import settings
@@ -24,7 +25,6 @@ from core.errors import Conflict, NotFound
 from runs.models import ACTIVE_STATES, DepCache, Run
 from sandbox.engine import engine
 from sandbox.models import this_host
-from workspaces.gitstore import GitStore
 from workspaces.store import open_store
 
 log = logging.getLogger(__name__)
@@ -33,26 +33,34 @@ log = logging.getLogger(__name__)
 KEY_FILES_MTIME = 946684800  # 2000-01-01: zip-based tools refuse times before 1980
 
 
-def key_entries(store: GitStore, run: Run) -> list[tuple[str, int, bytes]]:
-    """The `cache_key` entries present at the run's commit, as (path, mode, object id):
-    what the key hashes and all that setup's /workspace holds."""
-    found = []
-    for path in run.setup.get("cache_key", []):
-        try:
-            mode, sha = store.lookup(run.commit, path)
-        except NotFound:  # absent at this commit: named in the key as absent
-            continue
-        found.append((path, mode, sha))
+def key_entries_at(workspace: Any, commit: str, paths: list[str]) -> list[list[Any]]:
+    """Each `cache_key` path at `commit`: [path, mode, object id], or [path, None] when
+    it is absent there (named in the key as absent). Read from Git when the run is
+    queued, on the web host: a runner host never opens a workspace's store (docs/hosts.md)."""
+    found: list[list[Any]] = []
+    with open_store(workspace) as store:
+        for path in paths:
+            try:
+                mode, sha = store.lookup(commit, path)
+            except NotFound:
+                found.append([path, None])
+                continue
+            found.append([path, mode, sha.decode()])
     return found
 
 
+def key_files(run: Run) -> list[tuple[str, int, bytes]]:
+    """The entries present at the run's commit, as (path, mode, object id): all that
+    setup's /workspace holds."""
+    entries = run.setup.get("key_entries", [])
+    return [(e[0], e[1], e[2].encode()) for e in entries if e[1] is not None]
+
+
 def cache_key(run: Run, image_id: str) -> str:
-    with open_store(run.workspace) as store:
-        present = {path: [path, mode, sha.decode()] for path, mode, sha in key_entries(store, run)}
     parts: list[object] = [
         image_id,
         run.setup.get("command", ""),
-        [present.get(path, [path, None]) for path in run.setup.get("cache_key", [])],
+        run.setup["key_entries"],
         run.runtime,
         sorted(run.network.get("egress") or []),
     ]

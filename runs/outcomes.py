@@ -103,6 +103,12 @@ def describe(reason: str, **facts: object) -> tuple[str, str]:
             "The Docker engine did not answer; check that dockerd runs "
             "(`scripts/host-setup docker`) and run again.",
         ),
+        "web_unavailable": (
+            RunState.ERROR,
+            "Its host could not fetch the run's files from the web host (BERTH_WEB_URL "
+            f"on the runner host): {f.get('detail')} Check that the web host serves "
+            "and that the runner host reaches it, then run again.",
+        ),
         "sandbox_failed": (
             RunState.ERROR,
             f"The sandbox could not be prepared: {f.get('detail')}. Run again; "

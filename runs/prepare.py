@@ -16,24 +16,13 @@ from django.conf import settings
 from django.utils import timezone
 from docker.types import Mount
 
-from core.errors import BerthError
 from logs import logstore
 from runs import caches
 from runs.models import OWNER, Purpose, Run
 from runs.quotas import cpu_weight
 from sandbox import actions as sandboxes
-from sandbox import backend
+from sandbox import backend, webapi
 from sandbox.models import LIVE_STATES, Sandbox, SandboxKind, this_host
-from workspaces.archive import (
-    SMALL_TREE_BYTES,
-    entries_tar_stream,
-    links_out,
-    measure_commit,
-    tree_tar_stream,
-    tree_tarball,
-)
-from workspaces.paths import InvalidPath
-from workspaces.store import open_store
 
 KINDS = {
     Purpose.RUN: SandboxKind.RUN,
@@ -114,8 +103,6 @@ def prepare_and_start(
     for container in found:
         backend.remove_sandbox(container.name)
     in_app = run.purpose in (Purpose.BUILD, Purpose.RELEASE)
-    # Read from Git while the engine works on the calls below.
-    source = None if run.purpose == Purpose.RELEASE else _BACKGROUND.submit(_source, run)
     # A kept /workspace (a session's) is counted by the disk watch as its own would be.
     main = _sandbox(
         run,
@@ -125,6 +112,11 @@ def prepare_and_start(
     run.attach_sandbox(main)
     volume = None
     kept = _kept_volume(run) if run.workspace_volume else None
+    # Fetched from the web host while the engine works on the calls below; a release's
+    # source is in its image, and a session's files are in its volume after its first
+    # start.
+    wanted = run.purpose != Purpose.RELEASE and not (kept is not None and kept.existed)
+    source = _BACKGROUND.submit(_source, run) if wanted else None
     if kept is None and not in_app:
         # The engine answers two calls at once: the volume is made while the image is
         # checked (a refused image's volume goes with the run's cleanup).
@@ -162,15 +154,11 @@ def prepare_and_start(
     # Checked while the source goes in.
     checked = _BACKGROUND.submit(_check_cache_volume, setup["volume"]) if setup.get("hit") else None
     # The commit is measured (refused past the caps) before anything is copied in.
-    tree, left_out = source.result() if source is not None else (None, [])
-    if kept is not None and kept.existed:
-        tree = None  # a session's files as its last stop left them: the source went in once
+    tree = source.result() if source is not None else None
     # Setup's own /workspace is filled while the run's is.
     key_files = _BACKGROUND.submit(_put_key_files, run, first) if first is not container else None
     # A build's source goes into the writable root layer, before start (the tree
     # becomes /app); a run's into the /workspace volume; a release's is in its image.
-    if tree is not None and left_out:
-        logstore.note(run.public_id, _left_out_note(left_out))
     try:
         if tree is not None and not _put_source(container, "/" if in_app else "/workspace", tree):
             raise backend.SandboxError("sandbox_failed", detail="the source could not be copied in")
@@ -231,40 +219,23 @@ def _kept_volume(run: Run) -> _Kept:
     return _Kept(Mount("/workspace", name, type="volume"), filled)
 
 
-def _source(run: Run) -> tuple[bytes | Iterator[bytes], list[str]]:
-    """The commit's tree as a tar stream: under app/ for a build, else as it is; and
-    the paths of the symlinks left out of it (they climb out of the tree).
-
-    The tree is measured first: an older commit past the caps (made before them, or by
-    hand in the store) ends the run `source_too_large` before anything is copied. A
-    small tree is built here at once (while the engine works on the other calls); a
-    large one is streamed into the engine entry by entry, never held whole."""
-    under = "app" if run.purpose == Purpose.BUILD else ""
-    with open_store(run.workspace) as store:
-        try:
-            size = measure_commit(store, run.commit)
-        except InvalidPath as e:
-            raise backend.SandboxError("source_invalid", detail=e.message) from None
-        except BerthError as e:
-            raise backend.SandboxError("source_too_large", detail=e.message) from None
-        left_out = links_out(store, run.commit) if size.climb > 0 else []
-        if size.bytes <= SMALL_TREE_BYTES:
-            return tree_tarball(store, run.commit, under=under), left_out
-
-    def stream() -> Iterator[bytes]:
-        with open_store(run.workspace) as store:
-            yield from tree_tar_stream(store, run.commit, under=under)
-
-    return stream(), left_out
+def _source(run: Run) -> bytes | Iterator[bytes]:
+    """The commit's tree as a tar, from the web host (runs.host_api.source), which
+    measures it first: past the caps it ends the run `source_too_large`, a path no
+    sandbox holds `source_invalid`, before anything is copied. A large tree is
+    streamed into the engine as it arrives, never held whole."""
+    return _from_web(f"/runs/{run.public_id}/source")
 
 
-def _left_out_note(paths: list[str]) -> str:
-    shown = ", ".join(paths[:20]) + (f" and {len(paths) - 20} more" if len(paths) > 20 else "")
-    return (
-        f"[source] {len(paths)} symlink(s) left out of /workspace: their target climbs out "
-        f"of the workspace, which no sandbox can hold: {shown}. Point them inside the "
-        "workspace or at an absolute path in a new commit."
-    )
+def _from_web(path: str) -> bytes | Iterator[bytes]:
+    try:
+        return webapi.WebAPI().download(path)
+    except webapi.WebRefused as e:
+        if e.code in ("source_too_large", "source_invalid"):
+            raise backend.SandboxError(e.code, detail=e.message) from None
+        raise backend.SandboxError("sandbox_failed", detail=str(e)) from None
+    except webapi.WebUnavailable as e:
+        raise backend.SandboxError("web_unavailable", detail=str(e)) from None
 
 
 def _put_source(container: Any, path: str, tar: Any) -> bool:
@@ -285,12 +256,8 @@ def _put_source(container: Any, path: str, tar: Any) -> bool:
 
 def _put_key_files(run: Run, container: Any) -> None:
     """Only the `cache_key` entries into the setup container's /workspace."""
-    with open_store(run.workspace) as store:
-        tar = entries_tar_stream(store, caches.key_entries(store, run), caches.KEY_FILES_MTIME)
-        if not _put_source(container, "/workspace", tar):
-            raise backend.SandboxError(
-                "sandbox_failed", detail="the key files could not be copied in"
-            )
+    if not _put_source(container, "/workspace", _from_web(f"/runs/{run.public_id}/key-files")):
+        raise backend.SandboxError("sandbox_failed", detail="the key files could not be copied in")
 
 
 def _setup_note(setup: dict[str, Any]) -> str:

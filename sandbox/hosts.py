@@ -20,6 +20,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core import keys
+
 # A host silent this long shows as stale (it beats every HOST_HEARTBEAT_S).
 STALE_AFTER_S = 30.0
 TOKEN_PREFIX = "berth_host_"
@@ -132,3 +134,17 @@ class HostToken(models.Model):
 
     def __str__(self) -> str:
         return f"token of host {self.host_id}"
+
+
+def keep_own_token() -> Host | None:
+    """On the web host (`manage.py prepare`): its own host's token for the internal API,
+    made once (core.keys.own_host_token), its digest kept on the row, again should the
+    row have lost it (a database restored from a backup). None when no row has this
+    host's name (its agent would not start either)."""
+    host = Host.objects.filter(name=settings.SANDBOX_HOST).first()
+    if host is None:
+        return None
+    token = keys.own_host_token(lambda: TOKEN_PREFIX + secrets.token_urlsafe(32))
+    if not host.token_matches(token):
+        host.keep_token(token)
+    return host

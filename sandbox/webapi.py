@@ -2,14 +2,22 @@
 docs/hosts.md "The internal API"): its token (core.keys.host_token) on every request,
 the web host's error shape read back into one exception."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import requests
 from django.conf import settings
+from requests.adapters import HTTPAdapter
+from urllib3.util import Retry
 
 from core import keys
 
 TIMEOUT_S = 30.0
+CHUNK_BYTES = 256 * 1024
+# A web host restarting (daphne under supervisord comes back in a second or two) is
+# waited for a little before an answer says it is unavailable; only connecting is
+# tried again, so nothing is ever sent twice.
+RETRY = Retry(total=3, connect=3, read=0, status=0, other=0, backoff_factor=0.5)
 
 
 class WebRefused(Exception):
@@ -28,10 +36,33 @@ class WebAPI:
     def __init__(self, base_url: str | None = None, token: str | None = None) -> None:
         self.base = (base_url or settings.BERTH_WEB_URL).rstrip("/") + "/internal/v1"
         self.http = requests.Session()
+        self.http.mount("http://", HTTPAdapter(max_retries=RETRY))
+        self.http.mount("https://", HTTPAdapter(max_retries=RETRY))
         self.http.headers["Authorization"] = f"Bearer {token or keys.host_token()}"
 
     def get(self, path: str) -> Any:
         return self._answer(self._send("GET", path))
+
+    def download(self, path: str) -> bytes | Iterator[bytes]:
+        """A file the web host sends: in one piece when it gave its length (small: read
+        now), else chunk by chunk as the caller takes them (never held whole)."""
+        response = self._send("GET", path, stream=True)
+        if not response.ok:
+            self._answer(response)
+        if "Content-Length" in response.headers:
+            try:
+                return response.content
+            except requests.RequestException as e:
+                raise WebUnavailable(f"the web host at {self.base} broke off: {e}") from None
+
+        def chunks() -> Iterator[bytes]:
+            with response:
+                try:
+                    yield from response.iter_content(CHUNK_BYTES)
+                except requests.RequestException as e:
+                    raise WebUnavailable(f"the web host at {self.base} broke off: {e}") from None
+
+        return chunks()
 
     def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         try:

@@ -54,3 +54,29 @@ def test_the_internal_api_is_in_no_schema_and_answers_json_errors(berth_server):
         error_of(answer)
     schema = get(berth_server, "/api/v1/openapi.json").json()
     assert not any(path.startswith("/internal") for path in schema["paths"])
+
+
+def test_the_web_hosts_own_processes_get_a_token_made_once_at_prepare(
+    berth_server, cast, settings, tmp_path
+):
+    """`manage.py prepare` (keep_own_token) on one machine: its worker and agent reach
+    the internal API as a runner host's do, with a token kept 0600 beside its keys,
+    made once; a row that lost its digest (a restored database) is given it again."""
+    from core import keys
+    from sandbox.hosts import HostToken, keep_own_token
+
+    settings.KEYS_DIR, settings.BERTH_HOST_TOKEN = tmp_path, ""
+    assert keep_own_token() == cast.host
+    path = tmp_path / keys.host_token_file("local")
+    token = path.read_text()
+    assert path.stat().st_mode & 0o777 == 0o600 and token.startswith("berth_host_")
+    assert WebAPI(berth_server.url, token).get("/host") == {"name": "local", "state": "ready"}
+    keep_own_token()
+    assert path.read_text() == token  # made once
+    HostToken.objects.filter(host=cast.host).delete()
+    keep_own_token()
+    assert WebAPI(berth_server.url, token).get("/host")["name"] == "local"
+    # A runner host makes none: it is given its token.
+    settings.BERTH_ROLE = "runner"
+    with pytest.raises(keys.MissingKey):
+        keys.own_host_token(lambda: "berth_host_x")

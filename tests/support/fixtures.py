@@ -2,6 +2,7 @@
 servers (daphne, a Celery worker, the runner agent) and a few the folders share."""
 
 import http.server
+import os
 import threading
 from collections.abc import Iterator
 
@@ -64,7 +65,8 @@ def signed_in(cast):
 
 @pytest.fixture(scope="session")
 def _daphne(django_db_setup) -> Iterator[servers.Server]:
-    with servers.daphne() as server:
+    # On the port the test's worker and agent reach the internal API at.
+    with servers.daphne(port=int(os.environ["TEST_WEB_PORT"])) as server:
         yield server
 
 

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core import dbrole, keys
 from core.datadir import secure
+from sandbox.hosts import keep_own_token
 
 
 class Command(BaseCommand):
@@ -38,3 +39,6 @@ class Command(BaseCommand):
                 raise CommandError(str(refused)) from None
             self.stdout.write(f"Granted runner role {settings.RUNNER_DB_ROLE} its tables.")
         call_command("ensure_demo")
+        # This machine's own worker and agent reach the internal API as any runner
+        # host's do (docs/hosts.md).
+        keep_own_token()

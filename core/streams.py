@@ -1,0 +1,30 @@
+"""A response body made chunk by chunk by blocking code (a Git tree read as a tar), for
+daphne: Django consumes a synchronous iterator whole before sending any of it under
+ASGI, which would hold a large tree in memory. Each chunk is read in a worker thread
+as it is sent instead; a client that goes away closes the iterator (and what it holds
+open)."""
+
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
+from django.http import StreamingHttpResponse
+
+
+async def _pulled(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # Not the one thread shared by every synchronous view: a long stream would take
+    # turns with them, chunk by chunk.
+    def pull() -> bytes | None:
+        return next(chunks, None)
+
+    step = sync_to_async(pull, thread_sensitive=False)
+    try:
+        while (chunk := await step()) is not None:
+            yield chunk
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            await sync_to_async(close, thread_sensitive=False)()
+
+
+def streamed(chunks: Iterator[bytes], content_type: str) -> StreamingHttpResponse:
+    return StreamingHttpResponse(_pulled(chunks), content_type=content_type)
