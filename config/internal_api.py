@@ -7,6 +7,7 @@ from config.api import BerthAPI, install_error_handlers
 from runs.host_api import router as runs_router
 from sandbox.host_api import router as host_router
 from sandbox.host_auth import HostAuth
+from sessions.host_api import router as sessions_router
 
 internal = BerthAPI(
     title="Berth internal API",
@@ -20,3 +21,4 @@ internal = BerthAPI(
 install_error_handlers(internal)
 internal.add_router("/", host_router)
 internal.add_router("/", runs_router)
+internal.add_router("/", sessions_router)

@@ -14,14 +14,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from sandbox.engine import engine, instance_label
-from sandbox.hosts import Host
+from sandbox.hosts import DEFAULT_HOST, Host
 from sandbox.models import this_host
 
 log = logging.getLogger("berth.runner_agent")
 
 # The one machine of `make run`: its agent makes its row. Any other name is added by an
 # operator first, so a typo or a forgotten host never starts taking work by itself.
-DEFAULT_HOST = "local"
 
 
 class HostRefused(Exception):

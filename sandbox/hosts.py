@@ -25,6 +25,9 @@ from core import keys
 # A host silent this long shows as stale (it beats every HOST_HEARTBEAT_S).
 STALE_AFTER_S = 30.0
 TOKEN_PREFIX = "berth_host_"
+# The one machine of `make run`: its row is made when first needed, any other host's by
+# an operator (`manage.py hosts add`).
+DEFAULT_HOST = "local"
 # A host's name is a label value, a queue's suffix and a channel group's part.
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,39}$"
 
@@ -139,9 +142,14 @@ class HostToken(models.Model):
 def keep_own_token() -> Host | None:
     """On the web host (`manage.py prepare`): its own host's token for the internal API,
     made once (core.keys.own_host_token), its digest kept on the row, again should the
-    row have lost it (a database restored from a backup). None when no row has this
-    host's name (its agent would not start either)."""
-    host = Host.objects.filter(name=settings.SANDBOX_HOST).first()
+    row have lost it (a database restored from a backup). `local`'s row is made here
+    if its agent has not made it yet; None for another name no row has (its agent
+    would not start either)."""
+    host: Host | None
+    if settings.SANDBOX_HOST == DEFAULT_HOST:
+        host, _ = Host.objects.get_or_create(name=DEFAULT_HOST)
+    else:
+        host = Host.objects.filter(name=settings.SANDBOX_HOST).first()
     if host is None:
         return None
     token = keys.own_host_token(lambda: TOKEN_PREFIX + secrets.token_urlsafe(32))

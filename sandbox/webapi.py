@@ -38,7 +38,15 @@ class WebAPI:
         self.http = requests.Session()
         self.http.mount("http://", HTTPAdapter(max_retries=RETRY))
         self.http.mount("https://", HTTPAdapter(max_retries=RETRY))
-        self.http.headers["Authorization"] = f"Bearer {token or keys.host_token()}"
+        try:
+            token = token or keys.host_token()
+        except keys.MissingKey as e:
+            raise WebUnavailable(
+                f"this host has no token for the web host's internal API ({e}): "
+                "`manage.py prepare` makes the web host's own, `manage.py hosts add` "
+                "prints a runner host's"
+            ) from None
+        self.http.headers["Authorization"] = f"Bearer {token}"
 
     def get(self, path: str) -> Any:
         return self._answer(self._send("GET", path))

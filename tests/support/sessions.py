@@ -1,6 +1,8 @@
 """Sessions as the tests drive them: an agent through the API, and what the engine
 holds for a session (its container, its volume), looked at directly."""
 
+import docker
+
 from sandbox.engine import engine
 from sessions.models import Session
 from tests.support.api import bearer
@@ -112,9 +114,17 @@ def lines(row: dict, stream: str = "stdout") -> list[str]:
 
 
 def container_of(run_id: str):
-    """The engine's container of a session's current run (None when there is none)."""
-    found = engine().containers.list(all=True, filters={"label": [f"berth.owner={run_id}"]})
-    return found[0] if found else None
+    """The engine's container of a session's current run (None when there is none, or
+    once it is gone: one removed between the engine's list and its inspect is gone)."""
+    listed = engine().api.containers(
+        all=True, quiet=True, filters={"label": f"berth.owner={run_id}"}
+    )
+    for entry in listed:
+        try:
+            return engine().containers.get(entry["Id"])
+        except docker.errors.NotFound:
+            continue
+    return None
 
 
 def volume_exists(name: str) -> bool:
