@@ -82,6 +82,12 @@ def _prepare(run: Run) -> None:
         log.warning("run %s: engine unavailable: %s", run.public_id, e)
         _fail(run, "engine_unavailable")
         return
+    except Exception as e:
+        # A fault of Berth's own: the run ends typed, with what went wrong, rather
+        # than sent again for ever by the agent's safety net, each try failing alike.
+        log.exception("run %s: its preparation failed", run.public_id)
+        _fail(run, "sandbox_failed", detail=f"{type(e).__name__}: {str(e)[:300]}")
+        return
     # In the setup phase the command itself has not started: the agent stamps
     # process_started_at when it starts the main container.
     phase = Run.objects.filter(pk=run.pk).values_list("phase", flat=True).first()

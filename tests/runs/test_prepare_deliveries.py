@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from accounts.access import Actor
@@ -80,3 +81,24 @@ def test_a_delivery_while_another_prepares_leaves_the_run_to_it(
     assert agent.output(done) == ["once"]
     assert entered == ["first"]
     assert no_container_left(done)
+
+
+def test_a_fault_of_berths_own_in_a_preparation_ends_the_run_typed(cast, monkeypatch, run_stack):
+    """Not sent again for ever by the agent's safety net, each delivery failing alike:
+    ended `error` / `sandbox_failed`, saying what went wrong."""
+    workspace_actions.create_workspace(cast.team_a, Actor(cast.carol), "Shop", "shop")
+    _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
+
+    def broken(run, *args, **kwargs):
+        raise RuntimeError("a bug in the preparation")
+
+    monkeypatch.setattr(prepare, "prepare_and_start", broken)
+    run_stack.worker.kill()  # this delivery is the only one
+    try:
+        run = Agent(Client(), secret).run("echo never")
+        prepare_run(Run.objects.get(public_id=run["id"]).pk)
+    finally:
+        run_stack.worker.start()
+    row = Run.objects.get(public_id=run["id"])
+    assert (row.state, row.reason) == (RunState.ERROR, "sandbox_failed"), row
+    assert "RuntimeError: a bug in the preparation" in row.message

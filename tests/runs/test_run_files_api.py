@@ -145,7 +145,9 @@ def test_a_large_tree_is_streamed_to_the_worker_whole(berth_server, cast, shop, 
     assert b"".join(chunks) == source.content
 
 
-def test_a_web_host_that_does_not_answer_ends_the_fetch_web_unavailable(cast, shop, settings):
+def test_a_web_host_that_does_not_answer_ends_the_fetch_web_unavailable(
+    cast, shop, settings, tmp_path
+):
     from tests.support.servers import free_port
 
     run = queued(shop, cast)
@@ -156,6 +158,13 @@ def test_a_web_host_that_does_not_answer_ends_the_fetch_web_unavailable(cast, sh
     assert settings.BERTH_WEB_URL in failed.value.facts["detail"]
     state, message = describe("web_unavailable", **failed.value.facts)
     assert state == RunState.ERROR and "BERTH_WEB_URL" in message
+    # A host given no token (its keys dir holds none): the same, saying where one comes
+    # from, never an unexpected error.
+    settings.BERTH_HOST_TOKEN, settings.KEYS_DIR = "", tmp_path
+    with pytest.raises(backend.SandboxError) as failed:
+        prepare._source(run)
+    assert failed.value.reason == "web_unavailable"
+    assert "no token" in str(failed.value.facts["detail"])
 
 
 def _entry(store, commit: str, path: str) -> list:
