@@ -4,6 +4,7 @@ ASGI, which would hold a large tree in memory. Each chunk is read in a worker th
 as it is sent instead; a client that goes away closes the iterator (and what it holds
 open)."""
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 from asgiref.sync import sync_to_async
@@ -17,10 +18,20 @@ async def _pulled(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         return next(chunks, None)
 
     step = sync_to_async(pull, thread_sensitive=False)
+    pulling: asyncio.Future[bytes | None] | None = None
     try:
-        while (chunk := await step()) is not None:
+        while True:
+            pulling = asyncio.ensure_future(step())
+            # Shielded: a client gone mid-step cancels this generator, not the step,
+            # which is let finish before the iterator is closed below (closing one
+            # still running in its thread would fail).
+            chunk = await asyncio.shield(pulling)
+            if chunk is None:
+                break
             yield chunk
     finally:
+        if pulling is not None and not pulling.done():
+            await asyncio.wait([pulling])
         close = getattr(chunks, "close", None)
         if close is not None:
             await sync_to_async(close, thread_sensitive=False)()

@@ -23,6 +23,7 @@ from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, NotFound
 from runs.models import ACTIVE_STATES, DepCache, Run
+from sandbox.docker import SandboxError
 from sandbox.engine import engine
 from sandbox.models import this_host
 from workspaces.store import open_store
@@ -57,6 +58,12 @@ def key_files(run: Run) -> list[tuple[str, int, bytes]]:
 
 
 def cache_key(run: Run, image_id: str) -> str:
+    if "key_entries" not in run.setup:
+        # Queued before they were read at queueing, and not readable then (the upgrade's
+        # migration skips such a run): never keyed from less than its inputs.
+        raise SandboxError(
+            "sandbox_failed", detail="its cache key's files could not be read; run it again"
+        )
     parts: list[object] = [
         image_id,
         run.setup.get("command", ""),

@@ -244,6 +244,8 @@ def _put_source(container: Any, path: str, tar: Any) -> bool:
     never the engine's (`engine_unavailable`)."""
     try:
         return bool(container.put_archive(path, tar))
+    except webapi.WebUnavailable as e:  # a stream from the web host broken off
+        raise backend.SandboxError("web_unavailable", detail=str(e)) from None
     except docker.errors.APIError as e:
         explanation = str(e.explanation or "")
         if "Error processing tar file" not in explanation:

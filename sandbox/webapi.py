@@ -51,6 +51,9 @@ class WebAPI:
     def get(self, path: str) -> Any:
         return self._answer(self._send("GET", path))
 
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self._answer(self._send("POST", path, json=body))
+
     def download(self, path: str) -> bytes | Iterator[bytes]:
         """A file the web host sends: in one piece when it gave its length (small: read
         now), else chunk by chunk as the caller takes them (never held whole)."""
@@ -78,8 +81,11 @@ class WebAPI:
         except requests.RequestException as e:
             raise WebUnavailable(f"the web host at {self.base} did not answer: {e}") from None
 
-    @staticmethod
-    def _answer(response: requests.Response) -> Any:
+    def _answer(self, response: requests.Response) -> Any:
+        if response.status_code >= 500:
+            # Its proxy while daphne restarts, or a fault of its own: not an answer
+            # about what was asked (tried again as a host that did not answer is).
+            raise WebUnavailable(f"the web host at {self.base} answered {response.status_code}")
         if response.ok:
             try:
                 return response.json()

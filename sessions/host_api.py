@@ -1,17 +1,20 @@
-"""The internal API's doors for a session's files (runner hosts, part 2; docs/hosts.md):
-what its host's agent needs of the workspace's Git store, which the web host alone
-holds. A host is shown only the sessions placed on it, and of a sync only while it is
-pending; anything else is no session of its (404)."""
+"""The internal API's doors for a session (runner hosts, part 2; docs/hosts.md): what its
+host's agent needs of the workspace's Git store, which the web host alone holds, and
+what it sends of the session to be kept there (its terminals' transcripts). A host is
+shown only the sessions placed on it, and of a sync only while it is pending; anything
+else is no session of its (404)."""
 
+import base64
+import binascii
 from typing import Any
 
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from core.errors import BerthError, NotFound
+from core.errors import BerthError, Conflict, Invalid, NotFound
 from sandbox.hosts import Host
-from sessions import syncplan
-from sessions.models import LIVE_STATES, Session, SessionSync, SyncState
+from sessions import syncplan, transcripts
+from sessions.models import LIVE_STATES, Session, SessionState, SessionSync, SyncState, Terminal
 
 router = Router(tags=["sessions"])
 
@@ -47,10 +50,9 @@ def sync_batch(request: HttpRequest, session_id: str, sync_id: int, at: int = 0)
         raise NotFound(f"Session {session_id} has no pending sync {sync_id}.")
     try:
         batch = syncplan.batch_at(session, session.base_commit, row.commit, max(at, 0))
-    except Exception as e:  # a commit gone from the store: nothing can be applied
-        raise BerthError(
-            f"the commit cannot be read ({e})", code="commit_unreadable", status=422
-        ) from None
+    except syncplan.Unreadable as e:  # nothing can be applied (any other fault: a 500,
+        # and the sync stays pending for the agent's next try)
+        raise BerthError(str(e), code="commit_unreadable", status=422) from None
     return BatchOut(
         files=batch.files,
         refused=batch.refused,
@@ -58,3 +60,56 @@ def sync_batch(request: HttpRequest, session_id: str, sync_id: int, at: int = 0)
         next=batch.next,
         total=batch.total,
     )
+
+
+class TranscriptAt(Schema):
+    raw: int  # the terminal's output offset recorded up to
+    size: int  # the transcript's length
+
+
+class TranscriptChunk(Schema):
+    size: int  # the transcript's length this chunk goes after
+    raw: int  # the output offset it reaches
+    data: str  # base64 of the masked bytes
+
+
+def placed_terminal(request: HttpRequest, terminal_id: str) -> Terminal:
+    host: Host = request.auth  # type: ignore[attr-defined]
+    term = (
+        Terminal.objects.select_related("session")
+        .filter(public_id=terminal_id, session__runner_host=host.name)
+        .exclude(session__state=SessionState.DELETED)
+        .first()
+    )
+    if term is None:
+        raise NotFound(f"No terminal {terminal_id} is of a session on host {host.name}.")
+    return term
+
+
+@router.get("/terminals/{terminal_id}/transcript", response=TranscriptAt)
+def transcript_at(request: HttpRequest, terminal_id: str) -> TranscriptAt:
+    """Where its recorder goes on from (after an agent's restart too)."""
+    raw, size = transcripts.position(placed_terminal(request, terminal_id))
+    return TranscriptAt(raw=raw, size=size)
+
+
+@router.post("/terminals/{terminal_id}/transcript", response=TranscriptAt)
+def transcript_append(
+    request: HttpRequest, terminal_id: str, chunk: TranscriptChunk
+) -> TranscriptAt:
+    """A chunk of the masked transcript, appended where it says it goes; 409
+    `transcript_moved` (with where it is) for one sent twice or out of turn."""
+    term = placed_terminal(request, terminal_id)
+    try:
+        data = base64.b64decode(chunk.data, validate=True)
+    except (binascii.Error, ValueError):
+        raise Invalid("`data` is not base64.", {"field": "data"}) from None
+    try:
+        raw, size = transcripts.append(term, data, chunk.size, chunk.raw)
+    except transcripts.Moved as moved:
+        raise Conflict(
+            f"{moved}: send from there.",
+            {"raw": moved.raw, "size": moved.size},
+            code="transcript_moved",
+        ) from None
+    return TranscriptAt(raw=raw, size=size)

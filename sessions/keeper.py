@@ -388,13 +388,18 @@ class Keeper:
             else:
                 # A start again on its volume, or writes while it started: its files
                 # reach the branch's head before it is ready for execs.
-                await applier.apply_pending(session)
-                now = timezone.now()
-                if await db(self._move)(
-                    session, SessionState.READY, ready_at=now, last_active_at=now
-                ):
-                    self.woken.set()  # its queued execs go now
-                return
+                try:
+                    await applier.apply_pending(session)
+                except ChannelError as e:
+                    # Tried again at the next tick; past its deadline it stops.
+                    log.info("session %s: files not synced yet: %s", session.public_id, e)
+                else:
+                    now = timezone.now()
+                    if await db(self._move)(
+                        session, SessionState.READY, ready_at=now, last_active_at=now
+                    ):
+                        self.woken.set()  # its queued execs go now
+                    return
         if late:
             await db(ask_stop)(session, "not_ready", SYSTEM)
             await db(

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dulwich.diff_tree import tree_changes
+from dulwich.errors import MissingCommitError
 from dulwich.objects import ObjectID
 
+from core.errors import NotFound
 from sessions.models import Session
 from workspaces.gitstore import MODE_LINK, MODE_SUBMODULE, GitStore
 from workspaces.store import open_store
@@ -39,15 +41,22 @@ class Item:
     mode: int
 
 
+class Unreadable(Exception):
+    """A commit of the sync is not in the store (nothing of it can be applied)."""
+
+
 def plan(session: Session, base: str, target: str) -> list[Item]:
     """What the branch changed from `base` to `target`, file by file (links as links;
     submodules never reach /workspace). A target the session already has past (a
     sync announced late) is nothing to do, unless the branch was rewound to it."""
     with open_store(session.workspace) as store:
-        if base == target or _stale(store, session.ref, base, target):
-            return []
-        old = store.commit(base).tree if base else None
-        new = store.commit(target).tree
+        try:
+            if base == target or _stale(store, session.ref, base, target):
+                return []
+            old = store.commit(base).tree if base else None
+            new = store.commit(target).tree
+        except (KeyError, ValueError, NotFound, MissingCommitError) as e:
+            raise Unreadable(f"the commit cannot be read ({e})") from None
         removals, writes = [], []
         for change in tree_changes(store.repo.object_store, old, new):
             before, after = change.old, change.new

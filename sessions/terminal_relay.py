@@ -10,9 +10,10 @@ through the log store, not through a group. A viewer that falls behind (its chan
 full for SEND_PATIENCE_S) is dropped and attaches again from where it got to, which
 the channel replays.
 
-Each open terminal also has a recorder here: one more attachment whose output goes to
-its transcript file, masked, resumed after an agent restart from a position file
-written after each append (so nothing is recorded twice).
+Each open terminal also has a recorder here: one more attachment whose output, masked,
+goes to its transcript on the web host (sessions.recorder, sessions.transcripts),
+resumed after an agent restart from where the web host's transcript is (so nothing is
+recorded twice).
 """
 
 import asyncio
@@ -20,10 +21,8 @@ import base64
 import contextlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from channels.exceptions import ChannelFull
@@ -32,9 +31,11 @@ from django.conf import settings
 
 from runs import secrets
 from sandbox.loop import EngineLoop, db, on_thread
+from sandbox.webapi import WebRefused, WebUnavailable
 from sessions.channel import ChannelError, ask, channel_of, opened
 from sessions.models import Session, SessionState, Terminal, TerminalState
-from sessions.transcripts import TRANSCRIPT_MAX, relay_channel, transcript_path
+from sessions.recorder import Gone, Upload
+from sessions.transcripts import relay_channel
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -340,25 +341,37 @@ class TerminalRelay:
                 recorder.task = asyncio.create_task(self._record(term, recorder))
 
     async def _record(self, term: Terminal, recorder: Attachment) -> None:
-        path = transcript_path(term)
+        upload: Upload | None = None
         try:
-            raw_at, size = await on_thread(_resume)(path)
+            upload = Upload(term.public_id)
+            raw_after = await upload.start()
             recorder.names, recorder.masker = await db(_masker_of)(term.session)
-            reader = await self._attach(term, recorder, raw_at, {})
+            reader = await self._attach(term, recorder, raw_after, {})
             if reader is None:
                 return
-            with open(path, "ab") as out:
-                while line := await reader.readline():
-                    message = json.loads(line)
-                    if "o" in message:
-                        raw = base64.b64decode(message["o"])
-                        shown = recorder.masker.feed(raw)
-                        raw_at = int(message["at"]) + len(raw) - recorder.masker.held
-                        size = await on_thread(_append)(out, path, shown, raw_at, size)
-                    elif "x" in message:
-                        await _exited(term, message)
-                        return
-        except (ChannelError, OSError, ValueError) as e:
+            while True:
+                try:
+                    line = await asyncio.wait_for(reader.readline(), upload.wait_s())
+                except TimeoutError:
+                    await upload.flush()
+                    continue
+                if not line:
+                    break
+                message = json.loads(line)
+                if "o" in message:
+                    raw = base64.b64decode(message["o"])
+                    shown = recorder.masker.feed(raw)
+                    upload.add(shown, int(message["at"]) + len(raw) - recorder.masker.held)
+                    if upload.due:
+                        await upload.flush()
+                elif "x" in message:
+                    try:
+                        await upload.last()
+                    finally:
+                        await _exited(term, message)  # ended, whatever was sent
+                    return
+            await upload.flush()
+        except (ChannelError, OSError, ValueError, Gone, WebRefused, WebUnavailable) as e:
             log.info("terminal %s: recording stopped (%s); again at the next tick", term, e)
         finally:
             if recorder.writer is not None:
@@ -394,36 +407,3 @@ def _ended(term: Terminal | None) -> dict[str, Any]:
         "exit_code": term.exit_code,
         "session_state": session.state,
     }
-
-
-def _positions(path: Path) -> Path:
-    return path.with_suffix(".pos")
-
-
-def _resume(path: Path) -> tuple[int, int]:
-    """Where recording goes on: the output offset recorded up to, and the transcript's
-    length then (anything past it, written before a crash, is cut off)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        saved = json.loads(_positions(path).read_text())
-        raw_at, size = int(saved["raw"]), int(saved["size"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        raw_at, size = 0, 0
-    with open(path, "ab") as f:
-        f.truncate(size)
-    return raw_at, size
-
-
-def _append(out: Any, path: Path, data: bytes, raw_at: int, size: int) -> int:
-    if size < TRANSCRIPT_MAX:
-        room = TRANSCRIPT_MAX - size
-        chunk = data[:room]
-        if len(data) > room:
-            chunk += b"\r\n[berth] the transcript stops here: it is at its most (8 MiB)\r\n"
-        out.write(chunk)
-        out.flush()
-        size += len(chunk)
-    tmp = _positions(path).with_suffix(".pos.tmp")
-    tmp.write_text(json.dumps({"raw": raw_at, "size": size}))
-    os.replace(tmp, _positions(path))
-    return size

@@ -21,8 +21,11 @@ def read_key_entries(apps, schema_editor):
         ws = run.workspace
         # Workspace.repo_path, which a migration's model does not have.
         path = Path(settings.DATA_DIR) / "repos" / ws.team.public_id / f"{ws.public_id}.git"
-        store = GitStore(path, lambda sha: True)
         entries = []
+        try:
+            store = GitStore(path, lambda sha: True)
+        except Exception:  # its store gone: the run fails sandbox_failed at its prepare
+            continue
         try:
             for name in run.setup.get("cache_key", []):
                 try:
@@ -31,6 +34,8 @@ def read_key_entries(apps, schema_editor):
                     entries.append([name, None])
                     continue
                 entries.append([name, mode, sha.decode()])
+        except Exception:  # its commit gone: likewise (runs.caches.cache_key)
+            continue
         finally:
             store.close()
         run.setup = {**run.setup, "key_entries": entries}

@@ -155,3 +155,33 @@ def test_typing_is_activity_a_frozen_session_resumes_for_it_and_a_stop_ends_it(a
     assert deleting.status_code in (200, 202), deleting.content
     agent.wait_state(session, "deleted", timeout=60)
     assert not folder.exists()
+
+
+def test_an_agent_restart_resumes_the_transcript_with_nothing_twice_or_lost(
+    agent, berth_server, run_stack
+):
+    """The recorder sends the transcript to the web host in chunks that say where they
+    go (sessions.recorder); a new agent goes on from where the web host's transcript
+    is, so what printed before, across and after the restart is in it once each."""
+    session = agent.ready()
+    term = agent.post(f"/sessions/{session['id']}/terminals").json()
+    transcript = lambda: agent.get(f"/terminals/{term['id']}/transcript").content.decode()  # noqa: E731
+    with open_socket(berth_server, term["id"], secret_of(agent)) as ws:
+        screen = Screen(ws)
+        screen.read_until(attached)
+        # Printed while the agent is down too: the shell's replay has it.
+        screen.type("echo before-$((1+1)); sleep 3; echo across-$((2+2))\r")
+        screen.read_until("before-2")
+    wait_for(lambda: "before-2" in transcript(), 30, what="the transcript to hold before-2")
+    run_stack.agent.kill()
+    run_stack.agent.start()
+    wait_for(lambda: "across-4" in transcript(), 60, what="the transcript to hold across-4")
+    with open_socket(berth_server, term["id"], secret_of(agent)) as ws:
+        screen = Screen(ws)
+        screen.read_until(attached)
+        screen.type("echo after-$((3+3))\r")
+        screen.read_until("after-6")
+    wait_for(lambda: "after-6" in transcript(), 30, what="the transcript to hold after-6")
+    text = transcript()
+    for printed in ("before-2", "across-4", "after-6"):
+        assert text.count(printed) == 1, (printed, text)

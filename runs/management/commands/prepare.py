@@ -41,4 +41,9 @@ class Command(BaseCommand):
         call_command("ensure_demo")
         # This machine's own worker and agent reach the internal API as any runner
         # host's do (docs/hosts.md).
-        keep_own_token()
+        if keep_own_token() is None:
+            self.stderr.write(
+                f"No host is named {settings.SANDBOX_HOST!r} (BERTH_SANDBOX_HOST): add it with "
+                f"`manage.py hosts add {settings.SANDBOX_HOST}` and run prepare again, or "
+                "this machine's worker cannot fetch its runs' files."
+            )

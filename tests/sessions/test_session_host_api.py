@@ -1,0 +1,182 @@
+"""A session's doors on the web host's internal API (sessions.host_api; docs/hosts.md),
+through the real daphne, for the host the session is placed on and no other: a sync's
+files batch by batch (sessions.syncplan), from the base its row records now, while the
+sync is pending; a terminal's transcript sent in chunks that say where they go
+(sessions.transcripts), one sent twice refused. The agent's half (a write reaching a
+live session, conflicts kept; a transcript masked and resumed after an agent restart)
+is the suite's session tests (tests/sessions/test_session_sync.py,
+tests/sessions/test_session_terminals.py, tests/hosts/test_two_hosts.py on host b),
+which take these paths on every host."""
+
+import base64
+
+import pytest
+import requests
+from django.conf import settings
+
+from accounts.access import Actor
+from sandbox.hosts import Host
+from sessions import syncplan, transcripts
+from sessions.models import Session, SessionState, SessionSync, SyncState, Terminal
+from sessions.tasks import sweep_transcripts
+from tests.support.runs import head
+from workspaces import actions as workspace_actions
+from workspaces.changes import Change
+
+
+def post(server, path: str, token: str, body: dict) -> requests.Response:
+    return requests.post(
+        f"{server.url}/internal/v1{path}",
+        headers={"Authorization": f"Bearer {token}"},
+        json=body,
+        timeout=30,
+    )
+
+
+def live_session(shop, base: str) -> Session:
+    return Session.objects.create(
+        workspace=shop,
+        ref="main",
+        base_commit=base,
+        runtime="runc",
+        runner_host="local",
+        state=SessionState.READY,
+        idle_freeze_s=60,
+        idle_stop_s=60,
+        lifetime_s=60,
+        retention_s=60,
+    )
+
+
+@pytest.fixture
+def shop(cast):
+    return workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.alice), "Shop", "shop", "python-http"
+    )
+
+
+def commit(shop, cast, changes: list[Change]) -> str:
+    workspace_actions.commit_changes(shop, Actor(cast.alice), changes, "change")
+    return head(shop)
+
+
+def get(server, path: str, token: str) -> requests.Response:
+    return requests.get(
+        f"{server.url}/internal/v1{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+
+
+def test_a_host_gets_a_pending_syncs_files_in_batches_and_no_other_host_does(
+    berth_server, cast, shop, settings
+):
+    base = head(shop)
+    big = b"x" * (syncplan.BATCH_BYTES // 2 + 1)  # two of them never share a batch
+    target = commit(
+        shop,
+        cast,
+        [
+            Change("write", "one.bin", big),
+            Change("write", "two.bin", big),
+            Change("delete", "README.md", b""),
+        ],
+    )
+    session = live_session(shop, base)
+    row = SessionSync.objects.create(session=session, commit=target)
+    path = f"/sessions/{session.public_id}/syncs/{row.pk}"
+
+    batches, at = [], 0
+    while True:
+        answer = get(berth_server, f"{path}?at={at}", settings.BERTH_HOST_TOKEN)
+        assert answer.status_code == 200, answer.text
+        batch = answer.json()
+        batches.append(batch)
+        at = batch["next"]
+        if at >= batch["total"]:
+            break
+    # The deletion first, then each write with its content, in batches of BATCH_BYTES:
+    # the two files never share one.
+    assert [b["total"] for b in batches] == [3, 3]
+    assert [[f["path"] for f in b["files"]] for b in batches] == [
+        ["README.md", "one.bin"],
+        ["two.bin"],
+    ]
+    files = [f for b in batches for f in b["files"]]
+    assert [(f["path"], f["content"] is None) for f in files] == [
+        ("README.md", True),
+        ("one.bin", False),
+        ("two.bin", False),
+    ]
+    assert base64.b64decode(files[1]["content"]) == big
+    # Each path's base, for a conflict's record: README.md's blob, none for a new file.
+    assert batches[0]["bases"]["README.md"]["sha"] == files[0]["base"] is not None
+    assert batches[0]["bases"]["one.bin"] is None and batches[1]["bases"] == {"two.bin": None}
+
+    # Another host's token: no such session. A sync no longer pending: nothing.
+    other = Host.objects.create(name="b").issue_token()
+    assert get(berth_server, path, other).status_code == 404
+    SessionSync.objects.filter(pk=row.pk).update(state=SyncState.APPLIED)
+    assert get(berth_server, path, settings.BERTH_HOST_TOKEN).status_code == 404
+
+    # A base gone from the store: the sync fails, said plainly.
+    gone = SessionSync.objects.create(session=session, commit=target)
+    Session.objects.filter(pk=session.pk).update(base_commit="0" * 40)
+    answer = get(
+        berth_server, f"/sessions/{session.public_id}/syncs/{gone.pk}", settings.BERTH_HOST_TOKEN
+    )
+    assert answer.status_code == 422 and answer.json()["error"]["code"] == "commit_unreadable"
+    # A session no longer live: no door.
+    Session.objects.filter(pk=session.pk).update(state=SessionState.STOPPED)
+    assert get(berth_server, path, settings.BERTH_HOST_TOKEN).status_code == 404
+
+
+def test_a_transcript_is_appended_where_each_chunk_says_and_never_twice(
+    berth_server, cast, shop, settings
+):
+    session = live_session(shop, head(shop))
+    term = Terminal.objects.create(session=session, name="shell")
+    path = f"/terminals/{term.public_id}/transcript"
+    token = settings.BERTH_HOST_TOKEN
+    assert get(berth_server, path, token).json() == {"raw": 0, "size": 0}
+
+    def chunk(data: bytes, size: int, raw: int) -> requests.Response:
+        return post(
+            berth_server,
+            path,
+            token,
+            {"size": size, "raw": raw, "data": base64.b64encode(data).decode()},
+        )
+
+    assert chunk(b"$ echo hi\r\n", 0, 12).json() == {"raw": 12, "size": 11}
+    assert chunk(b"hi\r\n", 11, 16).json() == {"raw": 16, "size": 15}
+    # The second chunk sent again (its answer lost): refused, saying where it is.
+    again = chunk(b"hi\r\n", 11, 16)
+    assert again.status_code == 409, again.text
+    error = again.json()["error"]
+    assert error["code"] == "transcript_moved" and error["details"] == {"raw": 16, "size": 15}
+    assert transcripts.read_transcript(term) == b"$ echo hi\r\nhi\r\n"
+    # Where a restarted recorder goes on from.
+    assert get(berth_server, path, token).json() == {"raw": 16, "size": 15}
+
+    bad = post(berth_server, path, token, {"size": 15, "raw": 17, "data": "not base64!"})
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid"
+    # Another host's token: no such terminal for it; nor once its session is deleted.
+    other = Host.objects.create(name="b").issue_token()
+    assert get(berth_server, path, other).status_code == 404
+    assert chunk(b"x", 15, 17).status_code == 200
+    Session.objects.filter(pk=session.pk).update(state=SessionState.DELETED)
+    assert get(berth_server, path, token).status_code == 404
+    assert transcripts.read_transcript(term) == b"$ echo hi\r\nhi\r\nx"
+
+
+def test_the_web_host_sweeps_the_transcripts_of_sessions_deleted_elsewhere(cast, shop):
+    """A session its host's agent deleted (its retention) had its volume removed there;
+    its transcripts are the web host's, swept by beat's task on the web queue."""
+    kept, deleted = live_session(shop, head(shop)), live_session(shop, head(shop))
+    for session in (kept, deleted):
+        term = Terminal.objects.create(session=session, name="shell")
+        transcripts.append(term, b"$ ls\r\n", 0, 6)
+    Session.objects.filter(pk=deleted.pk).update(state=SessionState.DELETED)
+    assert settings.CELERY_BEAT_SCHEDULE["sweep-transcripts"]["task"] == sweep_transcripts.name
+    sweep_transcripts()
+    assert transcripts.transcript_dir(kept).is_dir()
+    assert not transcripts.transcript_dir(deleted).exists()
