@@ -71,7 +71,7 @@ if "DB_CONN_MAX_AGE" not in os.environ:
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
 
-from config.settings import BERTH_INSTANCE, SANDBOX_HOST  # noqa: E402
+from config.settings import BERTH_INSTANCE, BERTH_ROLE, SANDBOX_HOST  # noqa: E402
 
 # Queues of their own: two test runs sharing one Redis never take each other's tasks.
 CELERY_TASK_DEFAULT_QUEUE = f"celery-{BERTH_INSTANCE}"
@@ -91,6 +91,9 @@ RUNNER_SLOTS = 6
 
 # This machine's host reaches the session's daphne with a token the test database's host
 # row keeps (tests.support.hosts.local_host), as `manage.py prepare` makes one for
-# `make run`. Host B's processes are given their own (tests.support.engine_b).
+# `make run`. A runner host's processes are given their own, or none (the keys tests):
+# Host B's (tests.support.engine_b).
 BERTH_WEB_URL = os.environ.get("BERTH_WEB_URL") or f"http://localhost:{os.environ['TEST_WEB_PORT']}"
-BERTH_HOST_TOKEN = os.environ.get("BERTH_HOST_TOKEN") or "berth_host_the-test-suites-own-host"
+BERTH_HOST_TOKEN = os.environ.get("BERTH_HOST_TOKEN") or (
+    "" if BERTH_ROLE == "runner" else "berth_host_the-test-suites-own-host"
+)

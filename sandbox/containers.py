@@ -93,12 +93,14 @@ def pause_sandbox(name: str, paused: bool) -> bool:
 
 
 def finalize_facts(name: str) -> dict[str, Any] | None:
-    """Exit code and OOM flag of a stopped container, or None if it is gone."""
+    """Exit code and OOM flag of a stopped container (and its id, whose late oom event
+    sandbox.ooms may await), or None if it is gone."""
     container = existing(name)
     if container is None:
         return None
     state = container.attrs["State"]
     return {
+        "id": container.id,
         "running": state.get("Running"),
         "exit_code": state.get("ExitCode"),
         "oom_killed": state.get("OOMKilled"),

@@ -266,6 +266,9 @@ class EngineLoop:
                 facts = await asyncio.to_thread(backend.finalize_facts, sandbox.name)
             if facts is not None and facts.get("running"):
                 return  # restarted meanwhile: not an exit
+            # Found exited by a reconcile before its die event was handled: its oom
+            # event may be late all the same.
+            died = died or str((facts or {}).get("id") or "")
             # As it is now: a stop asked for while it ran says why it ended.
             await db(sandbox.refresh_from_db)()
             if facts is not None and died and facts.get("exit_code") == EXIT_SIGKILL:

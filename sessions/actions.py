@@ -20,9 +20,10 @@ from runs.services import start_service
 from sandbox.images import SESSION_INIT
 from sessions.access import require_cover
 from sessions.lifecycle import (
+    agent_group,
     ask_stop,
     changed,
-    remove_volume,
+    hand_volume_to_host,
     require_unpublished,
     signal_ended,
 )
@@ -42,12 +43,6 @@ from workspaces.store import open_store
 
 TIMERS = ("idle_freeze_s", "idle_stop_s", "lifetime_s", "retention_s")
 MAX_COMMAND = 100_000
-
-
-def agent_group(host: str) -> str:
-    """The runner agent of `host` listens here for "there is work" (it also looks by
-    itself every tick: a signal only saves waiting for it)."""
-    return f"sessions_agent_{host}"
 
 
 def nudge(host: str) -> None:
@@ -406,7 +401,7 @@ def delete_session(session: Session, actor: Actor) -> Session:
                 message=describe_session("deleted", who=actor.label),
                 deleted_at=timezone.now(),
             ):
-                transaction.on_commit(partial(remove_volume, session))
+                transaction.on_commit(partial(hand_volume_to_host, session))
                 record(
                     session.workspace.team,
                     actor,

@@ -39,11 +39,10 @@ from sandbox.engine import engine
 from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
 from sessions import applier, handoff, snapshot, snapstore
-from sessions.actions import agent_group
 from sessions.channel import ChannelError, ChannelUnproven, ask, channel_of, hand_key
 from sessions.clocks import to_step, waiting
 from sessions.freeze import freeze
-from sessions.lifecycle import ask_stop, changed, expire
+from sessions.lifecycle import agent_group, ask_stop, changed, expire
 from sessions.models import (
     LIVE_STATES,
     RESTARTABLE_STATES,
@@ -172,6 +171,7 @@ class Keeper:
         # Told before an exec with secrets runs (sessions.terminal_relay.mask_grants).
         self.on_grant: Callable[[Session], Awaitable[None]] | None = None
         self.stepping: set[int] = set()  # sessions whose step runs now
+        self.sweep_now = asyncio.Event()  # a door deleted a session: its volume goes now
 
     def jobs(self, stop: asyncio.Event) -> list[asyncio.Task[None]]:
         every = self.engine.every
@@ -179,7 +179,7 @@ class Keeper:
             asyncio.create_task(self.listen(stop)),
             asyncio.create_task(every(TICK_S, self.dispatch, stop, self.woken)),
             asyncio.create_task(every(TICK_S, self.step_all, stop, self.engine.paused_event)),
-            asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_volumes, stop)),
+            asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_volumes, stop, self.sweep_now)),
             asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_reads, stop)),
         ]
 
@@ -189,7 +189,10 @@ class Keeper:
             try:
                 async with fanout.listening(agent_group(settings.SANDBOX_HOST)) as next_signal:
                     while not stop.is_set():
-                        if await next_signal(LISTEN_S) is not None:
+                        message = await next_signal(LISTEN_S)
+                        if message is not None:
+                            if message.get("sweep"):
+                                self.sweep_now.set()
                             self.woken.set()
             except Exception as e:
                 log.warning("sessions: listening for work failed, again in 1 s: %s", e)

@@ -37,6 +37,12 @@ from workspaces.models import Workspace
 log = logging.getLogger("berth.sessions")
 
 
+def agent_group(host: str) -> str:
+    """The runner agent of `host` listens here for "there is work" (it also looks by
+    itself every tick: a signal only saves waiting for it)."""
+    return f"sessions_agent_{host}"
+
+
 def group_name(session_public_id: str) -> str:
     """Watchers of a session's state (its page, a waiting API call)."""
     return f"session_{session_public_id}"
@@ -248,11 +254,26 @@ def ask_stop(session: Session, reason: str, who: str) -> bool:
     return True
 
 
+def hand_volume_to_host(session: Session) -> None:
+    """A session deleted at a door: its terminals' transcripts and its reads' scratch
+    stores go now; its /workspace volume is on its host's engine, which only that
+    host's agent touches: told now, it removes it at once (its sweep would within
+    SWEEP_EVERY_S in any case)."""
+    remove_transcripts(session)
+    snapstore.remove_session(session.public_id)
+    if session.runner_host:
+        fanout.group_send(
+            agent_group(session.runner_host), {"type": "sessions.nudge", "sweep": True}
+        )
+
+
 def remove_volume(session: Session) -> None:
-    """Its /workspace volume, with every uncommitted file in it (gone already is fine),
-    its terminals' transcripts and its reads' scratch stores. A volume its last
-    container still holds (removed just after its run's end), or a store a door is
-    reading, is left to the runner agent's sweeps (sessions.keeper)."""
+    """On its host (its agent, its worker): its /workspace volume, with every
+    uncommitted file in it (gone already is fine), its terminals' transcripts and its
+    reads' scratch stores. A volume its last container still holds (removed just after
+    its run's end), or a store a door is reading, is left to the runner agent's sweeps
+    (sessions.keeper); transcripts kept on another web host, to its sweep
+    (sessions.tasks)."""
     remove_transcripts(session)
     snapstore.remove_session(session.public_id)
     try:

@@ -180,6 +180,20 @@ def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
     box.refresh_from_db()
     assert box.state == "running" and box.stop_reason == ""
 
+    # Deleted at a door (daphne, on A): its volume is on b's engine, which b's agent
+    # alone touches; told by the door, it removes it.
+    stored.refresh_from_db()
+    assert agent.post(f"/sessions/{session['id']}/stop").status_code == 202
+    agent.wait_state(session, "stopped", timeout=60)
+    deleted = agent.client.delete(f"/api/v1/sessions/{session['id']}", **agent.headers)
+    assert deleted.status_code in (200, 202), deleted.content
+    volume = stored.volume
+    wait_for(
+        lambda: not any(v.name == volume for v in b.client.volumes.list()),
+        30,
+        what="b's agent to remove the deleted session's volume",
+    )
+
 
 def test_hosts_lists_both_with_fresh_heartbeats_and_drain_moves_new_work(b, agent, cast):
     wait_for(  # this host's row is the cast's: its agent beats over it within a second

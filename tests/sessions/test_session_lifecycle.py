@@ -99,7 +99,7 @@ def test_a_stopped_session_past_its_retention_is_deleted_with_its_files(agent):
         "processes_and_memory": False,
     }
     # Removed as the row says deleted, or (a container still holding it as it goes) by
-    # the agent's next sweep, seconds later (sessions.lifecycle.remove_volume).
+    # the agent's sweep, told by the door (sessions.lifecycle.hand_volume_to_host).
     wait_for(lambda: not volume_exists(volume), 30, what="the session's volume to go")
     refused = agent.exec(session, "true", status=409)
     assert refused["error"]["code"] == "session_deleted"
