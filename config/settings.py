@@ -6,6 +6,7 @@ read (the env* helpers, the generated key, Redis's password file): config.enviro
 """
 
 import hashlib
+import json
 import os
 import secrets
 from pathlib import Path
@@ -187,6 +188,22 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+# Runs' artifacts (runs.artifacts): DATA_DIR/artifacts, or a storage backend an operator
+# names (django-storages' S3Storage, say) with its options as a JSON object.
+try:
+    _artifacts_options = json.loads(os.environ.get("ARTIFACTS_STORAGE_OPTIONS") or "{}")
+except ValueError as _e:
+    raise ImproperlyConfigured(f"ARTIFACTS_STORAGE_OPTIONS is not JSON: {_e}") from None
+if not isinstance(_artifacts_options, dict):
+    raise ImproperlyConfigured("ARTIFACTS_STORAGE_OPTIONS must be a JSON object.")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "artifacts": {
+        "BACKEND": os.environ.get("ARTIFACTS_STORAGE_BACKEND", "runs.artifacts.DataDirStorage"),
+        "OPTIONS": _artifacts_options,
+    },
+}
 
 # Request bodies past this are refused with 413 `too_large` (a 10 MB file fits
 # base64-encoded). Daphne reads a whole body before Django sees it, so this is a

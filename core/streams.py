@@ -39,3 +39,12 @@ async def _pulled(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 def streamed(chunks: Iterator[bytes], content_type: str) -> StreamingHttpResponse:
     return StreamingHttpResponse(_pulled(chunks), content_type=content_type)
+
+
+def in_chunks[R: StreamingHttpResponse](response: R) -> R:
+    """A response whose content blocking code reads (a FileResponse's file: an
+    artifact), sent the same way: never read whole into memory first."""
+    content = response.streaming_content
+    if not response.is_async and isinstance(content, Iterator):
+        response.streaming_content = _pulled(content)
+    return response

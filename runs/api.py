@@ -6,6 +6,7 @@ from ninja import Query, Router, Status
 
 from core.errors import NotFound
 from core.schemas import answers
+from core.streams import in_chunks
 from runs import actions, quotas
 from runs.access import access_run, may_see_outputs
 from runs.artifacts import open_artifact
@@ -189,9 +190,10 @@ def list_artifacts(request: HttpRequest, run_id: str) -> ArtifactsOut:
 )
 def get_artifact(request: HttpRequest, run_id: str, path: str) -> FileResponse:
     run = access_run(actor_of(request), run_id)
-    return FileResponse(
+    response = FileResponse(
         open_artifact(run, path),
         as_attachment=True,
         filename=path.rsplit("/", 1)[-1],
         content_type="application/octet-stream",
     )
+    return in_chunks(response)

@@ -3,14 +3,15 @@
 The stopped run's /workspace volume is read once on the host — its folder, walked
 without following any link (`walk_volume`), or, when the engine is not local, its
 `get_archive` tar stream — and never extracted there: member names are checked by
-`workspaces.paths`, only regular files and folders become artifacts (written by us
-into our own folder with O_NOFOLLOW | O_EXCL), and links are data, never followed.
+`workspaces.paths`, only regular files and folders become artifacts (kept through
+Django's storage API, runs.artifacts, under names we make), and links are data, never
+followed.
 
 1. Every member is turned into a Git tree entry (files and symlinks as Git stores
    them; new paths the input commit's .gitignore ignores are left out, as git would).
 2. That tree is diffed against the input commit with the workspace's own differ; on
    `commit_changes` it becomes a commit on branch `runs/<id>`.
-3. Members under `[artifacts] paths` are copied into DATA_DIR, within the caps; links,
+3. Members under `[artifacts] paths` are kept (runs.artifacts), within the caps; links,
    devices, FIFOs and hard links are refused and named.
 Granted secret values are masked in every path and diff text this returns.
 """
@@ -19,13 +20,11 @@ import functools
 import hashlib
 import io
 import os
-import shutil
 import stat
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -33,6 +32,7 @@ from dulwich.ignore import IgnoreFilter
 from dulwich.objects import Blob, Tree
 
 from core.errors import BerthError, Invalid
+from runs import artifacts
 from runs.secrets import Masker
 from sandbox.usage import walk
 from workspaces.gitstore import (
@@ -53,12 +53,6 @@ LINK_OUT_OF_TREE = (
     "a symlink whose target climbs out of /workspace: no sandbox could hold a commit "
     "with it; point it inside or at an absolute path"
 )
-
-
-def artifacts_dir(run_public_id: str) -> Path:
-    if not (run_public_id.isascii() and run_public_id.isalnum()):
-        raise ValueError(f"not a run id: {run_public_id!r}")
-    return Path(settings.DATA_DIR) / "artifacts" / run_public_id[:2] / run_public_id
 
 
 def clean_artifact_paths(paths: list[str] | tuple[str, ...]) -> list[str]:
@@ -120,7 +114,6 @@ class _Reader:
         self.artifacts: list[dict[str, Any]] = []
         self.refused: list[dict[str, str]] = []
         self.artifact_bytes = 0
-        self.dest = artifacts_dir(run.public_id)
         # Past the tree caps (hard links to one big file, a million empty ones) the
         # volume is not turned into a tree at all: nothing to diff, nothing to commit.
         self.over_caps: str | None = None
@@ -261,10 +254,10 @@ class _Reader:
     def _keep_artifact(
         self, path: str, member: tarfile.TarInfo, source: Any
     ) -> tuple[bytes | None, list[str]]:
-        """Copy one artifact file into DATA_DIR; return its bytes when they are small
+        """Keep one artifact file (runs.artifacts); return its bytes when they are small
         enough to also diff (else None), and the names of the granted secrets it holds.
         It is read through a scanner into an unnamed temporary file first: one holding a
-        granted value is never written to DATA_DIR (nor, as a blob, to the store)."""
+        granted value is never kept (nor, as a blob, written to the store)."""
         small = member.size <= settings.WORKSPACE_MAX_FILE_BYTES
         why = None
         if len(self.artifacts) >= settings.RUN_ARTIFACTS_MAX_FILES:
@@ -290,12 +283,8 @@ class _Reader:
             if why:
                 self._refuse(path, why)
                 return (bytes(kept) if small else None), holds
-            target = self.dest / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             spool.seek(0)
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(spool, out, 1 << 16)
+            artifacts.keep(self.run.public_id, path, spool)
         self.artifact_bytes += member.size
         self.artifacts.append({"path": path, "size": member.size, "sha256": digest.hexdigest()})
         return (bytes(kept) if small else None), []
@@ -425,8 +414,7 @@ def read_outputs(
 ) -> Outputs:
     """Read a stopped run's /workspace — its volume's folder on this host, else the
     engine's archive of it — into changes and artifacts."""
-    dest = artifacts_dir(run.public_id)
-    shutil.rmtree(dest, ignore_errors=True)  # a finalize that is run again starts over
+    artifacts.remove_all(run.public_id)  # a finalize that is run again starts over
     reader = _Reader(store, run, masker)
     if host_root is not None:
         reader.read_host(host_root)

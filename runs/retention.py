@@ -1,15 +1,15 @@
-"""Retention of run outputs: logs and artifacts are files under DATA_DIR, kept for
-RUN_RETENTION_DAYS after the run ends, then removed; the run row stays and says so."""
+"""Retention of run outputs: logs (files under DATA_DIR) and artifacts (runs.artifacts),
+kept for RUN_RETENTION_DAYS after the run ends, then removed; the run row stays and
+says so."""
 
-import shutil
 from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
 from logs import logstore
+from runs import artifacts
 from runs.models import TERMINAL_STATES, Run
-from runs.outputs import artifacts_dir
 
 
 def apply(days: int | None = None) -> list[str]:
@@ -22,7 +22,7 @@ def apply(days: int | None = None) -> list[str]:
     ).only("id", "public_id"):
         for path in logstore.paths(run.public_id):
             path.unlink(missing_ok=True)
-        shutil.rmtree(artifacts_dir(run.public_id), ignore_errors=True)
+        artifacts.remove_all(run.public_id)
         run.expire_outputs()
         done.append(run.public_id)
     return done

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.access import Actor
 from accounts.models import Membership
 from core.errors import BerthError, NotFound
+from core.streams import in_chunks
 from runs import actions
 from runs.artifacts import open_artifact
 from runs.forms import rerun_env
@@ -41,7 +42,7 @@ def artifact(
     )
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     response["X-Content-Type-Options"] = "nosniff"
-    return response
+    return in_chunks(response)
 
 
 @require_POST

@@ -17,9 +17,8 @@ from accounts.access import Actor
 from accounts.models import Activity
 from core.ids import new_id
 from logs import logstore
-from runs import caches, retention
+from runs import artifacts, caches, retention
 from runs.models import DepCache, Run, RunState
-from runs.outputs import artifacts_dir
 from sandbox.engine import engine
 from tests.support.api import bearer
 from tests.support.runs import Agent, approve_contract
@@ -448,7 +447,7 @@ def test_retention_removes_logs_and_artifacts_of_old_runs_and_says_so(agent, cas
     recent = agent.wait(agent.run("echo still here; echo more > report.txt"))
     assert old["state"] == "succeeded" and [a["path"] for a in old["artifacts"]] == ["report.txt"]
     download = agent.get(f"/runs/{old['id']}/artifacts/report.txt")
-    assert download.status_code == 200 and b"".join(download.streaming_content) == b"data\n"
+    assert download.status_code == 200 and b"".join(download) == b"data\n"
     Run.objects.filter(public_id=old["id"]).update(
         finished_at=timezone.now() - timedelta(days=settings.RUN_RETENTION_DAYS, hours=1)
     )
@@ -456,7 +455,7 @@ def test_retention_removes_logs_and_artifacts_of_old_runs_and_says_so(agent, cas
     assert retention.apply() == [old["id"]]
 
     assert not any(p.exists() for p in logstore.paths(old["id"]))
-    assert not artifacts_dir(old["id"]).exists()
+    assert not artifacts.storage().exists(artifacts.folder_of(old["id"]))
     logs = agent.get(f"/runs/{old['id']}/logs?after=0").json()
     assert (logs["entries"], logs["complete"]) == ([], True)
     expired = agent.get(f"/runs/{old['id']}").json()

@@ -1,14 +1,17 @@
 """Reading a stopped run's /workspace: on the host, never following a link, and the same
 answer as the engine's archive of it."""
 
+import io
 import os
 import tarfile
 import threading
+from pathlib import Path
 
 import pytest
 from docker.types import Mount
 
 from accounts.access import Actor
+from runs import artifacts
 from runs.models import Run
 from runs.outputs import read_outputs, walk_volume
 from runs.secrets import Masker
@@ -96,3 +99,41 @@ def test_the_host_walk_and_the_engine_archive_agree(db, cast, tmp_path):
         if container is not None:
             container.remove(force=True)
         engine().volumes.get(name).remove(force=True)
+
+
+def test_artifacts_go_to_whatever_storage_the_operator_names(db, cast, settings):
+    """Kept through Django's storage API (runs.artifacts): with another backend (here
+    Django's in-memory one, as django-storages' S3 would be named) the artifact is
+    kept and served from it, and nothing is written under DATA_DIR."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "artifacts": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
+    }
+    shop = workspace_actions.create_workspace(
+        cast.team_a, Actor(cast.carol), "Shop", "shop", "python-http"
+    )
+    with open_store(shop) as store:
+        head = store.branch_head("main")
+    run = Run.objects.create(
+        workspace=shop, ref="main", commit=head, command="true", artifact_paths=["dist"]
+    )
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for name in ("workspace", "workspace/dist"):
+            folder = tarfile.TarInfo(name)
+            folder.type = tarfile.DIRTYPE
+            tar.addfile(folder)
+        report = tarfile.TarInfo("workspace/dist/report.txt")
+        report.size = 3
+        tar.addfile(report, io.BytesIO(b"ok\n"))
+    with open_store(shop) as store:
+        out = read_outputs(store, run, Masker([]), chunks=iter([archive.getvalue()]))
+    assert [a["path"] for a in out.artifacts] == ["dist/report.txt"]
+    Run.objects.filter(pk=run.pk).update(artifacts=out.artifacts)
+    run.refresh_from_db()
+    with artifacts.open_artifact(run, "dist/report.txt") as kept:
+        assert kept.read() == b"ok\n"
+    assert not (Path(settings.DATA_DIR) / "artifacts" / artifacts.folder_of(run.public_id)).exists()
+    # Kept again from the start when its outputs are read again; gone at retention.
+    artifacts.remove_all(run.public_id)
+    assert not artifacts.storage().exists(f"{artifacts.folder_of(run.public_id)}/dist/report.txt")

@@ -153,8 +153,8 @@ def test_artifacts_are_kept_byte_for_byte_and_links_fifos_and_oversize_refused(a
     kept = {a["path"]: a for a in done["artifacts"]}
     assert set(kept) == {"dist/a.txt", "dist/sub/b.bin"}
     r = agent.get(f"/runs/{done['id']}/artifacts/dist/a.txt")
-    assert r.status_code == 200 and b"".join(r.streaming_content) == b"hello artifact"
-    blob = b"".join(agent.get(f"/runs/{done['id']}/artifacts/dist/sub/b.bin").streaming_content)
+    assert r.status_code == 200 and b"".join(r) == b"hello artifact"
+    blob = b"".join(agent.get(f"/runs/{done['id']}/artifacts/dist/sub/b.bin"))
     assert hashlib.sha256(blob).hexdigest() == kept["dist/sub/b.bin"]["sha256"]
     assert kept["dist/sub/b.bin"]["sha256"] in "\n".join(agent.output(done))
     refused = {r["path"]: r["why"] for r in done["artifacts_refused"]}

@@ -7,6 +7,7 @@ Most runs here are rows made by the test (the pages render from the row alone); 
 """
 
 import hashlib
+import io
 import re
 from datetime import timedelta
 
@@ -15,9 +16,8 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.models import Activity
-from runs import actions
+from runs import actions, artifacts
 from runs.models import Run, RunState, Secret
-from runs.outputs import artifacts_dir
 from runs.secrets import encrypt
 from tests.support.runs import CHANGES, LIMITS, RUNS, finished_run, wait_ended, with_artifacts_toml
 from workspaces import actions as workspace_actions
@@ -82,9 +82,7 @@ def with_outputs(shop, cast, **fields) -> Run:
             **fields,
         },
     )
-    folder = artifacts_dir(run.public_id) / "dist"
-    folder.mkdir(parents=True)
-    (folder / "out.txt").write_bytes(ARTIFACT)
+    artifacts.keep(run.public_id, "dist/out.txt", io.BytesIO(ARTIFACT))
     return run
 
 
@@ -173,7 +171,7 @@ def test_the_setup_step_says_whether_it_ran(data_dir, carol, cast, shop, setup, 
 def test_an_artifact_downloads_byte_for_byte_through_the_page(data_dir, carol, cast, shop):
     run = with_outputs(shop, cast)
     r = carol.get(f"{RUNS}{run.public_id}/artifacts/dist/out.txt")
-    assert r.status_code == 200 and b"".join(r.streaming_content) == ARTIFACT
+    assert r.status_code == 200 and b"".join(r) == ARTIFACT
     assert r["Content-Disposition"] == 'attachment; filename="out.txt"'
     assert r["Content-Type"] == "application/octet-stream"
     assert "sandbox" in r["Content-Security-Policy"]
@@ -356,7 +354,7 @@ def test_a_real_run_shows_its_changes_diff_and_artifact_on_its_page(
     assert f"on branch <code>runs/{run.public_id}</code>" in html
     link = f"{RUNS}{run.public_id}/artifacts/dist/blob.bin"
     assert f'href="{link}" download' in html
-    blob = b"".join(carol.get(link).streaming_content)
+    blob = b"".join(carol.get(link))
     assert len(blob) == 5000
     assert hashlib.sha256(blob).hexdigest() == run.artifacts[0]["sha256"]
     assert run.artifacts[0]["sha256"][:12] in html

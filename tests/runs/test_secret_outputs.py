@@ -12,8 +12,8 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from accounts.access import Actor
+from runs import artifacts
 from runs.models import Run
-from runs.outputs import artifacts_dir
 from tests.support.api import bearer
 from tests.support.logs import closed_with
 from tests.support.logs import connect as watch
@@ -79,8 +79,8 @@ def test_a_runs_secret_outputs_are_withheld_and_served_only_to_who_could_grant_t
     refused = {a["path"]: a["why"] for a in done["artifacts_refused"]}
     assert "API_KEY" in refused["dist/big.bin"]
     assert [a["path"] for a in done["artifacts"]] == ["dist/ok.txt"]
-    # Nothing holding the value reached the data directory or the object store.
-    assert not (artifacts_dir(done["id"]) / "dist" / "big.bin").exists()
+    # Nothing holding the value reached the artifact store or the object store.
+    assert not artifacts.storage().exists(f"{artifacts.folder_of(done['id'])}/dist/big.bin")
     assert not stored_objects_hold(notes, VALUE.encode())
     assert VALUE not in json.dumps(done)
 

@@ -12,6 +12,7 @@ from sessions import lifecycle
 from sessions.actions import delete_session
 from sessions.models import Session, SessionState
 from tests.support.runs import make_run
+from tests.support.sessions import session_row
 from workspaces.actions import create_workspace
 
 # The deleted session's volume is removed: the engine is asked (it is not there).
@@ -22,21 +23,14 @@ pytestmark = pytest.mark.docker
 def stopping(cast):
     workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
     run = make_run(workspace, cast.carol, purpose="session", state="cancelled")
-    session = Session.objects.create(
-        workspace=workspace,
-        ref="main",
-        base_commit="0" * 40,
-        runtime="runc",
+    session = session_row(
+        workspace,
         requested_by=cast.carol,
         run=run,
         runner_host="local",
         state=SessionState.STOPPING,
         stop_reason="closed",
         stop_requested_by="carol",
-        idle_freeze_s=300,
-        idle_stop_s=1800,
-        lifetime_s=3600,
-        retention_s=86400,
     )
     return session, run
 

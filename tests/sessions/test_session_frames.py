@@ -25,9 +25,10 @@ from sandbox.models import Sandbox
 from sessions.channel import channel_key
 from sessions.follow import SessionFollower, cursor_path, read_cursor
 from sessions.frames import frame_key
-from sessions.models import Exec, Session
+from sessions.models import Exec
 from tests.support.runs import make_run
 from tests.support.secrets import VALUE
+from tests.support.sessions import session_row
 from workspaces.actions import create_workspace
 
 # transaction=True: the follower closes its connection between lookups, as in the agent.
@@ -57,18 +58,7 @@ def running(cast) -> tuple[Exec, SessionFollower]:
     workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
     run = make_run(workspace, cast.carol, purpose="session")
     sandbox = Sandbox.objects.create(name=f"berth-test-{run.public_id}")
-    session = Session.objects.create(
-        workspace=workspace,
-        ref="main",
-        base_commit="0" * 40,
-        runtime="runc",
-        requested_by=cast.carol,
-        run=run,
-        idle_freeze_s=300,
-        idle_stop_s=1800,
-        lifetime_s=3600,
-        retention_s=86400,
-    )
+    session = session_row(workspace, requested_by=cast.carol, run=run)
     row = Exec.objects.create(session=session, command="echo hi", timeout_s=60)
     assert row.mark_running(1)
     return row, SessionFollower(run.public_id, sandbox, asyncio.new_event_loop())

@@ -20,6 +20,7 @@ from sessions import syncplan, transcripts
 from sessions.models import Session, SessionState, SessionSync, SyncState, Terminal
 from sessions.tasks import sweep_transcripts
 from tests.support.runs import head
+from tests.support.sessions import session_row
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
 
@@ -34,18 +35,7 @@ def post(server, path: str, token: str, body: dict) -> requests.Response:
 
 
 def live_session(shop, base: str) -> Session:
-    return Session.objects.create(
-        workspace=shop,
-        ref="main",
-        base_commit=base,
-        runtime="runc",
-        runner_host="local",
-        state=SessionState.READY,
-        idle_freeze_s=60,
-        idle_stop_s=60,
-        lifetime_s=60,
-        retention_s=60,
-    )
+    return session_row(shop, base_commit=base, runner_host="local", state=SessionState.READY)
 
 
 @pytest.fixture

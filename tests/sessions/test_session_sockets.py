@@ -27,6 +27,7 @@ from sessions.models import Exec, Session, SessionState
 from tests.support.logs import closed_with, session_cookie
 from tests.support.logs import write as write_run
 from tests.support.runs import make_run
+from tests.support.sessions import session_row
 from workspaces.actions import create_workspace
 
 pytestmark = [
@@ -38,17 +39,7 @@ pytestmark = [
 @pytest.fixture
 def session(cast) -> Session:
     workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
-    return Session.objects.create(
-        workspace=workspace,
-        ref="main",
-        base_commit="0" * 40,
-        runtime="runc",
-        requested_by=cast.carol,
-        idle_freeze_s=300,
-        idle_stop_s=1800,
-        lifetime_s=3600,
-        retention_s=86400,
-    )
+    return session_row(workspace, requested_by=cast.carol)
 
 
 @pytest.fixture

@@ -170,3 +170,21 @@ def follower(answer: dict, session: dict) -> dict:
     found = [f for f in answer["followers"] if f["id"] == session["id"]]
     assert len(found) == 1, answer["followers"]
     return found[0]
+
+
+def session_row(workspace, **fields) -> Session:
+    """A session's row as a test needs it, written directly (no container: for the
+    doors and rules that read rows alone): on `main` with the default timers."""
+    return Session.objects.create(
+        **{
+            "workspace": workspace,
+            "ref": "main",
+            "base_commit": "0" * 40,
+            "runtime": "runc",
+            "idle_freeze_s": 300,
+            "idle_stop_s": 1800,
+            "lifetime_s": 3600,
+            "retention_s": 86400,
+            **fields,
+        }
+    )
