@@ -229,7 +229,7 @@ def _source(run: Run) -> bytes | Iterator[bytes]:
 
 def _from_web(path: str) -> bytes | Iterator[bytes]:
     try:
-        return webapi.WebAPI().download(path)
+        return webapi.client().download(path)
     except webapi.WebRefused as e:
         if e.code in ("source_too_large", "source_invalid"):
             raise backend.SandboxError(e.code, detail=e.message) from None

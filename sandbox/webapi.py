@@ -2,6 +2,7 @@
 docs/hosts.md "The internal API"): its token (core.keys.host_token) on every request,
 the web host's error shape read back into one exception."""
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +102,20 @@ class WebAPI:
         except (ValueError, KeyError, TypeError):
             code, message = "unexpected", response.text[:200]
         raise WebRefused(response.status_code, code, message)
+
+
+_local = threading.local()
+
+
+def client() -> WebAPI:
+    """This thread's client: one connection to the web host kept open across calls (a
+    run's preparation would otherwise open a new one for each file it fetches)."""
+    # Made again when where or as whom it calls changed (settings a test sets).
+    key = (settings.BERTH_WEB_URL, settings.BERTH_HOST_TOKEN, str(settings.KEYS_DIR))
+    found: tuple[tuple[str, str, str], WebAPI] | None = getattr(_local, "client", None)
+    if found is None or found[0] != key:
+        found = _local.client = (key, WebAPI())
+    return found[1]
 
 
 def check_identity() -> str:

@@ -46,7 +46,7 @@ async def apply_pending(session: Session) -> None:
 def _batch(session: Session, row: SessionSync, at: int) -> dict[str, Any]:
     """The batch of `row` from item `at` (sessions.host_api.sync_batch)."""
     try:
-        answer = webapi.WebAPI().get(f"/sessions/{session.public_id}/syncs/{row.pk}?at={at}")
+        answer = webapi.client().get(f"/sessions/{session.public_id}/syncs/{row.pk}?at={at}")
     except webapi.WebUnavailable as e:
         raise ChannelError(f"the web host did not send the files: {e}") from None
     assert isinstance(answer, dict)
