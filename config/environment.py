@@ -5,6 +5,7 @@ Nothing here reads the environment on import: each function is called by the set
 """
 
 import functools
+import json
 import os
 import secrets
 from pathlib import Path
@@ -21,6 +22,17 @@ def envbool(name: str, default: str = "false") -> bool:
 
 def envint(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
+
+
+def envobject(name: str) -> dict[str, object]:
+    """A JSON object (empty when unset), or a plain refusal naming the variable."""
+    try:
+        value = json.loads(os.environ.get(name) or "{}")
+    except ValueError as e:
+        raise ImproperlyConfigured(f"{name} is not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object.")
+    return value
 
 
 def envlist(name: str, default: str = "") -> list[str]:

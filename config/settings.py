@@ -6,7 +6,6 @@ read (the env* helpers, the generated key, Redis's password file): config.enviro
 """
 
 import hashlib
-import json
 import os
 import secrets
 from pathlib import Path
@@ -16,7 +15,14 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import lazy
 
-from config.environment import envbool, envint, envlist, generated_secret_key, with_password
+from config.environment import (
+    envbool,
+    envint,
+    envlist,
+    envobject,
+    generated_secret_key,
+    with_password,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -190,18 +196,12 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 # Runs' artifacts (runs.artifacts): DATA_DIR/artifacts, or a storage backend an operator
 # names (django-storages' S3Storage, say) with its options as a JSON object.
-try:
-    _artifacts_options = json.loads(os.environ.get("ARTIFACTS_STORAGE_OPTIONS") or "{}")
-except ValueError as _e:
-    raise ImproperlyConfigured(f"ARTIFACTS_STORAGE_OPTIONS is not JSON: {_e}") from None
-if not isinstance(_artifacts_options, dict):
-    raise ImproperlyConfigured("ARTIFACTS_STORAGE_OPTIONS must be a JSON object.")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     "artifacts": {
         "BACKEND": os.environ.get("ARTIFACTS_STORAGE_BACKEND", "runs.artifacts.DataDirStorage"),
-        "OPTIONS": _artifacts_options,
+        "OPTIONS": envobject("ARTIFACTS_STORAGE_OPTIONS"),
     },
 }
 
@@ -306,33 +306,8 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
-# Workspaces: the largest file a commit may hold, and the largest push (after gzip).
-WORKSPACE_MAX_FILE_BYTES = envint("WORKSPACE_MAX_FILE_MB", 10) * 1024 * 1024
-GIT_MAX_PUSH_BYTES = envint("GIT_MAX_PUSH_MB", 100) * 1024 * 1024
-# Files dropped onto the tree, in one batch (workspaces.uploads); Django refuses more
-# parts than this in a body before the view reads any (TooManyFilesSent).
-WORKSPACE_MAX_UPLOAD_FILES = envint("WORKSPACE_MAX_UPLOAD_FILES", 100)
-DATA_UPLOAD_MAX_NUMBER_FILES = WORKSPACE_MAX_UPLOAD_FILES
-# A folder's README.md is rendered on the workspace page up to this size (workspaces.readme).
-WORKSPACE_README_MAX_BYTES = envint("WORKSPACE_README_MAX_KB", 256) * 1024
-# What one commit's tree may expand to, a name repeated counting each time it appears
-# (workspaces.treesize): checked on every door that makes a commit and at hydration.
-WORKSPACE_MAX_TREE_ENTRIES = envint("WORKSPACE_MAX_TREE_ENTRIES", 100_000)
-WORKSPACE_MAX_TREE_BYTES = envint("WORKSPACE_MAX_TREE_MB", 2048) * 1024 * 1024
-# Search over a commit (workspaces.search): what one search may cost, whatever is asked.
-# Files past SEARCH_MAX_FILE_KB are skipped and named; a search stops (and says so) at
-# SEARCH_MAX_MATCHES lines, SEARCH_MAX_SCAN_MB read or SEARCH_TIME_S, a regex included.
-# A line past SEARCH_MAX_LINE_BYTES is searched as if it ended there; a pattern (RE2) may
-# take SEARCH_REGEX_MAX_KB to build and match (its max_mem), or is refused.
-SEARCH_MAX_QUERY_CHARS = envint("SEARCH_MAX_QUERY_CHARS", 256)
-SEARCH_MAX_FILE_BYTES = envint("SEARCH_MAX_FILE_KB", 1024) * 1024
-SEARCH_MAX_LINE_BYTES = envint("SEARCH_MAX_LINE_BYTES", 4096)
-SEARCH_REGEX_MAX_BYTES = envint("SEARCH_REGEX_MAX_KB", 1024) * 1024
-SEARCH_MAX_MATCHES = envint("SEARCH_MAX_MATCHES", 500)
-SEARCH_MAX_SCAN_BYTES = envint("SEARCH_MAX_SCAN_MB", 256) * 1024 * 1024
-SEARCH_TIME_S = float(os.environ.get("SEARCH_TIME_S", "5"))
-# Quick open (Ctrl/⌘-P) lists at most this many paths of a commit.
-QUICK_OPEN_MAX_PATHS = envint("QUICK_OPEN_MAX_PATHS", 50_000)
+# Workspaces: file, push, upload, tree and search caps (config/settings_workspaces.py).
+from config.settings_workspaces import *  # noqa: E402,F403
 
 # Runs: the operator's maxima (workspace.toml values above are clamped with a warning,
 # API values above are refused), fixed sandbox limits, and the images runs may use.

@@ -166,21 +166,21 @@ def test_an_agent_restart_resumes_the_transcript_with_nothing_twice_or_lost(
     session = agent.ready()
     term = agent.post(f"/sessions/{session['id']}/terminals").json()
     transcript = lambda: agent.get(f"/terminals/{term['id']}/transcript").content.decode()  # noqa: E731
-    with open_socket(berth_server, term["id"], secret_of(agent)) as ws:
-        screen = Screen(ws)
-        screen.read_until(attached)
-        # Printed while the agent is down too: the shell's replay has it.
-        screen.type("echo before-$((1+1)); sleep 3; echo across-$((2+2))\r")
-        screen.read_until("before-2")
+
+    def typed(line: str, shows: str) -> None:
+        with open_socket(berth_server, term["id"], secret_of(agent)) as ws:
+            screen = Screen(ws)
+            screen.read_until(attached)
+            screen.type(line)
+            screen.read_until(shows)
+
+    # Printed while the agent is down too: the shell's replay has it.
+    typed("echo before-$((1+1)); sleep 3; echo across-$((2+2))\r", "before-2")
     wait_for(lambda: "before-2" in transcript(), 30, what="the transcript to hold before-2")
     run_stack.agent.kill()
     run_stack.agent.start()
     wait_for(lambda: "across-4" in transcript(), 60, what="the transcript to hold across-4")
-    with open_socket(berth_server, term["id"], secret_of(agent)) as ws:
-        screen = Screen(ws)
-        screen.read_until(attached)
-        screen.type("echo after-$((3+3))\r")
-        screen.read_until("after-6")
+    typed("echo after-$((3+3))\r", "after-6")
     wait_for(lambda: "after-6" in transcript(), 30, what="the transcript to hold after-6")
     text = transcript()
     for printed in ("before-2", "across-4", "after-6"):
