@@ -76,6 +76,9 @@ SANDBOX_IMAGE = os.environ.get("SANDBOX_IMAGE", "berth-sandbox:bookworm")
 # The Docker host a new sandbox is made on (sandbox.models.Sandbox.host): one value until
 # runner agents on several hosts share a database.
 SANDBOX_HOST = os.environ.get("BERTH_SANDBOX_HOST", "local")
+# What a host's own processes keep between restarts, none of it the web host's data (the
+# session followers' cursors): its own folder, BERTH_STATE_DIR on a runner host.
+HOST_STATE_DIR = Path(os.environ.get("BERTH_STATE_DIR") or DATA_DIR / "hosts" / SANDBOX_HOST)
 # What this host's agent says of it in its heartbeat, besides its engine's facts
 # (sandbox.heartbeat): labels for placement, "k=v,k2=v2".
 # A runner host's PostgreSQL role, granted what runners need at each `prepare` (core.dbrole).

@@ -1,8 +1,9 @@
-"""Following one container's output into the log store, on a thread of its own.
+"""Following one container's output into its log on the web host, on a thread of its own.
 
 Docker's logs endpoint is read raw, so each frame keeps its stream (stdout/stderr) and
-its timestamp. After an agent restart the follower resumes after the last stored
-timestamp: nothing twice, nothing missed (the engine keeps the container's output
+its timestamp; entries go to the web host in batches (logs.shipped). After an agent
+restart the follower resumes after the last timestamp the web host stored: nothing
+twice, nothing missed (the engine keeps the container's output
 until the container is removed, which only happens after the log is complete).
 """
 
@@ -10,7 +11,6 @@ import asyncio
 import base64
 import binascii
 import calendar
-import contextlib
 import functools
 import logging
 import struct
@@ -24,6 +24,7 @@ import docker
 from django.conf import settings
 
 from logs import logstore
+from logs.shipped import ShippedLog, run_log
 from sandbox.engine import engine
 
 log = logging.getLogger("berth.runner_agent")
@@ -219,19 +220,31 @@ class Follower(threading.Thread):
         self.seen: bytes = b""  # the engine timestamp of the last frame handled
 
     def run(self) -> None:
-        writer = logstore.LogWriter(self.run_id)
+        writer: logstore.LogWriter | None = None
         try:
+            writer = self.open_log()
             self._follow(writer)
         except Exception:
             log.exception("following %s failed", self.container)
         finally:
-            with contextlib.suppress(OSError):
-                say_dropped(writer)
-            self.count = writer.count
-            self.bytes = getattr(writer, "total_bytes", 0)
-            writer.close()
+            if writer is not None:
+                self._close(writer)
+                self.count, self.bytes = writer.count, writer.total_bytes
             self._signal(self.count)
             self.done.set()
+
+    def open_log(self) -> logstore.LogWriter:
+        """The run's log, where the web host has it (logs.shipped)."""
+        return ShippedLog(run_log(self.run_id))
+
+    def _close(self, writer: logstore.LogWriter) -> None:
+        """What waits sent, the drops said: the web host unreachable for all of
+        SHIP_PATIENCE_S is the one way it is not (said in the agent's log)."""
+        try:
+            say_dropped(writer)
+            writer.close()
+        except Exception:
+            log.exception("the end of %s's log could not be stored", self.run_id)
 
     def _follow(self, writer: logstore.LogWriter) -> None:
         response = self._logs(writer, follow=True)

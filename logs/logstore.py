@@ -5,8 +5,10 @@
 ENDS in `.log`. Entry n therefore spans idx[n-2] (0 for n = 1) to idx[n-1], the count
 is the index length // 8, and reading from any seq is one seek.
 
-One writer per run (the runner agent); any number of readers (daphne), in other
-processes, without locks:
+The files are the web host's (docs/hosts.md): a runner host's agent formats entries
+(logs/shipped.py, the same cuts and caps as LogWriter) and sends them in batches through
+the internal API, and `store` appends them here, one writer at a time (a lock on the
+index). Any number of readers (daphne), in other processes, without locks:
 1. the writer appends the data line, then its index slot;
 2. a reader trusts only the index, so it never sees an entry whose data is not whole.
 
@@ -15,11 +17,12 @@ read the files, so a signal that channels_redis drops loses nothing
 (docs/architecture.md, "Engine facts").
 """
 
+import fcntl
 import json
 import os
 import struct
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +70,10 @@ class LogWriter:
     of the agent, so it can resume following Docker from `last_ts`.
     """
 
-    def __init__(self, run_public_id: str) -> None:
+    def __init__(self, run_public_id: str, load: bool = True, locked: bool = False) -> None:
+        """`load`: read the entries once for the writer's state (a follower resuming);
+        without it only count and size are known (`store`: appends as given). `locked`:
+        hold the log's lock until close (the web host's writers: one at a time)."""
         self.max_bytes: int = settings.RUN_LOG_MAX_BYTES
         self.max_line: int = settings.RUN_LOG_MAX_LINE
         data_path, index_path = paths(run_public_id)
@@ -75,6 +81,8 @@ class LogWriter:
         # Logs can hold whatever a command printed: readable by Berth's own user only.
         self._data = os.open(data_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         self._index = os.open(index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        if locked:
+            fcntl.flock(self._index, fcntl.LOCK_EX)  # released when the fd is closed
         self.count = 0
         self.size = 0
         self.total_bytes = 0
@@ -92,7 +100,7 @@ class LogWriter:
         self.dropped = 0
         self.dropped_ts: str | None = None
         self.dropped_at = 0.0
-        self._recover()
+        self._recover(load)
 
     def __enter__(self) -> "LogWriter":
         return self
@@ -100,7 +108,7 @@ class LogWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _recover(self) -> None:
+    def _recover(self, load: bool = True) -> None:
         """Make the two files agree after a crash, then reload the writer's state.
 
         1. Drop a torn index slot (the index length is not a multiple of 8).
@@ -119,6 +127,8 @@ class LogWriter:
         self.count, self.size = count, self._slot(count) if count else 0
         if data_size != self.size:
             os.ftruncate(self._data, self.size)
+        if not load:
+            return
         for entry in self._scan():
             if entry["stream"] == "system":
                 self.truncated = self.truncated or entry["text"].startswith(
@@ -244,16 +254,58 @@ def _write_all(fd: int, data: bytes) -> None:
         written += os.write(fd, data[written:])
 
 
-def note(run_public_id: str, text: str) -> None:
-    """One system line from Berth ("setup skipped: cache hit"), written when no follower
-    of the run is writing (before a container starts, or between setup and command):
-    the one-writer rule still holds."""
-    writer = LogWriter(run_public_id)
-    try:
+def note(run_public_id: str, text: str) -> int:
+    """One system line from Berth ("[preview] failed: …"), at the end of the log, on the
+    web host (a runner host's go through logs.shipped). The new entry count."""
+    with LogWriter(run_public_id, load=False, locked=True) as writer:
         writer.append_system(text)
-    finally:
-        writer.close()
     signal(run_public_id, writer.count)
+    return writer.count
+
+
+class Moved(Exception):
+    """A batch names a place in the log that is no longer its end: the log holds
+    `count` entries (another writer's note went in first)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"the log holds {count} entries")
+        self.count = count
+
+
+Entry = tuple[str, str, str | None]  # stream, text, engine timestamp
+
+
+def store(run_public_id: str, after: int | None, entries: Sequence[Entry]) -> int:
+    """Entries a runner host formatted (logs.shipped: cut, split and capped there), at
+    the end of the log: after entry `after`, or wherever the end is (None: a note). The
+    same batch sent again (its answer was lost) is kept once. The new entry count."""
+    with LogWriter(run_public_id, load=False, locked=True) as writer:
+        if after is not None and writer.count != after:
+            if entries and writer.count == after + len(entries) and _ends_with(writer, entries):
+                return writer.count
+            raise Moved(writer.count)
+        writer.batching = True
+        for stream, text, ts in entries:
+            writer._write(stream, text, ts)
+    return writer.count
+
+
+def _ends_with(writer: LogWriter, entries: Sequence[Entry]) -> bool:
+    start = writer._slot(writer.count - 1) if writer.count > 1 else 0
+    last = json.loads(os.pread(writer._data, writer.size - start, start))
+    return (last["stream"], last["text"], last["ts"]) == tuple(entries[-1])
+
+
+def cursor(run_public_id: str) -> dict[str, Any]:
+    """Where a follower resumes: the log's count, its last engine timestamp, the output
+    bytes it holds and whether it was truncated (read once, at a follower's start)."""
+    with LogWriter(run_public_id, locked=True) as writer:
+        return {
+            "count": writer.count,
+            "last_ts": writer.last_ts,
+            "total_bytes": writer.total_bytes,
+            "truncated": writer.truncated,
+        }
 
 
 def count(run_public_id: str) -> int:

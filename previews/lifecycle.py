@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.access import Actor
-from logs import logstore
+from logs import anywhere
 from previews.actions import SYSTEM, _announce, _end_process, restart_preview, stop_preview
 from previews.models import LIVE_STATES, Preview, PreviewState
 from previews.outcomes import describe, last_lines
@@ -61,7 +61,7 @@ def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
         return
     if not preview.is_live:
         # Stopped or failed on purpose: the process is over, so its log may say why.
-        logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
+        anywhere.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
         return
     if run.reason in ("setup_failed", "setup_oom"):
         reason = "setup_failed"
@@ -86,7 +86,7 @@ def on_run_finished(sender: object, run: Run, **kwargs: object) -> None:
         ),
         ended_at=timezone.now(),
     ):
-        logstore.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
+        anywhere.note(run.public_id, f"[preview] {preview.state}: {preview.message}")
         _announce(preview)
 
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.conf import settings
 
-from logs import logstore
+from logs import anywhere
 from previews.models import Preview
 from runs.models import Run
 
@@ -14,8 +14,7 @@ LAST_LINES = 5  # of the process's own output, in the message of an exit
 
 def last_lines(run: Run) -> list[str]:
     """The process's last lines of output (Berth's own notes left out)."""
-    count = logstore.count(run.public_id)
-    entries = logstore.read(run.public_id, max(0, count - 50), 50)
+    entries = anywhere.tail(run.public_id, 50)  # on_run_finished: on a runner host too
     return [e["text"][:300] for e in entries if e["stream"] != "system"][-LAST_LINES:]
 
 

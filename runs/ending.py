@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from accounts.access import Actor
 from accounts.actions import record
-from logs import logstore
+from logs import shipped
 from runs import caches, network_failure, outputs, secrets
 from runs.models import Purpose, Run
 from runs.outcomes import (
@@ -86,8 +86,8 @@ def end_setup(sandbox: Sandbox, facts: dict[str, Any] | None, disk_note: str | N
     cache = caches.keep_filled(run, size)
     now = timezone.now()
     took = (now - run.hydrated_at).total_seconds() if run.hydrated_at else 0
-    logstore.note(
-        run_id,
+    shipped.note(
+        shipped.run_log(run_id),
         f"[setup] done in {took:.1f} s; /deps ({size / 1e6:.1f} MB) is "
         "cached for later runs and read-only from now on; running the command",
     )
@@ -138,9 +138,9 @@ def end_run(
         found = diskwatch.verdict(diskwatch.count_sandbox(sandbox)[1], sandbox) if sandbox else None
         if found is not None:
             reason = found[0]
-            logstore.note(run_id, found[1])
+            shipped.note(shipped.run_log(run_id), found[1])
     elif reason in ("disk_quota_exceeded", "inode_quota_exceeded") and disk_note:
-        logstore.note(run_id, disk_note)
+        shipped.note(shipped.run_log(run_id), disk_note)
     exit_code = facts.get("exit_code") if facts else None
     state, message = describe(
         reason,
@@ -148,7 +148,7 @@ def end_run(
         who=(sandbox.stop_requested_by if sandbox else "") or run.stop_requested_by or "a user",
         **{"inodes": settings.SANDBOX_MAX_INODES, **run.limits},
     )
-    fields: dict[str, Any] = {"log_entries": logstore.count(run_id)}
+    fields: dict[str, Any] = {"log_entries": shipped.count(shipped.run_log(run_id))}
     if reason in ("exit_nonzero", "setup_failed"):
         # Read once the whole log is stored: "Fix [setup]" is the wrong advice for a
         # step that only needed a host it was not allowed to reach.
@@ -167,8 +167,8 @@ def end_run(
         try:
             started = time.monotonic()
             commit_release_image(run)
-            logstore.note(
-                run_id,
+            shipped.note(
+                shipped.run_log(run_id),
                 f"[build] image committed as {run.output_image} in "
                 f"{time.monotonic() - started:.2f} s",
             )

@@ -4,13 +4,14 @@ here on the web host, which alone holds it. A host is shown only the runs placed
 while they wait to be prepared; any other run is no run to it (404)."""
 
 from collections.abc import Iterator
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from ninja import Router
 
 from core.errors import BerthError, NotFound
 from core.streams import streamed
-from logs import logstore
+from logs import intake, logstore
 from runs import caches
 from runs.models import Purpose, Run, RunState
 from sandbox.hosts import Host
@@ -109,3 +110,30 @@ def _left_out_note(paths: list[str]) -> str:
         f"of the workspace, which no sandbox can hold: {shown}. Point them inside the "
         "workspace or at an absolute path in a new commit."
     )
+
+
+def logged_run(request: HttpRequest, run_id: str) -> str:
+    """A run placed on the asking host, in any state: its follower may still be storing
+    what the engine kept after its end, and an ended preview's note goes in later."""
+    host: Host = request.auth  # type: ignore[attr-defined]
+    if not Run.objects.filter(public_id=run_id, runner_host=host.name).exists():
+        raise NotFound(f"No run {run_id} is placed on host {host.name}.")
+    return run_id
+
+
+@router.get("/runs/{run_id}/log", response=dict[str, Any])
+def log_count(request: HttpRequest, run_id: str, tail: int = 0) -> dict[str, Any]:
+    """How many entries the run's log holds; with `tail`, its last entries."""
+    return intake.answer(logged_run(request, run_id), tail)
+
+
+@router.get("/runs/{run_id}/log/cursor", response=dict[str, Any])
+def log_cursor(request: HttpRequest, run_id: str) -> dict[str, Any]:
+    """Where the run's follower resumes (logs.logstore.cursor)."""
+    return logstore.cursor(logged_run(request, run_id))
+
+
+@router.post("/runs/{run_id}/log", response=dict[str, int])
+def log_append(request: HttpRequest, run_id: str) -> dict[str, int]:
+    """A batch of entries the run's host formatted (logs.shipped), kept at the log's end."""
+    return intake.accept(logged_run(request, run_id), request)

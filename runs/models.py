@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from core.ids import new_id
-from logs import logstore
+from logs import anywhere, logstore
 from sandbox import actions as sandboxes
 from workspaces.models import Workspace
 
@@ -234,7 +234,7 @@ class Run(models.Model):
             # of it: they re-read the run and send `end`.
             public_id = self.public_id
             transaction.on_commit(
-                lambda: logstore.signal(public_id, logstore.count(public_id), ended=True)
+                lambda: logstore.signal(public_id, anywhere.count(public_id), ended=True)
             )
             # Whoever owns a service or build run (a preview, a deploy) moves its own
             # state on from here.

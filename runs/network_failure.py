@@ -16,7 +16,7 @@ from pydantic import Field
 
 from accounts.egress import DEFAULT_PORTS, BadEntry, Rule
 from core.schemas import Out
-from logs import logstore
+from logs import shipped
 from runs.models import EgressEvent, Run
 
 TAIL = 200  # log entries read back from the end; pip retries print long before its end
@@ -131,8 +131,7 @@ def host_named(line: str) -> str | None:
 
 
 def _log_sign(run_id: str) -> str | None:
-    count = logstore.count(run_id)
-    entries = logstore.read(run_id, max(0, count - TAIL), TAIL)
+    entries = shipped.tail(shipped.run_log(run_id), TAIL)  # read by the run's agent
     for entry in reversed(entries):
         if entry["stream"] != "system" and says_no_network(entry["text"]):
             return entry["text"].strip()[:LINE_MAX]

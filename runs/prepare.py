@@ -16,7 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 from docker.types import Mount
 
-from logs import logstore
+from logs import shipped
 from runs import caches
 from runs.models import OWNER, Purpose, Run
 from runs.quotas import cpu_weight
@@ -184,7 +184,7 @@ def prepare_and_start(
             sandboxes.remove(box)
         return False
     if setup.get("command"):
-        logstore.note(run.public_id, _setup_note(setup))
+        shipped.note(shipped.run_log(run.public_id), _setup_note(setup))
     first.start()
     return True
 

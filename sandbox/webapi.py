@@ -22,11 +22,14 @@ RETRY = Retry(total=3, connect=3, read=0, status=0, other=0, backoff_factor=0.5)
 
 
 class WebRefused(Exception):
-    """The web host answered with an error: its status, code and message."""
+    """The web host answered with an error: its status, code, message and details."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(f"the web host refused ({status} {code}): {message}")
         self.status, self.code, self.message = status, code, message
+        self.details = details or {}
 
 
 class WebUnavailable(Exception):
@@ -96,12 +99,15 @@ class WebAPI:
                     "not_berth",
                     "the answer is not JSON: is BERTH_WEB_URL the web host's address?",
                 ) from None
+        details: dict[str, Any] = {}
         try:
             error = response.json()["error"]
             code, message = str(error["code"]), str(error["message"])
+            if isinstance(error.get("details"), dict):
+                details = error["details"]
         except (ValueError, KeyError, TypeError):
             code, message = "unexpected", response.text[:200]
-        raise WebRefused(response.status_code, code, message)
+        raise WebRefused(response.status_code, code, message, details)
 
 
 _local = threading.local()

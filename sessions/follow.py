@@ -15,8 +15,8 @@ no signed frame was written into the channel's output by some process of the san
 Before it, only the channel runs in the container, so its lines are kept. Whatever
 goes to the run's log is masked with the session's granted values (docs/security.md, 26).
 
-After an agent restart it resumes from the last timestamp it handled (a cursor file
-beside the run's log, with the last frame number of each exec), and each exec's log
+After an agent restart it resumes from the last timestamp it handled (a cursor file in
+the host's own state dir, with the last frame number of each exec), and each exec's log
 skips what it already holds: nothing twice, nothing missed, and an exec that ended
 meanwhile gets its end from its frame. A frame counts only when signed with its exec's
 key and numbered past the last one taken (sessions/frames.py).
@@ -24,7 +24,6 @@ key and numbered past the last one taken (sessions/frames.py).
 
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from logs import logstore
@@ -43,6 +43,7 @@ from logs.follow import (
     say_dropped,
     ts_ns,
 )
+from logs.shipped import ShippedLog, exec_log
 from runs import secrets
 from sandbox.models import Sandbox
 from sessions.channel import channel_key
@@ -85,7 +86,9 @@ def valid_end(body: bytes) -> dict[str, Any]:
 
 
 def cursor_path(run_id: str) -> Path:
-    return logstore.paths(run_id)[0].with_suffix(".cursor")
+    if not (run_id.isascii() and run_id.isalnum()):
+        raise ValueError(f"not a run id: {run_id!r}")  # it becomes a file name
+    return Path(settings.HOST_STATE_DIR) / "session-cursors" / f"{run_id}.cursor"
 
 
 def read_cursor(path: Path) -> tuple[str, dict[str, int]]:
@@ -120,7 +123,7 @@ class _ExecLog:
         self.row = row
         self.key = frame_key(row.public_id)
         self.seq = seq  # the last frame number taken; None: not known (a first sight)
-        self.writer = logstore.LogWriter(row.public_id)
+        self.writer = ShippedLog(exec_log(row.public_id))
         self.writer.batching = True
         self.masker = masker_for(row, session_values)
         self.last = ts_ns(self.writer.last_ts) if self.writer.last_ts else None
@@ -156,9 +159,7 @@ class SessionFollower(Follower):
             super().run()
         finally:
             for entry in self.execs.values():
-                with contextlib.suppress(OSError):
-                    say_dropped(entry.writer)
-                entry.writer.close()
+                self._close(entry.writer)
             connection.close()
 
     def _follow(self, writer: logstore.LogWriter) -> None:
@@ -265,6 +266,7 @@ class SessionFollower(Follower):
         seqs = {i: e.seq for i, e in self.execs.items() if e.seq is not None}
         if self.own_seq:
             seqs[OWN_ID] = self.own_seq
+        self.cursor.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.cursor.with_suffix(".cursor.tmp")
         tmp.write_text(json.dumps({"ts": ts, "seqs": seqs}))
         os.replace(tmp, self.cursor)

@@ -12,9 +12,18 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from core.errors import BerthError, Conflict, Invalid, NotFound
+from logs import intake, logstore
 from sandbox.hosts import Host
 from sessions import syncplan, transcripts
-from sessions.models import LIVE_STATES, Session, SessionState, SessionSync, SyncState, Terminal
+from sessions.models import (
+    LIVE_STATES,
+    Exec,
+    Session,
+    SessionState,
+    SessionSync,
+    SyncState,
+    Terminal,
+)
 
 router = Router(tags=["sessions"])
 
@@ -113,3 +122,30 @@ def transcript_append(
             code="transcript_moved",
         ) from None
     return TranscriptAt(raw=raw, size=size)
+
+
+def logged_exec(request: HttpRequest, exec_id: str) -> str:
+    """An exec of a session placed on the asking host, in any state (its end frame may be
+    read after a restart of the agent)."""
+    host: Host = request.auth  # type: ignore[attr-defined]
+    if not Exec.objects.filter(public_id=exec_id, session__runner_host=host.name).exists():
+        raise NotFound(f"No exec {exec_id} is of a session on host {host.name}.")
+    return exec_id
+
+
+@router.get("/execs/{exec_id}/log", response=dict[str, Any])
+def log_count(request: HttpRequest, exec_id: str, tail: int = 0) -> dict[str, Any]:
+    """How many entries the exec's log holds; with `tail`, its last entries."""
+    return intake.answer(logged_exec(request, exec_id), tail)
+
+
+@router.get("/execs/{exec_id}/log/cursor", response=dict[str, Any])
+def log_cursor(request: HttpRequest, exec_id: str) -> dict[str, Any]:
+    """Where the session's follower resumes the exec's log (logs.logstore.cursor)."""
+    return logstore.cursor(logged_exec(request, exec_id))
+
+
+@router.post("/execs/{exec_id}/log", response=dict[str, int])
+def log_append(request: HttpRequest, exec_id: str) -> dict[str, int]:
+    """A batch of the exec's output its session's host formatted (logs.shipped)."""
+    return intake.accept(logged_exec(request, exec_id), request)

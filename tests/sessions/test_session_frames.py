@@ -16,23 +16,27 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from accounts.access import Actor
 from logs import logstore
+from logs.shipped import ShippedLog, run_log
 from runs.secret_actions import set_secret
 from sandbox.models import Sandbox
 from sessions.channel import channel_key
 from sessions.follow import SessionFollower, cursor_path, read_cursor
 from sessions.frames import frame_key
 from sessions.models import Exec
+from tests.support.hosts import local_host
 from tests.support.runs import make_run
 from tests.support.secrets import VALUE
 from tests.support.sessions import session_row
 from workspaces.actions import create_workspace
 
-# transaction=True: the follower closes its connection between lookups, as in the agent.
-pytestmark = [pytest.mark.usefixtures("data_dir"), pytest.mark.django_db(transaction=True)]
+# The follower closes its connection between lookups, as in the agent, and sends its
+# logs to the web host (daphne) as the agent does: rows committed.
+pytestmark = [pytest.mark.usefixtures("berth_server")]
 
 IN_IMAGE = Path(__file__).resolve().parents[2] / "sandbox" / "in_image"
 
@@ -55,10 +59,13 @@ def channel():
 
 @pytest.fixture
 def running(cast) -> tuple[Exec, SessionFollower]:
+    local_host()
     workspace = create_workspace(cast.team_a, Actor(cast.alice), "Shop", "shop")
-    run = make_run(workspace, cast.carol, purpose="session")
+    run = make_run(workspace, cast.carol, purpose="session", runner_host=settings.SANDBOX_HOST)
     sandbox = Sandbox.objects.create(name=f"berth-test-{run.public_id}")
-    session = session_row(workspace, requested_by=cast.carol, run=run)
+    session = session_row(
+        workspace, requested_by=cast.carol, run=run, runner_host=settings.SANDBOX_HOST
+    )
     row = Exec.objects.create(session=session, command="echo hi", timeout_s=60)
     assert row.mark_running(1)
     return row, SessionFollower(run.public_id, sandbox, asyncio.new_event_loop())
@@ -91,7 +98,7 @@ def signed(
 
 
 def feed(follower: SessionFollower, lines: list[bytes], stamp: Stamps) -> None:
-    writer = logstore.LogWriter(follower.run_id)
+    writer = ShippedLog(run_log(follower.run_id))
     for line in lines:
         follower.store_frame(writer, "stdout", stamp(), line)
     writer.flush()
