@@ -50,16 +50,24 @@ class Budget:
     """One sandbox's share of the agent: lines and bytes a second (settings
     SANDBOX_LOG_LINES_PER_S, SANDBOX_LOG_MB_PER_S), a token bucket holding one second's
     worth. A burst is stored whole, in big batches (one write and one signal per block
-    read, not per line); past the bucket, lines are dropped and counted."""
+    read, not per line); past the bucket, lines are dropped and counted.
+
+    Its clock is the engine's timestamps of the output, not the agent's: what the
+    sandbox wrote in a second is what counts. An agent that fell behind (the web host
+    slow to take a batch, a restart) reads a backlog faster than it was written, and
+    must not drop what the sandbox wrote within its budget."""
 
     def __init__(self, lines_per_s: int, bytes_per_s: int) -> None:
         self.rate_lines, self.rate_bytes = float(lines_per_s), float(bytes_per_s)
         self.lines, self.bytes = self.rate_lines, self.rate_bytes
-        self.at = time.monotonic()
+        self.at: float | None = None  # the engine time (s) credited up to
 
-    def refill(self) -> None:
-        """Called once per block read: a flood's lines are not timed one by one."""
-        now = time.monotonic()
+    def refill(self, now: float) -> None:
+        """Credit up to engine time `now` (once per block read: a flood's lines are not
+        timed one by one)."""
+        if self.at is None or now <= self.at:
+            self.at = now if self.at is None else self.at
+            return
         elapsed, self.at = now - self.at, now
         self.lines = min(self.rate_lines, self.lines + elapsed * self.rate_lines)
         self.bytes = min(self.rate_bytes, self.bytes + elapsed * self.rate_bytes)
@@ -298,7 +306,6 @@ class Follower(threading.Thread):
         last = self.seen.decode() or writer.last_ts
         skip_to = ts_ns(last) if last else None
         signalled_at = 0.0
-        self.budget.refill()
         for frame in _frames(_blocks(response)):
             if self.ended:
                 break
@@ -317,7 +324,8 @@ class Follower(threading.Thread):
             # tell readers, at most every SIGNAL_EVERY_S.
             writer.flush()
             self.flushed(writer)
-            self.budget.refill()
+            if self.seen:
+                self.budget.refill(ts_ns(self.seen) / 1e9)
             now = time.monotonic()
             if now - signalled_at >= SIGNAL_EVERY_S:
                 self._signal(writer.count)

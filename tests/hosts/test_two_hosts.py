@@ -28,7 +28,7 @@ from sessions.models import Session
 from tests.support import engine_b
 from tests.support.previews import ENDED, PROBE_APP, Browser, PreviewAgent, probe_toml, write
 from tests.support.runs import Agent as RunAgent
-from tests.support.runs import wait_for_output
+from tests.support.runs import engine_output, wait_for_output
 from tests.support.secrets import VALUE
 from tests.support.servers import wait_for
 from tests.support.sessions import SessionAgent, lines
@@ -150,6 +150,26 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, cli
         what="b's worker to evict b's cache",
     )
     assert cache.volume not in {v.name for v in b.client.volumes.list()}
+
+
+def test_killing_bs_agent_mid_run_loses_no_line_and_repeats_none(b, agent):
+    """B's follower sends the run's log to the web host (logs.shipped); after a restart
+    it resumes from what the web host holds, while the engine kept the rest."""
+    run = agent.run("for i in $(seq 1 30); do echo line $i; sleep 0.1; done")
+    assert wait_for_output(agent, run, "line 3")
+    b.agent.kill()
+    try:
+        # The run goes on writing while no agent of B listens: engine B keeps it.
+        name = Run.objects.get(public_id=run["id"]).container_name
+        container = b.client.containers.get(name)
+        kept = lambda: b"line 12\n" in engine_output(container)  # noqa: E731
+        wait_for(kept, 30, what="line 12 in engine B's log")
+    finally:
+        b.agent.start()
+    done = agent.wait(run, timeout=120)
+    assert done["state"] == "succeeded", done
+    assert agent.output(done) == [f"line {i}" for i in range(1, 31)]
+    assert Run.objects.get(public_id=run["id"]).runner_host == "b"
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])

@@ -23,6 +23,7 @@ from django.db import connection
 
 from core import dbrole, keys
 from tests.support import marks, servers
+from tests.support.fixtures import Restartable
 from tests.support.servers import free_port, wait_for
 
 NAME = "b"
@@ -38,6 +39,7 @@ class HostB:
     agent_log: Path
     gateway_log: Path
     env: dict[str, str]
+    agent: Restartable  # B's runner agent: a test may kill it and start it again
     token: str = ""  # its token for the internal API, as `hosts add` printed it
 
 
@@ -178,7 +180,8 @@ def host_b(app_port: int, database_url: str, token: str) -> Iterator[HostB]:
             # B's worker evicts every cache of B's when asked: A's keep the default.
             "DEPS_CACHE_MAX_MB": "0",
         }
-        stack.enter_context(servers.runner_agent(env, log="runner-agent-b.log"))
+        agent = Restartable(lambda: servers.runner_agent(env, log="runner-agent-b.log"))
+        stack.callback(agent.stop)
         stack.enter_context(servers.celery_worker(env, host=NAME, log="celery-worker-b.log"))
         stack.enter_context(servers.preview_gateway(app_port, env, gateway_port, NAME))
         yield HostB(
@@ -188,4 +191,5 @@ def host_b(app_port: int, database_url: str, token: str) -> Iterator[HostB]:
             settings.DATA_DIR / "runner-agent-b.log",
             settings.DATA_DIR / f"{NAME}-preview-gateway.log",
             env,
+            agent,
         )
