@@ -30,7 +30,7 @@ def run(cast, settings):
     return make_run(shop, cast.alice, runner_host=settings.SANDBOX_HOST)
 
 
-def post(server, path: str, token: str, body: object) -> requests.Response:
+def post(server, path: str, token: str, body: dict) -> requests.Response:
     return requests.post(
         f"{server.url}/internal/v1{path}",
         json=body,
