@@ -10,10 +10,10 @@ from accounts.access import Actor
 from accounts.actions import record
 from core.errors import Conflict, Forbidden, Invalid, MissingScope, NotFound
 from runs import caches, quotas, secrets
-from runs.ending import commit_tree
 from runs.models import Purpose, Run, RunState, Secret
 from runs.outcomes import describe
 from runs.outputs import clean_artifact_paths
+from runs.outputs_up import commit_tree
 from runs.tasks import send_prepare
 from sandbox import placement
 from sandbox.egress import policy as egress_policy

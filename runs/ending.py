@@ -10,13 +10,10 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from accounts.access import Actor
-from accounts.actions import record
 from logs import shipped
-from runs import caches, network_failure, outputs, secrets
+from runs import caches, network_failure, outputs, workspace_up
 from runs.models import Purpose, Run
 from runs.outcomes import (
     EXIT_EGRESS_WAIT,
@@ -26,11 +23,9 @@ from runs.outcomes import (
     network_message,
 )
 from runs.prepare import commit_release_image, start_main
-from sandbox import backend, diskwatch
+from runs.workspace_up import volume_tar
+from sandbox import backend, diskwatch, webapi
 from sandbox.models import Sandbox
-from workspaces import contract_writes
-from workspaces.gitstore import Author
-from workspaces.store import open_store
 
 log = logging.getLogger("berth.runner_agent")
 
@@ -192,82 +187,17 @@ def _outputs(run: Run) -> dict[str, Any]:
             "too many files and folders."
         )
         return {"changes": changes}
-    masker = secrets.Masker(secrets.open_sealed(run.secrets_sealed))
     try:
         root = backend.workspace_host_path(run.container_name)
-        chunks = None if root else backend.get_workspace_archive(run.container_name)
-        with open_store(run.workspace) as store:
-            out = outputs.read_outputs(store, run, masker, host_root=root, chunks=chunks)
+        stream = volume_tar(root) if root else backend.get_workspace_archive(run.container_name)
+        return workspace_up.send(run.public_id, stream)
+    except webapi.WebRefused as e:  # past its disk cap, or ended meanwhile: said as it is
+        changes = outputs.empty_changes()
+        changes["error"] = f"The run's files could not be read back: {e.message}"
+        return {"changes": changes}
     except Exception as e:
-        log.exception("run %s: reading /workspace failed", run.public_id)
+        # The web host reads them (runs.outputs_up): what fails here is sending them.
+        log.exception("run %s: sending /workspace to the web host failed", run.public_id)
         changes = outputs.empty_changes()
         changes["error"] = f"The run's files could not be read back ({type(e).__name__})."
         return {"changes": changes}
-    sha = ""
-    if out.tree:
-        # The tree is in the repository's objects already: "commit these changes" can
-        # make the commit later, from the run's page or the API.
-        out.changes["tree"] = out.tree.decode()
-    if run.commit_changes and out.tree:
-        try:
-            with open_store(run.workspace) as store:
-                sha = commit_tree(store, run, out.tree, withheld=out.changes["withheld"])
-        except Exception as e:
-            # The changes and artifacts are still reported: only the commit is missing.
-            log.exception("run %s: committing its changes failed", run.public_id)
-            out.changes["commit_error"] = (
-                f"The changes could not be committed ({type(e).__name__}); run again to retry."
-            )
-    return {
-        "changes": out.changes,
-        "artifacts": out.artifacts,
-        "artifacts_refused": out.refused,
-        "changes_commit": sha,
-    }
-
-
-def commit_tree(
-    store: Any,
-    run: Run,
-    tree: bytes,
-    actor: Actor | None = None,
-    withheld: list[dict[str, Any]] | None = None,
-) -> str:
-    """The run's changes as one commit on a new branch `runs/<id>`, authored by the run
-    on behalf of whoever asked for it (or `actor`, committing them afterwards). Files
-    withheld for holding a secret's value are named in the message."""
-    if withheld is None:
-        withheld = (run.changes or {}).get("withheld") or []
-    asked = (
-        run.token.name
-        if run.token
-        else (run.requested_by.username if run.requested_by else "someone")
-    )
-    email = (run.requested_by.email if run.requested_by else "") or "runs@berth.invalid"
-    first_line = run.command.strip().splitlines()[0][:72] if run.command.strip() else ""
-    message = f"Changes from run {run.public_id}\n\n$ {first_line}"
-    if withheld:
-        message += (
-            "\n\nWithheld (they hold a granted secret's value; left as they were):\n"
-            + "\n".join(f"- {w['path']} ({', '.join(w['secrets'])})" for w in withheld)
-        )
-    with store.write_lock():
-        sha = store.make_commit(
-            tree, [run.commit], Author(f"run {run.public_id} (asked by {asked})", email), message
-        )
-        store.advance(run.changes_branch, None, sha)
-    by = actor or (Actor(run.requested_by, run.token) if run.requested_by else None)
-    if by is not None:
-        # The run's command wrote these files; whoever asked for it brought them in.
-        contract_writes.note(run.workspace, by, store, [sha], [run.commit])
-        with transaction.atomic():
-            record(
-                run.workspace.team,
-                by,
-                "run.changes_committed",
-                f"commit:{sha[:12]}",
-                run.workspace.slug,
-                run=run.public_id,
-                branch=run.changes_branch,
-            )
-    return sha

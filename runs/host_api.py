@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from ninja import Router
+from ninja import Router, Schema
 
-from core.errors import BerthError, NotFound
+from core.errors import BerthError, Conflict, NotFound
 from core.streams import streamed
 from logs import intake, logstore
-from runs import caches
-from runs.models import Purpose, Run, RunState
+from runs import caches, outputs_up
+from runs.models import ACTIVE_STATES, Purpose, Run, RunState
 from sandbox.hosts import Host
 from workspaces.archive import (
     SMALL_TREE_BYTES,
@@ -137,3 +137,42 @@ def log_cursor(request: HttpRequest, run_id: str) -> dict[str, Any]:
 def log_append(request: HttpRequest, run_id: str) -> dict[str, int]:
     """A batch of entries the run's host formatted (logs.shipped), kept at the log's end."""
     return intake.accept(logged_run(request, run_id), request)
+
+
+def ending_run(request: HttpRequest, run_id: str) -> Run:
+    """A run placed on the asking host whose end is not written yet: its outputs are
+    read once, before that."""
+    host: Host = request.auth  # type: ignore[attr-defined]
+    run = (
+        Run.objects.select_related("workspace__team", "requested_by", "token")
+        .filter(public_id=run_id, runner_host=host.name, state__in=ACTIVE_STATES)
+        .first()
+    )
+    if run is None:
+        raise NotFound(f"No run {run_id} placed on host {host.name} is ending.")
+    return run
+
+
+@router.post("/runs/{run_id}/workspace", response=dict[str, int])
+def workspace_piece(request: HttpRequest, run_id: str, at: int) -> dict[str, int]:
+    """A piece of the stopped run's /workspace as a tar, at offset `at` (0 starts over);
+    409 `upload_moved` (with the size held) for one out of turn, 413
+    `workspace_too_large` past the run's disk cap."""
+    run = ending_run(request, run_id)
+    try:
+        return {"size": outputs_up.append(run, max(at, 0), request.body)}
+    except outputs_up.Moved as moved:
+        raise Conflict(
+            f"{moved}: send from there.", {"size": moved.size}, code="upload_moved"
+        ) from None
+
+
+class Uploaded(Schema):
+    size: int  # the tar's whole length, as sent
+
+
+@router.post("/runs/{run_id}/outputs", response=dict[str, Any])
+def read_workspace(request: HttpRequest, run_id: str, body: Uploaded) -> dict[str, Any]:
+    """The uploaded /workspace read into the run's changes, artifacts and commit (the
+    fields its end is written with); the upload is removed either way."""
+    return outputs_up.read_spooled(ending_run(request, run_id), body.size)

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from logs import logstore
-from runs import artifacts
+from runs import artifacts, outputs_up
 from runs.models import TERMINAL_STATES, Run
 
 
@@ -25,4 +25,5 @@ def apply(days: int | None = None) -> list[str]:
         artifacts.remove_all(run.public_id)
         run.expire_outputs()
         done.append(run.public_id)
+    outputs_up.sweep()
     return done

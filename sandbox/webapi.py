@@ -58,6 +58,11 @@ class WebAPI:
     def post(self, path: str, body: dict[str, Any]) -> Any:
         return self._answer(self._send("POST", path, json=body))
 
+    def post_bytes(self, path: str, data: bytes) -> Any:
+        """A piece of a file sent up (its place is in `path`): raw, never base64'd."""
+        headers = {"Content-Type": "application/octet-stream"}
+        return self._answer(self._send("POST", path, data=data, headers=headers))
+
     def download(self, path: str) -> bytes | Iterator[bytes]:
         """A file the web host sends: in one piece when it gave its length (small: read
         now), else chunk by chunk as the caller takes them (never held whole)."""

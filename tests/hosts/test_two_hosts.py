@@ -112,7 +112,7 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, cli
     workspace secrets key: any use of it there fails), masked in the run's log."""
     grant_api_key(client, cast)
     run = agent.run(
-        'echo started; echo "key=$API_KEY"; sleep 12; echo done',
+        'echo started; echo "key=$API_KEY"; sleep 12; echo made > made-on-b.txt; echo done',
         runtime=runtime,
         secrets=["API_KEY"],
     )
@@ -133,6 +133,8 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, cli
     done = agent.wait(run)
     assert done["state"] == "succeeded", done
     assert agent.output(run) == ["started", "key=***", "done"]
+    # Its /workspace went up to the web host, which read its changes there.
+    assert done["changes"]["added"] == ["made-on-b.txt"], done["changes"]
     assert Run.objects.get(public_id=run["id"]).secrets_sealed.startswith("host:b:")
     assert not (engine_b.keys_dir() / keys.SECRETS.file).exists()
     # Its setup filled a dependency cache on b: b's, and A's eviction leaves it alone.

@@ -15,6 +15,7 @@ from runs import artifacts
 from runs.models import Run
 from runs.outputs import read_outputs, walk_volume
 from runs.secrets import Masker
+from runs.workspace_up import volume_tar
 from sandbox.engine import engine
 from workspaces import actions as workspace_actions
 from workspaces.store import open_store
@@ -91,6 +92,12 @@ def test_the_host_walk_and_the_engine_archive_agree(db, cast, tmp_path):
             archived = read_outputs(store, run, Masker([]), chunks=chunks)
         assert host.changes == archived.changes
         assert host.artifacts == archived.artifacts and host.refused == archived.refused
+        # As a runner host sends it up (runs.workspace_up): the volume read on the
+        # host, written as a tar stream, read back on the web host the same.
+        with open_store(shop) as store:
+            sent = read_outputs(store, run, Masker([]), chunks=volume_tar(root))
+        assert sent.changes == host.changes
+        assert sent.artifacts == host.artifacts and sent.refused == host.refused
         assert host.changes["modified"] == ["app.py"]
         assert host.changes["deleted"] == ["README.md"]
         assert [a["path"] for a in host.artifacts] == ["dist/a"]
