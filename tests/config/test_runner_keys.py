@@ -111,6 +111,7 @@ def given_keys(tmp_path) -> Path:
     """A runner's keys dir as an operator fills it, but for its token."""
     data = tmp_path / "runner"
     data.mkdir(mode=0o700)
+    keys.make_shared()  # as the web host's `prepare` does, whatever ran before this test
     for key in keys.SHARED:
         if not key.web_only:
             shutil.copy2(key.path(), data / key.file)

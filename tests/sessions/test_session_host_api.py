@@ -170,3 +170,29 @@ def test_the_web_host_sweeps_the_transcripts_of_sessions_deleted_elsewhere(cast,
     sweep_transcripts()
     assert transcripts.transcript_dir(kept).is_dir()
     assert not transcripts.transcript_dir(deleted).exists()
+
+
+def test_a_syncs_plan_is_made_for_its_first_batch_and_kept_for_the_rest(
+    db, cast, shop, monkeypatch
+):
+    """Its two trees are compared once, not once a batch: a sync of many files in
+    many batches stays linear in its size."""
+    base = head(shop)
+    big = b"x" * (syncplan.BATCH_BYTES // 2 + 1)
+    names = [f"f{n}.bin" for n in range(4)]
+    target = commit(shop, cast, [Change("write", name, big) for name in names])
+    session = live_session(shop, base)
+    made = []
+    real = syncplan.plan
+    monkeypatch.setattr(syncplan, "plan", lambda *a: made.append(a) or real(*a))
+    at, got = 0, []
+    while True:
+        batch = syncplan.batch_at(session, base, target, at)
+        got += [f["path"] for f in batch.files]
+        at = batch.next
+        if at >= batch.total:
+            break
+    assert got == names and len(made) == 1
+    # The next sync's first batch makes it again (what the branch holds now).
+    assert syncplan.batch_at(session, base, target, 0).files[0]["path"] == "f0.bin"
+    assert len(made) == 2
