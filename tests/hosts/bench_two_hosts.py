@@ -71,7 +71,7 @@ def echo_ms(agent: RunAgent) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def test_bench_two_hosts(b, client, cast, capsys):  # noqa: F811 (the fixture)
+def test_bench_two_hosts(b, shop, client, cast, capsys):  # noqa: F811 (the fixtures)
     _, secret = cast.token(cast.carol, ["workspace:read", "workspace:write", "run"])
     agent = RunAgent(client, secret)
     agent.wait(agent.run("true"))  # warm: the first run's cache and image lookups
