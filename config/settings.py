@@ -449,6 +449,7 @@ CELERY_BEAT_SCHEDULE = {
     "apply-retention": {"task": "runner.tasks.apply_retention", "schedule": 3600.0},
     "evict-dependency-caches": {"task": "runner.tasks.evict_caches", "schedule": 600.0},
     "sweep-transcripts": {"task": "sessions.tasks.sweep_transcripts", "schedule": 3600.0},
+    "sweep-session-reads": {"task": "sessions.tasks.sweep_reads", "schedule": 60.0},
 }
 
 # Quotas and admission (runs/quotas.py). Runs wait in `queued` until admitted: at most

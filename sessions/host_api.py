@@ -14,7 +14,7 @@ from ninja import Router, Schema
 from core.errors import BerthError, Conflict, Invalid, NotFound
 from logs import intake, logstore
 from sandbox.hosts import Host
-from sessions import syncplan, transcripts
+from sessions import snapshot, syncplan, transcripts
 from sessions.models import (
     LIVE_STATES,
     Exec,
@@ -149,3 +149,54 @@ def log_cursor(request: HttpRequest, exec_id: str) -> dict[str, Any]:
 def log_append(request: HttpRequest, exec_id: str) -> dict[str, int]:
     """A batch of the exec's output its session's host formatted (logs.shipped)."""
     return intake.accept(logged_exec(request, exec_id), request)
+
+
+def _host(request: HttpRequest) -> str:
+    host: Host = request.auth  # type: ignore[attr-defined]
+    return host.name
+
+
+@router.post("/sessions/{session_id}/reads", response=dict[str, str | None])
+def read_open(request: HttpRequest, session_id: str) -> dict[str, str | None]:
+    """A read of a live session's files for the snapshots pending (`read`: its token,
+    null when none is)."""
+    return {"read": snapshot.open_read(placed_session(request, session_id))}
+
+
+class ReadEntries(Schema):
+    entries: list[dict[str, Any]]
+
+
+@router.post("/reads/{token}/entries", response=dict[str, list[str] | None])
+def read_entries(request: HttpRequest, token: str, body: ReadEntries) -> dict[str, Any]:
+    """A manifest answer of the exec channel: the folders to list next (`folders`: null
+    once the read ended here, past the caps or the bound)."""
+    return {"folders": snapshot.take_entries(token, _host(request), body.entries)}
+
+
+@router.get("/reads/{token}/wanted", response=dict[str, list[str]])
+def read_wanted(request: HttpRequest, token: str) -> dict[str, list[str]]:
+    """The files whose content the web host's store does not hold: to be read."""
+    return {"paths": snapshot.wanted(token, _host(request))}
+
+
+class ReadFiles(Schema):
+    files: list[dict[str, Any]]
+
+
+@router.post("/reads/{token}/contents", response=dict[str, bool])
+def read_contents(request: HttpRequest, token: str, body: ReadFiles) -> dict[str, bool]:
+    """Files the exec channel read (`taken`: false once the read ended here)."""
+    return {"taken": snapshot.take_contents(token, _host(request), body.files)}
+
+
+class ReadEnd(Schema):
+    error: str = ""  # the agent's: the exec channel did not answer
+    unanswered: bool = False
+
+
+@router.post("/reads/{token}/finish", response=dict[str, bool])
+def read_finish(request: HttpRequest, token: str, body: ReadEnd) -> dict[str, bool]:
+    """The read's tree written and recorded, or its failure as the agent saw it."""
+    snapshot.finish(token, _host(request), body.error[:500], body.unanswered)
+    return {"done": True}

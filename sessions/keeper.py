@@ -7,14 +7,15 @@
    (its output and end otherwise come from the container's log, which the session's
    follower resumes).
    Writes on a ready session's branch are applied as soon as they are announced
-   (sessions.applier), and reads of its files are made when asked (sessions.snapshot).
+   (sessions.applier), and reads of its files are made when asked (sessions.reader,
+   for the web host's sessions.snapshot).
 2. Lifecycle, every tick and at each pause or unpause the engine reports: starting →
    ready once the channel answers; ready → freezing → frozen after `idle_freeze_s`
    without activity (frozen only once the engine says it is paused, and ready again
    whenever the engine says it is not); stopped after `idle_stop_s` without activity
    or at its maximum lifetime; a stopped session's files deleted after its retention.
-3. Sweeps, every SWEEP_EVERY_S: deleted sessions' volumes a container still held, and
-   reads' scratch stores no door needs any more (sessions.snapstore).
+3. Sweeps, every SWEEP_EVERY_S: deleted sessions' volumes a container still held (the
+   reads' scratch stores are the web host's to sweep: sessions.tasks.sweep_reads).
 
 Activity is an exec, a keep-alive, or a call that changes the session (the doors touch
 it); an exec that is still running counts as activity for as long as it runs. Reading
@@ -38,7 +39,7 @@ from sandbox import backend
 from sandbox.engine import engine
 from sandbox.loop import EngineLoop, db, on_thread
 from sandbox.models import SandboxState
-from sessions import applier, handoff, snapshot, snapstore
+from sessions import applier, handoff, reader, snapshot
 from sessions.channel import ChannelError, ChannelUnproven, ask, channel_of, hand_key
 from sessions.clocks import to_step, waiting
 from sessions.freeze import freeze
@@ -50,7 +51,6 @@ from sessions.models import (
     ExecState,
     Session,
     SessionState,
-    Snapshot,
     SnapshotState,
     SyncState,
 )
@@ -136,23 +136,6 @@ def _to_read() -> list[Session]:
     )
 
 
-def _reads_kept() -> set[str]:
-    """The scratch stores a door may still open: each session's newest done read, for
-    SESSION_READ_KEEP_S after it was done (older reads of it were replaced)."""
-    since = timezone.now() - timedelta(seconds=settings.SESSION_READ_KEEP_S)
-    newest: dict[int, tuple[int, str]] = {}
-    done = (
-        Snapshot.objects.filter(state=SnapshotState.DONE, done_at__gte=since)
-        .exclude(scratch="")
-        .exclude(session__state=SessionState.DELETED)
-        .values_list("session_id", "pk", "scratch")
-    )
-    for session_id, pk, name in done:
-        if session_id not in newest or pk > newest[session_id][0]:
-            newest[session_id] = (pk, name)
-    return {name for _, name in newest.values()}
-
-
 def _busy(session: Session) -> bool:
     return Exec.objects.filter(
         session=session, state__in=(ExecState.QUEUED, ExecState.RUNNING)
@@ -180,7 +163,6 @@ class Keeper:
             asyncio.create_task(every(TICK_S, self.dispatch, stop, self.woken)),
             asyncio.create_task(every(TICK_S, self.step_all, stop, self.engine.paused_event)),
             asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_volumes, stop, self.sweep_now)),
-            asyncio.create_task(every(SWEEP_EVERY_S, self.sweep_reads, stop)),
         ]
 
     async def listen(self, stop: asyncio.Event) -> None:
@@ -233,7 +215,7 @@ class Keeper:
                 if session.state != SessionState.READY:
                     return
                 await applier.apply_pending(session)
-                await snapshot.take(session)
+                await reader.take(session)
         except ChannelError as e:
             log.info("session %s: files not synced or read yet: %s", found.public_id, e)
         finally:
@@ -322,16 +304,6 @@ class Keeper:
         )()
         for name in names - kept:
             await asyncio.to_thread(_remove_volume, name)
-
-    async def sweep_reads(self) -> None:
-        """This host's reads' scratch stores but the ones a door may still open: those a
-        newer read replaced while a door held them, those past SESSION_READ_KEEP_S,
-        deleted sessions' and a read's a crash cut short (a store being written, or
-        read by a door, is held, and left to a later sweep)."""
-        keep = await db(_reads_kept)()
-        removed = await asyncio.to_thread(snapstore.sweep, keep)
-        if removed:
-            log.info("sessions: %d read stores no door needs removed", removed)
 
     async def _step(self, session: Session) -> None:
         now = timezone.now()

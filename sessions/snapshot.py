@@ -1,8 +1,10 @@
-"""What a session's /workspace holds, read by the runner agent through the exec channel
-(`manifest`, `read`: sandbox/in_image/berth_files.py) into a Git tree in a scratch
-store of the read's own (sessions.snapstore), which sees the workspace's objects and
-never adds to them: the host never checks out a session's tree, never reads its
-volume's host path, and never follows a link in it (links are data, as Git stores them).
+"""What a session's /workspace holds, as a Git tree in a scratch store of the read's own
+(sessions.snapstore), which sees the workspace's objects and never adds to them. The
+store is the web host's: the session's host's agent reads the files through the exec
+channel (`manifest`, `read`: sandbox/in_image/berth_files.py; sessions.reader) and
+hands each answer to a read in progress here through the internal API, which says what
+to list and read next. No host ever checks out a session's tree, reads its volume's
+host path, or follows a link in it (links are data, as Git stores them).
 
 1. Folders are listed level by level from /workspace; a folder new to the base commit
    that its .gitignore ignores is not entered (a virtualenv, node_modules), nor a
@@ -15,11 +17,19 @@ volume's host path, and never follows a link in it (links are data, as Git store
 3. The tree is written and checked with workspaces.treesize like any commit's. Every
    object is charged against the host's bound on scratch stores before it is written.
 4. Once recorded, the session's older reads' stores go (sessions.snapstore).
+
+A read in progress lives in daphne's memory (`OPEN`, by a token only its agent's host
+may use): a daphne restart, or an agent that goes quiet for IDLE_S, lets it go, and
+its rows stay pending for the agent's next try.
 """
 
 import base64
 import binascii
+import secrets as stdlib_secrets
+import threading
+import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -27,14 +37,12 @@ from django.utils import timezone
 from dulwich.objects import Blob, ObjectID
 
 from core import fanout
-from core.errors import BerthError, Invalid
+from core.errors import BerthError, Invalid, NotFound
 from runs import secrets
 from runs.outputs import LINK_OUT_OF_TREE, MAX_SKIPPED_LISTED, flatten, ignore_filter, is_ignored
-from sandbox.loop import db, on_thread
 from sessions import snapstore
-from sessions.channel import ChannelError, Endpoint, ask, channel_of
 from sessions.lifecycle import group_name
-from sessions.models import Session, Snapshot, SnapshotState
+from sessions.models import Session, SessionState, Snapshot, SnapshotState
 from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_SUBMODULE, Node
 from workspaces.paths import clean_path, link_climbs_out
 from workspaces.treesize import check_tree
@@ -63,7 +71,7 @@ class Tree:
 
 class _Reading:
     """One read of a session's /workspace against its base commit (sync parts, run on
-    a thread; the channel's answers are fed in by `read_tree`)."""
+    the web host; the channel's answers are fed in by the read's doors)."""
 
     def __init__(
         self, scratch: snapstore.Scratch, base_commit: str, masker: secrets.Masker
@@ -234,127 +242,25 @@ def _tree_bytes(node: Node) -> int:
     return size
 
 
-async def read_tree(
-    ns: Endpoint, session: Session, base_commit: str, scratch: snapstore.Scratch
-) -> Tree:
-    """The session's /workspace as a tree against `base_commit`, written into `scratch`
-    (ChannelError when the channel does not answer). Store and database work goes to
-    threads, one at a time."""
-    values = secrets.open_sealed(session.secrets_sealed)  # sealed for this host
-    reading = await on_thread(_Reading)(scratch, base_commit, secrets.Masker(values))
-    try:
-        await _list(ns, reading)
-        await _read(ns, reading)
-        out: Tree = await on_thread(reading.finish)()
-        return out
-    except OverCaps as e:
-        out = reading.out
-        out.tree = None
-        out.error = (
-            f"The session's /workspace is past what a workspace may hold ({e}); its "
-            "changes cannot be read or committed. Remove what it should not keep (or "
-            "list it in .gitignore)."
-        )
-        return out
-    except snapstore.Full as e:
-        out = reading.out
-        out.tree, out.unanswered = None, True
-        out.error = f"The session's files were not read: {e}. Try again in a few minutes."
-        return out
-
-
-async def _list(ns: Endpoint, reading: _Reading) -> None:
-    level = [""]
-    while level:
-        below: list[str] = []
-        for at in range(0, len(level), LIST_DIRS):
-            dirs, start = level[at : at + LIST_DIRS], None
-            while True:
-                answer = await _ask(
-                    ns,
-                    {
-                        "op": "manifest",
-                        "dirs": dirs,
-                        "start": start,
-                        "max_entries": LIST_ENTRIES,
-                        "max_file_bytes": settings.WORKSPACE_MAX_FILE_BYTES,
-                    },
-                )
-                below += await on_thread(reading.entries_of)(answer.get("entries") or [])
-                start = answer.get("next")
-                if not start:
-                    break
-        level = below
-
-
-async def _read(ns: Endpoint, reading: _Reading) -> None:
-    paths = sorted(reading.wanted)
-    while paths:
-        answer = await _ask(
-            ns,
-            {
-                "op": "read",
-                "paths": paths,
-                "max_bytes": READ_BYTES,
-                "max_file_bytes": settings.WORKSPACE_MAX_FILE_BYTES,
-            },
-        )
-        files = answer.get("files") or []
-        await on_thread(reading.contents)(files)
-        rest = list(answer.get("rest") or [])
-        if not files or len(rest) >= len(paths):
-            raise ChannelError("the exec channel read nothing")
-        paths = rest
-
-
-async def _ask(ns: Endpoint, request: dict[str, Any]) -> dict[str, Any]:
-    answer = await ask(ns, request, timeout=TIMEOUT_S, max_answer=MAX_ANSWER)
-    if not answer.get("ok"):
-        raise ChannelError(f"the exec channel refused: {answer.get('error')}")
-    return answer
+def reads_kept() -> set[str]:
+    """The scratch stores a door may still open: each session's newest done read, for
+    SESSION_READ_KEEP_S after it was done (older reads of it were replaced)."""
+    since = timezone.now() - timedelta(seconds=settings.SESSION_READ_KEEP_S)
+    newest: dict[int, tuple[int, str]] = {}
+    done = (
+        Snapshot.objects.filter(state=SnapshotState.DONE, done_at__gte=since)
+        .exclude(scratch="")
+        .exclude(session__state=SessionState.DELETED)
+        .values_list("session_id", "pk", "scratch")
+    )
+    for session_id, pk, name in done:
+        if session_id not in newest or pk > newest[session_id][0]:
+            newest[session_id] = (pk, name)
+    return {name for _, name in newest.values()}
 
 
 def pending(session: Session) -> list[Snapshot]:
     return list(Snapshot.objects.filter(session=session, state=SnapshotState.PENDING))
-
-
-async def take(session: Session) -> None:
-    """Every snapshot asked of the session, answered by one read into a scratch store of
-    its own (the caller holds the session's lock, and it is ready with its syncs
-    applied); the session's older reads' stores go once it is recorded."""
-    rows = await db(pending)(session)
-    if not rows:
-        return
-    assert session.run is not None and session.run.sandbox is not None
-    base = await db(
-        lambda: Session.objects.values_list("base_commit", flat=True).get(pk=session.pk)
-    )()
-    recorded, scratch = False, None
-    try:
-        try:
-            scratch = await on_thread(snapstore.begin)(
-                session.public_id, session.workspace.repo_path
-            )
-            ns = await on_thread(channel_of)(session.run.sandbox)
-            out = await read_tree(ns, session, base, scratch)
-        except ChannelError as e:
-            out = Tree(
-                None,
-                error=f"The session's exec channel did not answer ({e}); try again.",
-                unanswered=True,
-            )
-        except OSError as e:  # the host's disk (full, or the store removed under it)
-            out = Tree(
-                None,
-                error=f"The session's files could not be stored on its host ({e}); try again.",
-                unanswered=True,
-            )
-        recorded = await db(_record)(session, [r.pk for r in rows], base, out)
-    finally:
-        if scratch is not None:
-            await on_thread(scratch.end)(recorded and out.tree is not None)
-    if recorded and out.tree:
-        await on_thread(snapstore.remove_older)(out.scratch)
 
 
 def _record(session: Session, pks: list[int], base: str, out: Tree) -> bool:
@@ -372,3 +278,140 @@ def _record(session: Session, pks: list[int], base: str, out: Tree) -> bool:
     )
     fanout.group_send(group_name(session.public_id), {"type": "session.snapshot"})
     return bool(done)
+
+
+# -- reads in progress: driven by the session's host's agent (sessions.reader) --------
+
+
+@dataclass
+class _Open:
+    session: Session
+    rows: list[int]
+    base: str
+    scratch: snapstore.Scratch
+    reading: _Reading
+    touched: float = field(default_factory=time.monotonic)
+
+
+OPEN: dict[str, _Open] = {}
+_open_lock = threading.RLock()
+IDLE_S = 5 * 60.0  # a read whose agent went quiet: let go (its rows stay pending)
+
+
+class NoRead(NotFound):
+    """No read in progress by that token for the asking host."""
+
+
+def open_read(session: Session) -> str | None:
+    """A read of the session's files for every snapshot asked of it: its token, or None
+    when none is pending (or the store could not be made: the rows say so)."""
+    with _open_lock:
+        _let_go(lambda o: o.session.pk == session.pk or time.monotonic() - o.touched > IDLE_S)
+        rows = pending(session)
+        if not rows:
+            return None
+        base = session.base_commit
+        try:
+            scratch = snapstore.begin(
+                session.public_id, session.workspace.repo_path, session.runner_host
+            )
+        except OSError as e:  # the web host's disk (full, or the store removed under it)
+            error = f"The session's files could not be stored ({e}); try again."
+            _record(session, [r.pk for r in rows], base, Tree(None, error=error, unanswered=True))
+            return None
+        try:
+            masker = secrets.Masker(secrets.open_sealed(session.secrets_sealed))
+            reading = _Reading(scratch, base, masker)
+        except BaseException:
+            scratch.end(False)
+            raise
+        token = stdlib_secrets.token_urlsafe(16)
+        OPEN[token] = _Open(session, [r.pk for r in rows], base, scratch, reading)
+        return token
+
+
+def _let_go(which: Any) -> None:
+    for token, found in list(OPEN.items()):
+        if which(found):
+            del OPEN[token]
+            found.scratch.end(False)
+
+
+def _held(token: str, host: str) -> _Open:
+    found = OPEN.get(token)
+    if found is None or found.session.runner_host != host:
+        raise NoRead("No read of a session's files by that token is in progress here.")
+    found.touched = time.monotonic()
+    return found
+
+
+def take_entries(token: str, host: str, raws: list[dict[str, Any]]) -> list[str] | None:
+    """A manifest answer taken in: the folders to list next, or None when the read
+    ended here (past the caps or the bound: its rows say so)."""
+    with _open_lock:
+        found = _held(token, host)
+        try:
+            return found.reading.entries_of(raws)
+        except (OverCaps, snapstore.Full) as e:
+            _end(token, found, _failed(found, e))
+            return None
+
+
+def wanted(token: str, host: str) -> list[str]:
+    """The files to read (by the names the sandbox has): those whose content the store
+    does not hold yet."""
+    with _open_lock:
+        return sorted(_held(token, host).reading.wanted)
+
+
+def take_contents(token: str, host: str, raws: list[dict[str, Any]]) -> bool:
+    """Files read taken in (scanned, stored or withheld); False when the read ended."""
+    with _open_lock:
+        found = _held(token, host)
+        try:
+            found.reading.contents(raws)
+        except snapstore.Full as e:
+            _end(token, found, _failed(found, e))
+            return False
+        return True
+
+
+def finish(token: str, host: str, error: str = "", unanswered: bool = False) -> None:
+    """The read's tree written and recorded (or, with `error`, its failure as the
+    agent saw it: the exec channel did not answer)."""
+    with _open_lock:
+        found = _held(token, host)
+        if error:
+            out = Tree(None, error=error, unanswered=unanswered)
+        else:
+            try:
+                out = found.reading.finish()
+            except (OverCaps, snapstore.Full) as e:
+                out = _failed(found, e)
+        _end(token, found, out)
+
+
+def _failed(found: _Open, e: Exception) -> Tree:
+    out = found.reading.out
+    out.tree = None
+    if isinstance(e, snapstore.Full):
+        out.unanswered = True
+        out.error = f"The session's files were not read: {e}. Try again in a few minutes."
+    else:
+        out.error = (
+            f"The session's /workspace is past what a workspace may hold ({e}); its "
+            "changes cannot be read or committed. Remove what it should not keep (or "
+            "list it in .gitignore)."
+        )
+    return out
+
+
+def _end(token: str, found: _Open, out: Tree) -> None:
+    del OPEN[token]
+    recorded = False
+    try:
+        recorded = _record(found.session, found.rows, found.base, out)
+    finally:
+        found.scratch.end(recorded and out.tree is not None)
+    if recorded and out.tree:
+        snapstore.remove_older(out.scratch)

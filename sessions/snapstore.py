@@ -3,21 +3,24 @@ own, never the workspace's. A tenant who rewrites a large file and asks for its 
 again and again would otherwise grow the workspace's store with objects nobody
 references; a commit copies in only what its new commit needs (sessions.changes).
 
-A store is a bare repository, `DATA_DIR/session-reads/<host>/<session>/<token>.git`,
-whose `objects/info/alternates` names the workspace's objects folder: reads see both
-stores, writes land in the scratch one alone. `<token>.lock` beside it is held with
-flock: exclusively by the runner agent while it writes the store (from before the
-folder exists until its rows say done), shared by a door while it reads it; a removal
-takes it exclusively without waiting, and leaves a store in use for a later one. So a
-store never goes from under its writer or a reader, whoever removes it.
+The stores are the web host's, like the workspace's (the session's host's agent reads
+the files through the exec channel and sends them: sessions.reader, sessions.snapshot).
+A store is a bare repository, `DATA_DIR/session-reads/<host>/<session>/<token>.git`
+(`<host>`: the session's), whose `objects/info/alternates` names the workspace's
+objects folder: reads see both stores, writes land in the scratch one alone.
+`<token>.lock` beside it is held with flock: exclusively by daphne while a read writes
+the store (from before the folder exists until its rows say done), shared by a door
+while it reads it; a removal takes it exclusively without waiting, and leaves a store
+in use for a later one. So a store never goes from under its writer or a reader,
+whoever removes it.
 
 A store goes:
 1. once a newer read of its session is done (the agent, right after recording it);
 2. SESSION_READ_KEEP_S after it was done, or at once when no done row names it (a
-   read a crash cut short): the agent's sweep of its host's folder, every few seconds;
+   read a crash cut short): the web host's sweep (`sessions.tasks.sweep_reads`, beat);
 3. with its session, at delete.
-A host's stores hold at most SESSION_READS_MAX_BYTES together: the agent charges each
-object before it writes it (`Space`), and a read past the bound fails (`Full`).
+A host's sessions' stores hold at most SESSION_READS_MAX_BYTES together: each object is
+charged before it is written (`Space`), and a read past the bound fails (`Full`).
 """
 
 import contextlib
@@ -133,12 +136,13 @@ def _size(top: Path, skip: set[Path]) -> int:
 
 
 class Space:
-    """What this host's stores hold, against SESSION_READS_MAX_BYTES. The runner agent
-    is the one writer of its host's folder: stores it is writing are counted by what
-    was charged to them, the rest by measuring the folder (again only when the sum
-    nears the bound: a removal since only makes the last figure too high)."""
+    """What one host's sessions' stores hold, against SESSION_READS_MAX_BYTES. Daphne is
+    the one writer of the folder: stores being written are counted by what was charged
+    to them, the rest by measuring the folder (again only when the sum nears the bound:
+    a removal since only makes the last figure too high)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str) -> None:
+        self.host = host
         self.lock = threading.Lock()
         self.on_disk: int | None = None
         self.charged: dict[Path, int] = {}
@@ -150,7 +154,7 @@ class Space:
     def charge(self, git_dir: Path, size: int) -> None:
         with self.lock:
             if self.on_disk is None or self._over(size):
-                self.on_disk = _size(host_dir(), set(self.charged))
+                self.on_disk = _size(host_dir(self.host), set(self.charged))
                 if self._over(size):
                     raise Full(
                         "the space this host keeps for reads of sessions' files "
@@ -170,17 +174,24 @@ class Space:
                 self.on_disk += size  # raw sizes: at least what the loose objects take
 
 
-SPACE = Space()
+_SPACES: dict[str, Space] = {}
+_spaces_lock = threading.Lock()
+
+
+def space_of(host: str) -> Space:
+    with _spaces_lock:
+        return _SPACES.setdefault(host, Space(host))
 
 
 class Scratch:
-    """A store this process (the runner agent) is writing, held exclusively."""
+    """A store this process is writing, held exclusively."""
 
-    def __init__(self, name: str, git_dir: Path, fd: int, store: GitStore) -> None:
+    def __init__(self, name: str, git_dir: Path, fd: int, store: GitStore, space: Space) -> None:
         self.name, self.git_dir, self.fd, self.store = name, git_dir, fd, store
+        self.space = space
 
     def charge(self, size: int) -> None:
-        SPACE.charge(self.git_dir, size)
+        self.space.charge(self.git_dir, size)
 
     def add(self, obj: ShaFile) -> None:
         self.charge(obj.raw_length())
@@ -195,12 +206,14 @@ class Scratch:
                 _lock_of(self.git_dir).unlink(missing_ok=True)
         finally:
             os.close(self.fd)
-            SPACE.end(self.git_dir, keep)
+            self.space.end(self.git_dir, keep)
 
 
-def begin(session_public_id: str, workspace_repo: Path) -> Scratch:
-    """A new store for one read of the session's files, seeing the workspace's objects."""
-    folder = host_dir() / _part(session_public_id)
+def begin(session_public_id: str, workspace_repo: Path, host: str) -> Scratch:
+    """A new store for one read of the files of a session on `host`, seeing the
+    workspace's objects."""
+    folder = host_dir(host) / _part(session_public_id)
+    space = space_of(host)
     token = secrets.token_hex(8)
     git_dir = folder / f"{token}.git"
     fd = None
@@ -208,7 +221,7 @@ def begin(session_public_id: str, workspace_repo: Path) -> Scratch:
         folder.mkdir(parents=True, exist_ok=True)
         # Held before the store's folder exists: a sweep never takes a store being made.
         fd = _hold(_lock_of(git_dir), fcntl.LOCK_EX)
-    SPACE.begin(git_dir)
+    space.begin(git_dir)
     try:
         git_dir.mkdir()
         for sub in ("objects/info", "refs"):
@@ -222,10 +235,10 @@ def begin(session_public_id: str, workspace_repo: Path) -> Scratch:
         shutil.rmtree(git_dir, ignore_errors=True)
         _lock_of(git_dir).unlink(missing_ok=True)
         os.close(fd)
-        SPACE.end(git_dir, kept=False)
+        space.end(git_dir, kept=False)
         raise
-    name = f"{host_dir().name}/{folder.name}/{token}"
-    return Scratch(name, git_dir, fd, store)
+    name = f"{host_dir(host).name}/{folder.name}/{token}"
+    return Scratch(name, git_dir, fd, store, space)
 
 
 @contextmanager
@@ -294,7 +307,7 @@ def remove_session(session_public_id: str) -> None:
 
 
 def sweep(keep: Iterable[str]) -> int:
-    """This host's stores but those named in `keep` removed, save any in use; how many
+    """Every host's stores but those named in `keep` removed, save any in use; how many
     went."""
     kept = set()
     for name in keep:
@@ -304,9 +317,13 @@ def sweep(keep: Iterable[str]) -> int:
             continue
     removed = 0
     try:
-        sessions = [Path(e.path) for e in os.scandir(host_dir()) if e.is_dir()]
+        hosts = [Path(e.path) for e in os.scandir(root()) if e.is_dir()]
     except FileNotFoundError:
         return 0
+    sessions = []
+    for host in hosts:
+        with contextlib.suppress(FileNotFoundError):
+            sessions += [Path(e.path) for e in os.scandir(host) if e.is_dir()]
     for folder in sessions:
         for git_dir in _stores(folder):
             if git_dir not in kept and _remove(git_dir):

@@ -8,10 +8,13 @@ a failed connect."""
 
 import asyncio
 import io
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import docker
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
 from accounts.access import Actor
@@ -32,6 +35,7 @@ from tests.support.runs import engine_output, wait_for_output
 from tests.support.secrets import VALUE
 from tests.support.servers import wait_for
 from tests.support.sessions import SessionAgent, lines
+from tests.support.terminals import Screen, open_socket
 from workspaces import actions as workspace_actions
 
 # Hosts share their state in PostgreSQL (a runner host refuses SQLite): this module runs
@@ -94,6 +98,18 @@ def on_engine(client: docker.DockerClient, name: str) -> bool:
     return True
 
 
+def holds_nothing_of_the_web_hosts(b) -> None:
+    """B's processes see the web host's DATA_DIR as an empty tmpfs (their mount
+    namespace), and their own, empty at B's start, holds only B's own state: the
+    session followers' cursors. Listed whole in the failure."""
+    mounts = Path(f"/proc/{b.agent.proc.pid}/mountinfo").read_text().splitlines()
+    hidden = [m for m in mounts if m.split()[4] == str(settings.DATA_DIR)]
+    assert hidden and " - tmpfs " in hidden[-1], hidden
+    found = sorted(str(p.relative_to(b.state_dir)) for p in b.state_dir.rglob("*") if p.is_file())
+    mine = re.compile(rf"hosts/{engine_b.NAME}/session-cursors/[a-z0-9]+\.cursor")
+    assert all(mine.fullmatch(f) for f in found), found
+
+
 def grant_api_key(client, cast) -> None:
     """API_KEY set by an admin, and granted by carol's tokens (`agent`, the sessions')."""
     _, admin = cast.token(cast.alice, ["workspace:read", "workspace:write"])
@@ -143,6 +159,7 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, cli
     assert caches.evict(max_bytes=0) == []
     assert DepCache.objects.filter(pk=cache.pk).exists()
     assert b.client.volumes.get(cache.volume)
+    holds_nothing_of_the_web_hosts(b)
     # Beat's eviction, on the web queue, asks each host's worker for its own: B's (a
     # limit of 0 there) evicts it from its engine.
     assert broker.send(evict_caches, ())
@@ -176,7 +193,7 @@ def test_killing_bs_agent_mid_run_loses_no_line_and_repeats_none(b, agent):
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
 def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
-    b, run_stack, client, cast, shop, runtime
+    b, run_stack, client, cast, shop, runtime, berth_server
 ):
     grant_api_key(client, cast)
     _, secret = cast.token(
@@ -185,6 +202,30 @@ def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
     agent = SessionAgent(client, secret)
     session = agent.ready(runtime=runtime)
     assert lines(agent.exec(session, "echo kept > note.txt && echo written")) == ["written"]
+    # Its changes: read by b's agent through the channel into a store on the web host.
+    changed = agent.get(f"/sessions/{session['id']}/changes")
+    assert changed.status_code == 200, changed.content
+    assert changed.json()["changes"]["added"] == ["note.txt"]
+    # A write on the branch reaches b's copy (synced); the session's file commits.
+    agent.write("synced.txt", "from the branch\n")
+    assert lines(agent.exec(session, "cat synced.txt")) == ["from the branch"]
+    done = agent.post(
+        f"/sessions/{session['id']}/commit", {"message": "From b", "paths": ["note.txt"]}
+    )
+    assert done.status_code == 201, done.content
+    assert agent.branch_file("note.txt") == "kept\n"
+    # A terminal on b: what it shows is kept on the web host, its transcript.
+    term = agent.post(f"/sessions/{session['id']}/terminals").json()
+    with open_socket(berth_server, term["id"], secret) as ws:
+        screen = Screen(ws)
+        screen.read_prompt()
+        screen.type("echo on-b-$((20+22))\r")
+        screen.read_until("on-b-42")
+    wait_for(
+        lambda: "on-b-42" in agent.get(f"/terminals/{term['id']}/transcript").content.decode(),
+        30,
+        what="the web host's transcript to hold on-b-42",
+    )
     # A granted secret reaches b's exec, sealed for b, and its output is masked there.
     granted = agent.exec(session, 'echo "key=$API_KEY"', secrets=["API_KEY"])
     assert lines(granted) == ["key=***"]
@@ -215,6 +256,7 @@ def test_a_session_on_b_survives_as_agent_restart_and_keeps_its_files(
         30,
         what="b's agent to remove the deleted session's volume",
     )
+    holds_nothing_of_the_web_hosts(b)
 
 
 def test_hosts_lists_both_with_fresh_heartbeats_and_drain_moves_new_work(b, agent, cast):

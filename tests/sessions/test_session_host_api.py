@@ -17,12 +17,21 @@ from django.conf import settings
 from accounts.access import Actor
 from sandbox.hosts import Host
 from sessions import syncplan, transcripts
-from sessions.models import Session, SessionState, SessionSync, SyncState, Terminal
+from sessions.models import (
+    Session,
+    SessionState,
+    SessionSync,
+    Snapshot,
+    SnapshotState,
+    SyncState,
+    Terminal,
+)
 from sessions.tasks import sweep_transcripts
 from tests.support.runs import head
 from tests.support.sessions import session_row
 from workspaces import actions as workspace_actions
 from workspaces.changes import Change
+from workspaces.store import open_store
 
 
 def post(server, path: str, token: str, body: dict) -> requests.Response:
@@ -196,3 +205,55 @@ def test_a_syncs_plan_is_made_for_its_first_batch_and_kept_for_the_rest(
     # The next sync's first batch makes it again (what the branch holds now).
     assert syncplan.batch_at(session, base, target, 0).files[0]["path"] == "f0.bin"
     assert len(made) == 2
+
+
+def test_a_read_in_progress_is_its_hosts_alone_and_records_its_tree(
+    berth_server, cast, shop, settings
+):
+    """Driven through the doors as a session's agent drives it (sessions.reader): the
+    channel's answers handed in, the tree built and recorded on the web host."""
+    base = head(shop)
+    session = live_session(shop, base)
+    row = Snapshot.objects.create(session=session)
+    opened = post(
+        berth_server, f"/sessions/{session.public_id}/reads", settings.BERTH_HOST_TOKEN, {}
+    )
+    assert opened.status_code == 200, opened.text
+    token = opened.json()["read"]
+    path = f"/reads/{token}"
+    other = Host.objects.create(name="b").issue_token()
+    assert post(berth_server, f"{path}/entries", other, {"entries": []}).status_code == 404
+    assert get(berth_server, f"{path}/wanted", other).status_code == 404
+
+    # The channel's manifest: the base's files as they are, and one new file.
+    with open_store(shop) as store:
+        listed = [
+            {
+                "path": p,
+                "type": "file",
+                "size": len(store.repo[sha].as_raw_string()),
+                "mode": f"{mode:o}",
+                "sha": sha.decode(),
+            }
+            for p, mode, sha in store.walk(base)
+            if "/" not in p
+        ]
+    new = b"made in the session\n"
+    listed.append(
+        {"path": "new.txt", "type": "file", "size": len(new), "mode": "100644", "sha": "0" * 40}
+    )
+    taken = post(berth_server, f"{path}/entries", settings.BERTH_HOST_TOKEN, {"entries": listed})
+    assert taken.status_code == 200, taken.text
+    assert get(berth_server, f"{path}/wanted", settings.BERTH_HOST_TOKEN).json() == {
+        "paths": ["new.txt"]
+    }
+    data = base64.b64encode(new).decode()
+    files = {"files": [{"path": "new.txt", "type": "file", "data": data}]}
+    assert post(berth_server, f"{path}/contents", settings.BERTH_HOST_TOKEN, files).json() == {
+        "taken": True
+    }
+    assert post(berth_server, f"{path}/finish", settings.BERTH_HOST_TOKEN, {}).status_code == 200
+    row.refresh_from_db()
+    assert row.state == SnapshotState.DONE and row.tree, (row.state, row.error)
+    # Done: the token is no read any more.
+    assert get(berth_server, f"{path}/wanted", settings.BERTH_HOST_TOKEN).status_code == 404

@@ -39,6 +39,7 @@ class HostB:
     agent_log: Path
     gateway_log: Path
     env: dict[str, str]
+    state_dir: Path  # its DATA_DIR: an empty folder of its own at its start
     agent: Restartable  # B's runner agent: a test may kill it and start it again
     token: str = ""  # its token for the internal API, as `hosts add` printed it
 
@@ -147,9 +148,10 @@ def runner_database_url() -> str:
 def keys_dir() -> Path:
     """B's keys, as an operator gives them (docs/hosts.md, "Keys"): the shared ones
     copied from the web host's, and its secrets key from `manage.py hosts key b`. Never
-    the workspace secrets key, nor SECRET_KEY."""
-    path = settings.DATA_DIR / "b-keys"
-    path.mkdir(mode=0o700, exist_ok=True)
+    the workspace secrets key, nor SECRET_KEY. Outside the web host's DATA_DIR, which
+    B's processes do not see."""
+    path = _paths()[1] / "keys"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     for key in keys.SHARED:
         if not key.web_only:
             shutil.copy2(key.path(), path / key.file)
@@ -165,7 +167,13 @@ def host_b(app_port: int, database_url: str, token: str) -> Iterator[HostB]:
     with ExitStack() as stack:
         docker_host = stack.enter_context(dockerd())
         gateway_port = free_port()
+        # B's own DATA_DIR, empty; A's is an empty tmpfs in B's mount namespace.
+        state_dir = _paths()[1] / "state"
+        shutil.rmtree(state_dir, ignore_errors=True)
+        state_dir.mkdir(mode=0o700)
+        hidden = servers.hiding(settings.DATA_DIR)
         env = {
+            "TEST_DATA_DIR": str(state_dir),
             "BERTH_KEYS_DIR": str(keys_dir()),
             "BERTH_HOST_SECRETS_KEY": keys.host_secrets_key(NAME),
             # Its token for the web host's internal API, there on daphne.
@@ -180,10 +188,16 @@ def host_b(app_port: int, database_url: str, token: str) -> Iterator[HostB]:
             # B's worker evicts every cache of B's when asked: A's keep the default.
             "DEPS_CACHE_MAX_MB": "0",
         }
-        agent = Restartable(lambda: servers.runner_agent(env, log="runner-agent-b.log"))
+        agent = Restartable(
+            lambda: servers.runner_agent(env, log="runner-agent-b.log", prefix=hidden)
+        )
         stack.callback(agent.stop)
-        stack.enter_context(servers.celery_worker(env, host=NAME, log="celery-worker-b.log"))
-        stack.enter_context(servers.preview_gateway(app_port, env, gateway_port, NAME))
+        stack.enter_context(
+            servers.celery_worker(env, host=NAME, log="celery-worker-b.log", prefix=hidden)
+        )
+        stack.enter_context(
+            servers.preview_gateway(app_port, env, gateway_port, NAME, prefix=hidden)
+        )
         yield HostB(
             docker_host,
             docker.DockerClient(base_url=docker_host, timeout=60),
@@ -191,5 +205,6 @@ def host_b(app_port: int, database_url: str, token: str) -> Iterator[HostB]:
             settings.DATA_DIR / "runner-agent-b.log",
             settings.DATA_DIR / f"{NAME}-preview-gateway.log",
             env,
+            state_dir,
             agent,
         )

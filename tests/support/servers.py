@@ -141,11 +141,26 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
+def hiding(folder: Path) -> list[str]:
+    """A command prefix that runs a process in a mount namespace of its own where
+    `folder` is an empty tmpfs (host B's processes: the web host's DATA_DIR is not
+    theirs to read or write, as on a machine of their own)."""
+    script = 'mount -t tmpfs -o size=1m,mode=0700 berth-hidden "$1" && shift && exec "$@"'
+    unshare = ["unshare", "--mount", "--propagation", "private", "--"]
+    return [*unshare, "sh", "-c", script, "sh", str(folder)]
+
+
 @contextmanager
 def running(
-    cmd: list[str], log_path: Path, ready, what: str, env: dict[str, str] | None = None
+    cmd: list[str],
+    log_path: Path,
+    ready,
+    what: str,
+    env: dict[str, str] | None = None,
+    prefix: list[str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     marks.require(what, "docker", "servers")
+    cmd = [*(prefix or []), *cmd]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -205,7 +220,11 @@ def daphne(
 
 @contextmanager
 def preview_gateway(
-    app_port: int, env: dict[str, str] | None = None, port: int = 0, name: str = "daphne"
+    app_port: int,
+    env: dict[str, str] | None = None,
+    port: int = 0,
+    name: str = "daphne",
+    prefix: list[str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """The preview gateway on PREVIEW_PORT (or `port`), handing what it does not serve
     to daphne."""
@@ -230,13 +249,16 @@ def preview_gateway(
     log_path = settings.DATA_DIR / (
         "preview-gateway.log" if name == "daphne" else f"{name}-preview-gateway.log"
     )
-    with running(cmd, log_path, ready, f"{name}'s preview gateway", env) as p:
+    with running(cmd, log_path, ready, f"{name}'s preview gateway", env, prefix) as p:
         yield p
 
 
 @contextmanager
 def celery_worker(
-    env: dict[str, str] | None = None, host: str = "", log: str = "celery-worker.log"
+    env: dict[str, str] | None = None,
+    host: str = "",
+    log: str = "celery-worker.log",
+    prefix: list[str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """A Celery worker taking the web queue and `host`'s runner queue (this host's by
     default); with `host`, only that host's queue, as a runner host's worker."""
@@ -269,13 +291,15 @@ def celery_worker(
         "--without-mingle",
         "--without-gossip",
     ]
-    with running(cmd, settings.DATA_DIR / log, ready, "celery worker", env) as p:
+    with running(cmd, settings.DATA_DIR / log, ready, "celery worker", env, prefix) as p:
         yield p
 
 
 @contextmanager
 def runner_agent(
-    env: dict[str, str] | None = None, log: str = "runner-agent.log"
+    env: dict[str, str] | None = None,
+    log: str = "runner-agent.log",
+    prefix: list[str] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """The runner agent; with `env`, settings of its own (a test's small budget, or
     another host's engine and name)."""
@@ -285,7 +309,7 @@ def runner_agent(
         return "runner agent started" in log_path.read_text(errors="replace")
 
     cmd = [sys.executable, "manage.py", "runner_agent"]
-    with running(cmd, log_path, ready, "runner agent", env) as p:
+    with running(cmd, log_path, ready, "runner agent", env, prefix) as p:
         yield p
 
 
