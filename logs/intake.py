@@ -5,10 +5,12 @@ A batch is checked whole before anything is written (a stream Berth knows, text 
 most a line's cap, a timestamp or null), so a bad one leaves the log as it was."""
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
+from ninja import Router
 
 from core.errors import Conflict, Invalid
 from logs import logstore
@@ -66,3 +68,26 @@ def answer(log_id: str, tail: int = 0) -> dict[str, Any]:
         tail = min(tail, MAX_TAIL)
         out["entries"] = logstore.read(log_id, max(0, count - tail), tail)
     return out
+
+
+def add_doors(router: Router, kind: str, owned: Callable[[HttpRequest, str], str]) -> None:
+    """The internal API's three doors onto one kind of log (`runs`, `execs`) on
+    `router`: `owned(request, id)` answers the log's id when it is the asking host's,
+    else raises NotFound."""
+
+    @router.get(f"/{kind}/{{log_id}}/log", response=dict[str, Any], operation_id=f"{kind}_log")
+    def count_or_tail(request: HttpRequest, log_id: str, tail: int = 0) -> dict[str, Any]:
+        """How many entries the log holds; with `tail`, its last entries."""
+        return answer(owned(request, log_id), tail)
+
+    @router.get(
+        f"/{kind}/{{log_id}}/log/cursor", response=dict[str, Any], operation_id=f"{kind}_cursor"
+    )
+    def cursor(request: HttpRequest, log_id: str) -> dict[str, Any]:
+        """Where the log's follower resumes (logs.logstore.cursor)."""
+        return logstore.cursor(owned(request, log_id))
+
+    @router.post(f"/{kind}/{{log_id}}/log", response=dict[str, int], operation_id=f"{kind}_append")
+    def append(request: HttpRequest, log_id: str) -> dict[str, int]:
+        """A batch of entries the log's host formatted (logs.shipped), kept at its end."""
+        return accept(owned(request, log_id), request)

@@ -74,8 +74,6 @@ class LogWriter:
         """`load`: read the entries once for the writer's state (a follower resuming);
         without it only count and size are known (`store`: appends as given). `locked`:
         hold the log's lock until close (the web host's writers: one at a time)."""
-        self.max_bytes: int = settings.RUN_LOG_MAX_BYTES
-        self.max_line: int = settings.RUN_LOG_MAX_LINE
         data_path, index_path = paths(run_public_id)
         data_path.parent.mkdir(parents=True, exist_ok=True)
         # Logs can hold whatever a command printed: readable by Berth's own user only.
@@ -83,6 +81,13 @@ class LogWriter:
         self._index = os.open(index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         if locked:
             fcntl.flock(self._index, fcntl.LOCK_EX)  # released when the fd is closed
+        self._start()
+        self._recover(load)
+
+    def _start(self) -> None:
+        """The state of a writer before it knows its log's (LogWriter, logs.shipped)."""
+        self.max_bytes: int = settings.RUN_LOG_MAX_BYTES
+        self.max_line: int = settings.RUN_LOG_MAX_LINE
         self.count = 0
         self.size = 0
         self.total_bytes = 0
@@ -92,7 +97,7 @@ class LogWriter:
         # Batching (the agent's follower during a flood): entries wait here and reach
         # the files in one write each at flush(); readers see them only then.
         self.batching = False
-        self._pending: list[bytes] = []
+        self._pending: list[Any] = []  # lines here; (stream, text, ts) in logs.shipped
         self._pending_slots: list[bytes] = []
         # Lines a follower dropped over its sandbox's budget and has not yet said so in
         # this log (logs/follow.py): how many, the last one's engine timestamp, and when
@@ -100,7 +105,6 @@ class LogWriter:
         self.dropped = 0
         self.dropped_ts: str | None = None
         self.dropped_at = 0.0
-        self._recover(load)
 
     def __enter__(self) -> "LogWriter":
         return self

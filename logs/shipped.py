@@ -17,8 +17,6 @@ import logging
 import time
 from typing import Any
 
-from django.conf import settings
-
 from logs.logstore import Entry, LogWriter
 from sandbox import webapi
 
@@ -46,15 +44,9 @@ class ShippedLog(LogWriter):
     wherever that is (a note, written when no follower is writing)."""
 
     def __init__(self, path: str, resume: bool = True) -> None:
-        self.max_bytes = settings.RUN_LOG_MAX_BYTES
-        self.max_line = settings.RUN_LOG_MAX_LINE
+        self._start()
         self.path = path
         self.web = webapi.client()
-        self.count = self.size = self.total_bytes = 0
-        self.truncated = self.closed = self.batching = False
-        self.last_ts: str | None = None
-        self.dropped, self.dropped_ts, self.dropped_at = 0, None, 0.0
-        self._pending: list[Entry] = []  # type: ignore[assignment]
         self.resumed = resume
         if resume:
             at = self.web.get(f"{path}/cursor")

@@ -121,22 +121,7 @@ def logged_run(request: HttpRequest, run_id: str) -> str:
     return run_id
 
 
-@router.get("/runs/{run_id}/log", response=dict[str, Any])
-def log_count(request: HttpRequest, run_id: str, tail: int = 0) -> dict[str, Any]:
-    """How many entries the run's log holds; with `tail`, its last entries."""
-    return intake.answer(logged_run(request, run_id), tail)
-
-
-@router.get("/runs/{run_id}/log/cursor", response=dict[str, Any])
-def log_cursor(request: HttpRequest, run_id: str) -> dict[str, Any]:
-    """Where the run's follower resumes (logs.logstore.cursor)."""
-    return logstore.cursor(logged_run(request, run_id))
-
-
-@router.post("/runs/{run_id}/log", response=dict[str, int])
-def log_append(request: HttpRequest, run_id: str) -> dict[str, int]:
-    """A batch of entries the run's host formatted (logs.shipped), kept at the log's end."""
-    return intake.accept(logged_run(request, run_id), request)
+intake.add_doors(router, "runs", logged_run)
 
 
 def ending_run(request: HttpRequest, run_id: str) -> Run:

@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from core.errors import BerthError, Conflict, Invalid, NotFound
-from logs import intake, logstore
+from logs import intake
 from sandbox.hosts import Host
 from sessions import snapshot, syncplan, transcripts
 from sessions.models import (
@@ -133,22 +133,7 @@ def logged_exec(request: HttpRequest, exec_id: str) -> str:
     return exec_id
 
 
-@router.get("/execs/{exec_id}/log", response=dict[str, Any])
-def log_count(request: HttpRequest, exec_id: str, tail: int = 0) -> dict[str, Any]:
-    """How many entries the exec's log holds; with `tail`, its last entries."""
-    return intake.answer(logged_exec(request, exec_id), tail)
-
-
-@router.get("/execs/{exec_id}/log/cursor", response=dict[str, Any])
-def log_cursor(request: HttpRequest, exec_id: str) -> dict[str, Any]:
-    """Where the session's follower resumes the exec's log (logs.logstore.cursor)."""
-    return logstore.cursor(logged_exec(request, exec_id))
-
-
-@router.post("/execs/{exec_id}/log", response=dict[str, int])
-def log_append(request: HttpRequest, exec_id: str) -> dict[str, int]:
-    """A batch of the exec's output its session's host formatted (logs.shipped)."""
-    return intake.accept(logged_exec(request, exec_id), request)
+intake.add_doors(router, "execs", logged_exec)
 
 
 def _host(request: HttpRequest) -> str:

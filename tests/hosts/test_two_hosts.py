@@ -31,12 +31,14 @@ from sessions.models import Session
 from tests.support import engine_b
 from tests.support.previews import ENDED, PROBE_APP, Browser, PreviewAgent, probe_toml, write
 from tests.support.runs import Agent as RunAgent
-from tests.support.runs import engine_output, wait_for_output
+from tests.support.runs import engine_output, set_toml, wait_for_output
 from tests.support.secrets import VALUE
 from tests.support.servers import wait_for
 from tests.support.sessions import SessionAgent, lines
 from tests.support.terminals import Screen, open_socket
 from workspaces import actions as workspace_actions
+
+STARTERS = Path(__file__).resolve().parents[2] / "workspaces" / "starters"
 
 # Hosts share their state in PostgreSQL (a runner host refuses SQLite): this module runs
 # in the PostgreSQL pass.
@@ -123,12 +125,18 @@ def grant_api_key(client, cast) -> None:
 
 
 @pytest.mark.parametrize("runtime", ["runc", "gvisor"])
-def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, client, cast, runtime):
-    """With a granted secret: sealed for b, opened by b alone (its processes hold no
-    workspace secrets key: any use of it there fails), masked in the run's log."""
+def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(
+    b, agent, client, cast, shop, runtime
+):
+    """With `[setup]`, artifacts and a granted secret: sealed for b, opened by b alone
+    (its processes hold no workspace secrets key: any use of it there fails), masked in
+    the run's log, withheld from its outputs, which the web host reads."""
+    toml = (STARTERS / "python-http" / "workspace.toml").read_text()
+    set_toml(shop, cast, toml + '\n[artifacts]\npaths = ["dist"]\n')
     grant_api_key(client, cast)
     run = agent.run(
-        'echo started; echo "key=$API_KEY"; sleep 12; echo made > made-on-b.txt; echo done',
+        'echo started; echo "key=$API_KEY"; sleep 12; echo made > made-on-b.txt; '
+        'mkdir dist && echo art > dist/a.txt && echo "$API_KEY" > leaked.txt; echo done',
         runtime=runtime,
         secrets=["API_KEY"],
     )
@@ -149,8 +157,14 @@ def test_a_run_placed_on_b_ends_normally_while_as_agent_reconciles(b, agent, cli
     done = agent.wait(run)
     assert done["state"] == "succeeded", done
     assert agent.output(run) == ["started", "key=***", "done"]
-    # Its /workspace went up to the web host, which read its changes there.
-    assert done["changes"]["added"] == ["made-on-b.txt"], done["changes"]
+    # Its /workspace went up to the web host, which read its changes and artifacts
+    # there, and withheld the file holding the secret's value.
+    assert "made-on-b.txt" in done["changes"]["added"], done["changes"]
+    assert "leaked.txt" not in done["changes"]["added"]
+    assert [w["path"] for w in done["changes"]["withheld"]] == ["leaked.txt"]
+    assert [a["path"] for a in done["artifacts"]] == ["dist/a.txt"]
+    kept = agent.get(f"/runs/{run['id']}/artifacts/dist/a.txt")
+    assert kept.status_code == 200 and b"".join(kept) == b"art\n"
     assert Run.objects.get(public_id=run["id"]).secrets_sealed.startswith("host:b:")
     assert not (engine_b.keys_dir() / keys.SECRETS.file).exists()
     # Its setup filled a dependency cache on b: b's, and A's eviction leaves it alone.
