@@ -222,6 +222,9 @@ class Follower(threading.Thread):
         # The wrapper's end frame was read: the log is whole, nothing is read after it.
         self.ended = False
         self.done = threading.Event()
+        # The log could not be stored whole (the web host unreachable past the
+        # patience): its run is not ended on it, the reconcile follows it again.
+        self.failed = False
         self.count = 0
         self.bytes = 0
         self.budget = Budget(settings.SANDBOX_LOG_LINES_PER_S, settings.SANDBOX_LOG_BYTES_PER_S)
@@ -233,10 +236,11 @@ class Follower(threading.Thread):
             writer = self.open_log()
             self._follow(writer)
         except Exception:
+            self.failed = True
             log.exception("following %s failed", self.container)
         finally:
             if writer is not None:
-                self._close(writer)
+                self.failed = not self._close(writer) or self.failed
                 self.count, self.bytes = writer.count, writer.total_bytes
             self._signal(self.count)
             self.done.set()
@@ -245,14 +249,16 @@ class Follower(threading.Thread):
         """The run's log, where the web host has it (logs.shipped)."""
         return ShippedLog(run_log(self.run_id))
 
-    def _close(self, writer: logstore.LogWriter) -> None:
+    def _close(self, writer: logstore.LogWriter) -> bool:
         """What waits sent, the drops said: the web host unreachable for all of
-        SHIP_PATIENCE_S is the one way it is not (said in the agent's log)."""
+        SHIP_PATIENCE_S is the one way it is not (said in the agent's log: False)."""
         try:
             say_dropped(writer)
             writer.close()
         except Exception:
             log.exception("the end of %s's log could not be stored", self.run_id)
+            return False
+        return True
 
     def _follow(self, writer: logstore.LogWriter) -> None:
         response = self._logs(writer, follow=True)
@@ -306,6 +312,7 @@ class Follower(threading.Thread):
         last = self.seen.decode() or writer.last_ts
         skip_to = ts_ns(last) if last else None
         signalled_at = 0.0
+        block_start = True
         for frame in _frames(_blocks(response)):
             if self.ended:
                 break
@@ -316,6 +323,11 @@ class Follower(threading.Thread):
                     if ts_ns(ts) <= skip_to:
                         continue  # already handled (before a restart, or by the follow stream)
                     skip_to = None
+                if block_start:
+                    # Credited up to the block's first frame, before any of it is taken:
+                    # a line written after a quiet while finds the bucket refilled.
+                    self.budget.refill(ts_ns(ts) / 1e9)
+                    block_start = False
                 self.seen = ts
                 self.store_frame(writer, "stderr" if stream == 2 else "stdout", ts.decode(), data)
                 if len(writer._pending) < 10_000:
@@ -324,8 +336,7 @@ class Follower(threading.Thread):
             # tell readers, at most every SIGNAL_EVERY_S.
             writer.flush()
             self.flushed(writer)
-            if self.seen:
-                self.budget.refill(ts_ns(self.seen) / 1e9)
+            block_start = True
             now = time.monotonic()
             if now - signalled_at >= SIGNAL_EVERY_S:
                 self._signal(writer.count)

@@ -2,7 +2,8 @@
 (runs.host_api, sessions.host_api) do once they know the log is the asking host's.
 
 A batch is checked whole before anything is written (a stream Berth knows, text of at
-most a line's cap, a timestamp or null), so a bad one leaves the log as it was."""
+most a line's cap, a timestamp or null), so a bad one leaves the log as it was; a log
+past logstore.most_bytes takes nothing more, whatever a runner host sends."""
 
 import json
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from ninja import Router
 
-from core.errors import Conflict, Invalid
+from core.errors import BerthError, Conflict, Invalid
 from logs import logstore
 
 MAX_TAIL = 1000
@@ -34,6 +35,10 @@ def accept(log_id: str, request: HttpRequest) -> dict[str, int]:
     checked = [_entry(e, n) for n, e in enumerate(entries)]
     try:
         count = logstore.store(log_id, after, checked)
+    except UnicodeEncodeError:
+        raise Invalid("An entry's text is not Unicode (a lone surrogate): nothing kept.") from None
+    except logstore.Full as e:
+        raise BerthError(f"{e}: nothing more is kept.", code="log_full", status=413) from None
     except logstore.Moved as moved:
         raise Conflict(
             f"{moved}: send after that.", {"count": moved.count}, code="log_moved"

@@ -63,7 +63,8 @@ def _cut(raw: bytes, limit: int) -> int:
 
 
 class LogWriter:
-    """Appends entries to one run's log; the only writer of it (the runner agent).
+    """Appends entries to one run's log, on the web host, one writer at a time (`store`
+    and `note` hold the log's lock; logs.shipped is a runner host's, which keeps no file).
 
     `count` (entries stored), `last_ts` (the Docker timestamp of the last entry that had
     one) and `total_bytes` (UTF-8 bytes of stdout/stderr text stored) survive a restart
@@ -276,6 +277,16 @@ class Moved(Exception):
         self.count = count
 
 
+class Full(Exception):
+    """A log past what a runner host's writer could have made of any run's output."""
+
+
+def most_bytes() -> int:
+    """The web host's own bound on a log's file, whatever a runner host sends: the
+    output cap in JSON's worst escaping (6 bytes a character), and room for notes."""
+    return 6 * settings.RUN_LOG_MAX_BYTES + (4 << 20)
+
+
 Entry = tuple[str, str, str | None]  # stream, text, engine timestamp
 
 
@@ -284,13 +295,22 @@ def store(run_public_id: str, after: int | None, entries: Sequence[Entry]) -> in
     the end of the log: after entry `after`, or wherever the end is (None: a note). The
     same batch sent again (its answer was lost) is kept once. The new entry count."""
     with LogWriter(run_public_id, load=False, locked=True) as writer:
+        if writer.size > most_bytes():
+            raise Full(f"the log holds {writer.size >> 20} MB, past what any run's may")
         if after is not None and writer.count != after:
             if entries and writer.count == after + len(entries) and _ends_with(writer, entries):
                 return writer.count
             raise Moved(writer.count)
         writer.batching = True
-        for stream, text, ts in entries:
-            writer._write(stream, text, ts)
+        count, size = writer.count, writer.size
+        try:
+            for stream, text, ts in entries:
+                writer._write(stream, text, ts)
+        except Exception:  # text that is no Unicode (a lone surrogate): none of it kept
+            writer._pending.clear()
+            writer._pending_slots.clear()
+            writer.count, writer.size = count, size
+            raise
     return writer.count
 
 

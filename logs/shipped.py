@@ -10,11 +10,14 @@ that restarts resumes from what is stored: nothing twice, nothing missed.
 
 While the web host does not answer, `flush` waits for it (up to SHIP_PATIENCE_S): the
 engine keeps the container's output meanwhile, so holding the follower back loses
-nothing, where dropping the batch would.
+nothing, where dropping the batch would. Past it the follower fails, and its run is not
+ended on a partial log: the reconcile follows it again (runs.engine_owner).
 """
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from logs.logstore import Entry, LogWriter
@@ -49,7 +52,7 @@ class ShippedLog(LogWriter):
         self.web = webapi.client()
         self.resumed = resume
         if resume:
-            at = self.web.get(f"{path}/cursor")
+            at = patiently(lambda: self.web.get(f"{path}/cursor"))
             self.count, self.last_ts = int(at["count"]), at["last_ts"]
             self.total_bytes, self.truncated = int(at["total_bytes"]), bool(at["truncated"])
         self.sent = self.count  # the count the web host answered last
@@ -76,15 +79,12 @@ class ShippedLog(LogWriter):
 
     def _send(self, batch: list[Entry]) -> None:
         after: int | None = self.sent if self.resumed else None
-        deadline = time.monotonic() + SHIP_PATIENCE_S
         while True:
             try:
-                at = self.web.post(self.path, {"after": after, "entries": batch})
+                at = patiently(
+                    functools.partial(self.web.post, self.path, {"after": after, "entries": batch})
+                )
                 break
-            except webapi.WebUnavailable:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(RETRY_S)  # the web host restarting: waited for, not dropped
             except webapi.WebRefused as e:
                 moved = e.details.get("count") if e.code == "log_moved" else None
                 if not isinstance(moved, int) or after is None:
@@ -96,8 +96,22 @@ class ShippedLog(LogWriter):
 
     def close(self) -> None:
         if not self.closed:
+            self.flush()  # closed only once sent: a later close tries again
             self.closed = True
-            self.flush()
+
+
+def patiently(call: Callable[[], Any]) -> Any:
+    """`call` tried again while the web host does not answer (a restart), for up to
+    SHIP_PATIENCE_S. A request whose answer was lost may so be sent twice: each door
+    this is used for keeps a repeat once (a batch, a piece of an upload)."""
+    deadline = time.monotonic() + SHIP_PATIENCE_S
+    while True:
+        try:
+            return call()
+        except webapi.WebUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RETRY_S)  # waited for, not dropped
 
 
 def note(path: str, text: str) -> int:

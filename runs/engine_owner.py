@@ -59,6 +59,11 @@ def _when(t: float | None) -> datetime | None:
     return datetime.fromtimestamp(t, UTC) if t is not None else None
 
 
+class LogNotStored(Exception):
+    """A run's follower could not hand its log to the web host: the run is left for the
+    next reconcile."""
+
+
 class RunOwner:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -110,6 +115,12 @@ class RunOwner:
                 # The end is written only once the whole log is stored, however long a
                 # flood takes to drain: a run's log is complete when the run is.
                 await asyncio.to_thread(follower.done.wait)
+                if follower.failed:
+                    # Not ended on a log the web host did not take whole: its container
+                    # stays, and the next reconcile follows it again from the web
+                    # host's cursor (the engine still holds the rest).
+                    self.followers.pop(sandbox.name, None)
+                    raise LogNotStored(f"run {run_id}: its log was not stored whole")
             if setup and await on_thread(ending.end_setup)(sandbox, facts, note):
                 pass  # the command runs now; the loop removes the setup sandbox
             else:

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from core.ids import new_id
-from logs import anywhere, logstore
+from logs import logstore
 from sandbox import actions as sandboxes
 from workspaces.models import Workspace
 
@@ -232,10 +232,10 @@ class Run(models.Model):
         if ended:
             # Whoever wrote the end (agent, task, cancel, reconcile), log watchers hear
             # of it: they re-read the run and send `end`.
-            public_id = self.public_id
-            transaction.on_commit(
-                lambda: logstore.signal(public_id, anywhere.count(public_id), ended=True)
-            )
+            # The seq of a signal is a hint (readers read the files): no call to the web
+            # host here, where a runner host's failure would skip what follows.
+            public_id, seq = self.public_id, self.log_entries or 0
+            transaction.on_commit(lambda: logstore.signal(public_id, seq, ended=True))
             # Whoever owns a service or build run (a preview, a deploy) moves its own
             # state on from here.
             if self.purpose != Purpose.RUN:

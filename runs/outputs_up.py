@@ -53,14 +53,19 @@ def append(run: Run, at: int, data: bytes) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # being read (an agent that restarted sends it again)
+            raise Moved(os.fstat(fd).st_size) from None
         size = os.fstat(fd).st_size
-        if at == 0:
-            os.ftruncate(fd, 0)
-            size = 0
+        if at + len(data) == size and data:
+            return size  # sent again: its answer was lost
+        if at < size:
+            # Sent from an earlier place (0: a new upload; else a piece that was cut
+            # short, by a daphne restart or a full disk): what follows it goes.
+            os.ftruncate(fd, at)
+            size = at
         if at != size:
-            if at + len(data) == size and data:
-                return size  # sent again: its answer was lost
             raise Moved(size)
         if size + len(data) > most_bytes(run):
             raise BerthError(
@@ -111,8 +116,11 @@ def read_spooled(run: Run, size: int) -> dict[str, Any]:
     reported on the run, never allowed to keep it from ending."""
     path = spool_path(run)
     masker = secrets.Masker(secrets.open_sealed(run.secrets_sealed))
+    fd = None
     try:
-        held = path.stat().st_size if path.exists() else -1
+        fd = os.open(path, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # one read, no piece meanwhile
+        held = os.fstat(fd).st_size
         if held != size:
             raise OSError(f"the upload holds {held} bytes of {size}")
         with open_store(run.workspace) as store:
@@ -124,6 +132,8 @@ def read_spooled(run: Run, size: int) -> dict[str, Any]:
         return {"changes": changes}
     finally:
         discard(run)
+        if fd is not None:
+            os.close(fd)
     sha = ""
     if out.tree:
         # The tree is in the repository's objects already: "commit these changes" can

@@ -6,18 +6,18 @@ followed, every file opened O_NOFOLLOW) and written as a tar stream here, a file
 in blocks (a large file is never held whole), or taken from the engine's archive of it
 where the volume's folder is not on this host. A piece not answered is sent again
 (the web host keeps it once); the web host gone for SHIP_PATIENCE_S ends the read with
-the changes marked unread."""
+the changes marked unread. The read itself is asked for once, and waited for."""
 
 import tarfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
-from logs.shipped import RETRY_S, SHIP_PATIENCE_S
+from logs.shipped import patiently
 from runs.outputs import walk_volume
 from sandbox import webapi
 
 PIECE_BYTES = 4 << 20  # under MAX_REQUEST_BODY, which daphne reads whole
+READ_TIMEOUT_S = 30 * 60.0
 BLOCK = tarfile.BLOCKSIZE
 
 
@@ -53,24 +53,14 @@ def send(run_public_id: str, stream: Iterator[bytes]) -> dict[str, Any]:
             del pending[:PIECE_BYTES]
     if pending or not at:
         at = _put(web, path, at, bytes(pending))
-    answer: dict[str, Any] = _patiently(
-        lambda: web.post(f"/runs/{run_public_id}/outputs", {"size": at})
+    # Read on the web host while this waits: as long as a large tree takes, and never
+    # sent twice (a second read would race the first one's artifacts and commit).
+    answer: dict[str, Any] = web.post(
+        f"/runs/{run_public_id}/outputs", {"size": at}, timeout=READ_TIMEOUT_S
     )
     return answer
 
 
 def _put(web: webapi.WebAPI, path: str, at: int, piece: bytes) -> int:
-    answer = _patiently(lambda: web.post_bytes(f"{path}?at={at}", piece))
+    answer = patiently(lambda: web.post_bytes(f"{path}?at={at}", piece))
     return int(answer["size"])
-
-
-def _patiently(call: Any) -> Any:
-    """A web host restarting is waited for, as a log's batch is (logs.shipped)."""
-    deadline = time.monotonic() + SHIP_PATIENCE_S
-    while True:
-        try:
-            return call()
-        except webapi.WebUnavailable:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(RETRY_S)

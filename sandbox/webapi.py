@@ -17,7 +17,8 @@ TIMEOUT_S = 30.0
 CHUNK_BYTES = 256 * 1024
 # A web host restarting (daphne under supervisord comes back in a second or two) is
 # waited for a little before an answer says it is unavailable; only connecting is
-# tried again, so nothing is ever sent twice.
+# tried again here, so nothing is sent twice by this client (a caller that sends again,
+# logs.shipped.patiently, uses it only where the web host keeps a repeat once).
 RETRY = Retry(total=3, connect=3, read=0, status=0, other=0, backoff_factor=0.5)
 
 
@@ -55,8 +56,8 @@ class WebAPI:
     def get(self, path: str) -> Any:
         return self._answer(self._send("GET", path))
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        return self._answer(self._send("POST", path, json=body))
+    def post(self, path: str, body: dict[str, Any], timeout: float = TIMEOUT_S) -> Any:
+        return self._answer(self._send("POST", path, json=body, timeout=timeout))
 
     def post_bytes(self, path: str, data: bytes) -> Any:
         """A piece of a file sent up (its place is in `path`): raw, never base64'd."""
@@ -84,9 +85,11 @@ class WebAPI:
 
         return chunks()
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+    def _send(
+        self, method: str, path: str, timeout: float = TIMEOUT_S, **kwargs: Any
+    ) -> requests.Response:
         try:
-            return self.http.request(method, self.base + path, timeout=TIMEOUT_S, **kwargs)
+            return self.http.request(method, self.base + path, timeout=timeout, **kwargs)
         except requests.RequestException as e:
             raise WebUnavailable(f"the web host at {self.base} did not answer: {e}") from None
 

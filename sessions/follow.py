@@ -361,8 +361,9 @@ class SessionFollower(Follower):
 
     def _end(self, exec_id: str, entry: _ExecLog, body: bytes) -> None:
         end = valid_end(body)
-        say_dropped(entry.writer)  # before its end: the log's last word on its output
-        entry.writer.close()
+        # Before its end: the log's last word on its output. A web host that did not
+        # take it never keeps the exec from ending (said in the agent's log).
+        self._close(entry.writer)
         del self.execs[exec_id]  # no frame of it after its end counts (it is not running)
         HANDED.get(self.run_id, set()).discard(exec_id)
         row = entry.row

@@ -19,12 +19,15 @@ host path, or follows a link in it (links are data, as Git stores them).
 4. Once recorded, the session's older reads' stores go (sessions.snapstore).
 
 A read in progress lives in daphne's memory (`OPEN`, by a token only its agent's host
-may use): a daphne restart, or an agent that goes quiet for IDLE_S, lets it go, and
-its rows stay pending for the agent's next try.
+may use): a daphne restart lets it go, and so does any read's next call once it has
+been quiet for IDLE_S (its store then goes with the next sweep); its rows stay pending
+for the agent's next try.
 """
 
 import base64
 import binascii
+import logging
+import re
 import secrets as stdlib_secrets
 import threading
 import time
@@ -47,11 +50,10 @@ from workspaces.gitstore import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_SUBMODULE,
 from workspaces.paths import clean_path, link_climbs_out
 from workspaces.treesize import check_tree
 
-LIST_ENTRIES = 2000  # per manifest answer
-LIST_DIRS = 200  # folders asked for in one manifest request
-READ_BYTES = 4 << 20  # per read answer (a larger file comes alone)
-TIMEOUT_S = 60.0
-MAX_ANSWER = 24 << 20  # a read answer: one file at the file cap, in base64
+HEX40 = re.compile(rb"[0-9a-f]{40}")
+
+
+log = logging.getLogger("berth.sessions")
 
 
 class OverCaps(Exception):
@@ -165,7 +167,8 @@ class _Reading:
             self.count(len(target))
             self.put(path, (MODE_LINK, self._blob(target)))
         elif kind == "file":
-            size = int(raw.get("size") or 0)
+            given = raw.get("size")
+            size = given if isinstance(given, int) and given >= 0 else 0
             if raw.get("sha") is None:
                 self.skip(path, f"larger than {settings.WORKSPACE_MAX_FILE_BYTES >> 20} MB")
                 self.keep_old(path)
@@ -173,8 +176,10 @@ class _Reading:
             self.count(size)
             mode = MODE_EXEC if raw.get("mode") == "100755" else MODE_FILE
             sha = str(raw["sha"]).encode()
-            if self.old.get(path) == (mode, sha) or (
-                len(sha) == 40 and ObjectID(sha) in self.store.repo.object_store
+            if not HEX40.fullmatch(sha):
+                self.wanted[name] = (path, mode)  # the sandbox's word for it is no id: read
+            elif self.old.get(path) == (mode, sha) or (
+                ObjectID(sha) in self.store.repo.object_store
             ):
                 self.put(path, (mode, sha))  # content the store holds already
             else:
@@ -338,6 +343,7 @@ def _let_go(which: Any) -> None:
 
 
 def _held(token: str, host: str) -> _Open:
+    _let_go(lambda o: time.monotonic() - o.touched > IDLE_S)  # quiet agents' reads
     found = OPEN.get(token)
     if found is None or found.session.runner_host != host:
         raise NoRead("No read of a session's files by that token is in progress here.")
@@ -352,7 +358,7 @@ def take_entries(token: str, host: str, raws: list[dict[str, Any]]) -> list[str]
         found = _held(token, host)
         try:
             return found.reading.entries_of(raws)
-        except (OverCaps, snapstore.Full) as e:
+        except Exception as e:  # past the caps or the bound, or an answer we cannot take
             _end(token, found, _failed(found, e))
             return None
 
@@ -370,7 +376,7 @@ def take_contents(token: str, host: str, raws: list[dict[str, Any]]) -> bool:
         found = _held(token, host)
         try:
             found.reading.contents(raws)
-        except snapstore.Full as e:
+        except Exception as e:
             _end(token, found, _failed(found, e))
             return False
         return True
@@ -386,15 +392,20 @@ def finish(token: str, host: str, error: str = "", unanswered: bool = False) -> 
         else:
             try:
                 out = found.reading.finish()
-            except (OverCaps, snapstore.Full) as e:
+            except Exception as e:
                 out = _failed(found, e)
         _end(token, found, out)
 
 
 def _failed(found: _Open, e: Exception) -> Tree:
+    """The read ended here: its rows say why. An answer of the sandbox's that cannot be
+    taken ends it too (recorded, never a 500 the agent would ask again and again)."""
     out = found.reading.out
     out.tree = None
-    if isinstance(e, snapstore.Full):
+    if not isinstance(e, (OverCaps, snapstore.Full)):
+        log.exception("session %s: its read failed", found.session.public_id)
+        out.error = f"The session's files could not be read ({type(e).__name__}); try again."
+    elif isinstance(e, snapstore.Full):
         out.unanswered = True
         out.error = f"The session's files were not read: {e}. Try again in a few minutes."
     else:

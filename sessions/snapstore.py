@@ -42,7 +42,7 @@ from dulwich.objects import ShaFile
 from core.errors import BerthError
 from workspaces.gitstore import GitStore
 
-log = logging.getLogger("berth.runner_agent")
+log = logging.getLogger("berth.sessions")
 
 ROOT = "session-reads"
 _PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
@@ -284,8 +284,8 @@ def _tidy(folder: Path) -> None:
 
 
 def remove_older(name: str) -> None:
-    """Every other store of the session whose read `name` was just recorded (the agent
-    reads a session's files one read at a time: each other is older)."""
+    """Every other store of the session whose read `name` was just recorded (a session's
+    files are read one read at a time: each other is older)."""
     git_dir = _path_of(name)
     for other in _stores(git_dir.parent):
         if other != git_dir:

@@ -157,8 +157,9 @@ _plans_lock = threading.Lock()
 
 def _plan_for(session: Session, base: str, target: str, at: int) -> list[Item]:
     """The sync's plan: made afresh for its first batch (at 0: what the branch holds
-    now), the same one for the rest; one not kept (another process's, or pushed out)
-    is made again, the same for the same two commits."""
+    now), the same one for the rest. One not kept (daphne restarted, or 16 syncs since)
+    is made again from what the branch holds then: the same, unless the branch was
+    rewound meanwhile."""
     key = (session.pk, base, target)
     with _plans_lock:
         items = _PLANS.get(key) if at > 0 else None

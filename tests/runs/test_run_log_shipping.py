@@ -168,3 +168,28 @@ def test_a_web_host_that_never_answers_ends_the_flush_typed(run, settings, monke
     with pytest.raises(webapi.WebUnavailable):
         writer.flush()
     assert writer._pending == [("stdout", "lost?", None)]  # kept, for a later flush
+
+
+def test_text_that_is_no_unicode_keeps_nothing_of_its_batch(berth_server, run, settings):
+    path, token = run_log(run.public_id), settings.BERTH_HOST_TOKEN
+    body = b'{"after": 0, "entries": [["stdout", "fine", null], ["stdout", "\\ud800", null]]}'
+    refused = requests.post(
+        f"{berth_server.url}/internal/v1{path}",
+        data=body,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert refused.status_code == 422, refused.text
+    assert logstore.count(run.public_id) == 0
+
+
+def test_a_log_past_what_any_runs_could_be_takes_nothing_more(data_dir, settings):
+    """The web host's own bound, whatever a runner host sends."""
+    settings.RUN_LOG_MAX_BYTES = 0  # the bound: 4 MiB of room for notes
+    with logstore.LogWriter("big1") as writer:
+        writer.batching = True
+        for _ in range(300):
+            writer.append_system("x" * 16_000)
+    with pytest.raises(logstore.Full):
+        logstore.store("big1", None, [("system", "one more", None)])
+    assert logstore.count("big1") == 300

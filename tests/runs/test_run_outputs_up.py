@@ -5,7 +5,9 @@ turn is told where the upload is), read there into changes, artifacts and the co
 the upload removed after. Every run of the suite sends its outputs this way on this
 host (tests/runs/test_run_outputs.py); a run on host B, tests/hosts/test_two_hosts.py."""
 
+import fcntl
 import io
+import os
 import tarfile
 
 import pytest
@@ -77,10 +79,8 @@ def test_the_workspace_goes_up_in_pieces_and_is_read_there_once(berth_server, ru
     other = Host.objects.create(name="b").issue_token()
     assert put(berth_server, run, 0, b"x", other).status_code == 404
 
-    fields = workspace_up._patiently(
-        lambda: workspace_up.webapi.client().post(
-            f"/runs/{run.public_id}/outputs", {"size": len(body)}
-        )
+    fields = workspace_up.webapi.client().post(
+        f"/runs/{run.public_id}/outputs", {"size": len(body)}
     )
     assert fields["changes"]["modified"] == ["app.py"], fields["changes"]
     assert [a["path"] for a in fields["artifacts"]] == ["dist/out.bin"]
@@ -129,4 +129,25 @@ def test_an_upload_left_by_a_run_that_ended_is_swept_with_retention(run, cast):
     assert retention.apply() == []
     assert outputs_up.spool_path(run).exists()  # still running: its read may come
     assert not outputs_up.spool_path(ended).exists()
+    outputs_up.discard(run)
+
+
+def test_a_piece_cut_short_is_sent_again_from_its_place(run):
+    """A daphne restart or a full disk mid-piece leaves part of it: the sender's next
+    try from the same offset replaces it; the same whole piece again is kept once; no
+    piece goes in while the upload is being read."""
+    assert outputs_up.append(run, 0, b"abc") == 3
+    assert outputs_up.append(run, 3, b"XY") == 5  # as if cut short of "XYZW"
+    assert outputs_up.append(run, 3, b"XY") == 5  # the same piece again: kept once
+    assert outputs_up.append(run, 3, b"XYZW") == 7
+    assert outputs_up.spool_path(run).read_bytes() == b"abcXYZW"
+    with pytest.raises(outputs_up.Moved):
+        outputs_up.append(run, 9, b"gap")
+    fd = os.open(outputs_up.spool_path(run), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as read_spooled holds it
+        with pytest.raises(outputs_up.Moved):
+            outputs_up.append(run, 0, b"again")
+    finally:
+        os.close(fd)
     outputs_up.discard(run)

@@ -238,6 +238,11 @@ def test_a_read_in_progress_is_its_hosts_alone_and_records_its_tree(
             for p, mode, sha in store.walk(base)
             if "/" not in p
         ]
+    # What the sandbox says of a file is its word only: a size that is no number and
+    # an id that is none make it a file to read, never a fault of the web host's.
+    listed.append(
+        {"path": "odd.txt", "type": "file", "size": "junk", "mode": "100644", "sha": "z" * 40}
+    )
     new = b"made in the session\n"
     listed.append(
         {"path": "new.txt", "type": "file", "size": len(new), "mode": "100644", "sha": "0" * 40}
@@ -245,10 +250,15 @@ def test_a_read_in_progress_is_its_hosts_alone_and_records_its_tree(
     taken = post(berth_server, f"{path}/entries", settings.BERTH_HOST_TOKEN, {"entries": listed})
     assert taken.status_code == 200, taken.text
     assert get(berth_server, f"{path}/wanted", settings.BERTH_HOST_TOKEN).json() == {
-        "paths": ["new.txt"]
+        "paths": ["new.txt", "odd.txt"]
     }
     data = base64.b64encode(new).decode()
-    files = {"files": [{"path": "new.txt", "type": "file", "data": data}]}
+    files = {
+        "files": [
+            {"path": "new.txt", "type": "file", "data": data},
+            {"path": "odd.txt", "type": "file", "data": base64.b64encode(b"odd\n").decode()},
+        ]
+    }
     assert post(berth_server, f"{path}/contents", settings.BERTH_HOST_TOKEN, files).json() == {
         "taken": True
     }
