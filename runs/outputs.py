@@ -1,11 +1,11 @@
 """What a run left in /workspace, read after exit: changed files and artifacts.
 
-The stopped run's /workspace volume is read once on the host — its folder, walked
-without following any link (`walk_volume`), or, when the engine is not local, its
-`get_archive` tar stream — and never extracted there: member names are checked by
-`workspaces.paths`, only regular files and folders become artifacts (kept through
-Django's storage API, runs.artifacts, under names we make), and links are data, never
-followed.
+The stopped run's /workspace comes as one tar stream — its volume's folder walked on
+its host without following any link (`walk_volume`, sent up by runs.workspace_up), or,
+when the engine is not local, its `get_archive` stream — and is never extracted:
+member names are checked by `workspaces.paths`, only regular files and folders become
+artifacts (kept through Django's storage API, runs.artifacts, under names we make), and
+links are data, never followed.
 
 1. Every member is turned into a Git tree entry (files and symlinks as Git stores
    them; new paths the input commit's .gitignore ignores are left out, as git would).
@@ -163,10 +163,6 @@ class _Reader:
         with tarfile.open(fileobj=io.BufferedReader(_Chunks(chunks), 1 << 16), mode="r|") as tar:
             for member in tar:
                 self._member(member, functools.partial(tar.extractfile, member))
-
-    def read_host(self, root: str) -> None:
-        for member, opener in walk_volume(root):
-            self._member(member, opener)
 
     def _member(self, member: tarfile.TarInfo, opener: Callable[[], Any]) -> None:
         name = member.name.split("/", 1)[1] if "/" in member.name else ""
@@ -409,18 +405,13 @@ def read_outputs(
     run: Any,
     masker: Masker,
     *,
-    host_root: str | None = None,
-    chunks: Iterator[bytes] | None = None,
+    chunks: Iterator[bytes],
 ) -> Outputs:
-    """Read a stopped run's /workspace — its volume's folder on this host, else the
-    engine's archive of it — into changes and artifacts."""
+    """Read a stopped run's /workspace, a tar stream (runs.outputs_up: as its host sent
+    it), into changes and artifacts."""
     artifacts.remove_all(run.public_id)  # a finalize that is run again starts over
     reader = _Reader(store, run, masker)
-    if host_root is not None:
-        reader.read_host(host_root)
-    else:
-        assert chunks is not None
-        reader.read(chunks)
+    reader.read(chunks)
     return reader.finish()
 
 
